@@ -1,0 +1,13 @@
+# Every dependency comes from Debian's packages (scripts/install-deps.sh installs them).
+find_package(Threads REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+if(UC_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+endif()
+if(UC_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

@@ -1,0 +1,56 @@
+# Declarative build helpers (abseil style):
+#   uc_library(NAME layers SRCS a.cc b.cc DEPS kernels distributed [AVX2_SRCS cpu/x.cc])
+#   uc_test(NAME linear_test SRCS linear_test.cc DEPS layers LABELS unit [TIMEOUT 60])
+# A library NAME is target `uc_NAME` with alias `uc::NAME`; its include root is src/, so code
+# includes "module/file.h".
+
+set(UC_SRC_ROOT ${CMAKE_SOURCE_DIR}/src)
+
+function(uc_apply_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  if(UC_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+if(UC_SANITIZE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer
+                      -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+function(uc_library)
+  cmake_parse_arguments(UC "" "NAME" "SRCS;DEPS;AVX2_SRCS" ${ARGN})
+  add_library(uc_${UC_NAME} STATIC ${UC_SRCS} ${UC_AVX2_SRCS})
+  add_library(uc::${UC_NAME} ALIAS uc_${UC_NAME})
+  target_include_directories(uc_${UC_NAME} PUBLIC ${UC_SRC_ROOT})
+  target_link_libraries(uc_${UC_NAME} PUBLIC ${UC_DEPS})
+  # Kernels with explicit x86 SIMD are compiled for AVX2+FMA+F16C and dispatched at run time,
+  # so the binary still runs (on scalar code) on CPUs without them.
+  if(UC_AVX2_SRCS AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    set_source_files_properties(${UC_AVX2_SRCS} PROPERTIES COMPILE_OPTIONS
+                                "-mavx2;-mfma;-mf16c")
+  endif()
+  uc_apply_warnings(uc_${UC_NAME})
+endfunction()
+
+function(uc_test)
+  cmake_parse_arguments(UC "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT UC_BUILD_TESTS)
+    return()
+  endif()
+  add_executable(${UC_NAME} ${UC_SRCS})
+  target_link_libraries(${UC_NAME} PRIVATE ${UC_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${UC_NAME} PRIVATE
+    UC_SOURCE_DIR="${CMAKE_SOURCE_DIR}" UC_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  uc_apply_warnings(${UC_NAME})
+  if(NOT UC_LABELS)
+    set(UC_LABELS unit)
+  endif()
+  if(NOT UC_TIMEOUT)
+    set(UC_TIMEOUT 300)
+  endif()
+  gtest_discover_tests(${UC_NAME}
+    PROPERTIES LABELS "${UC_LABELS}" TIMEOUT ${UC_TIMEOUT}
+    DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,117 @@
+#include "base/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "base/check.h"
+
+namespace uc {
+namespace {
+thread_local bool t_inside_pool = false;
+constexpr int kSpinIterations = 20000;
+}  // namespace
+
+struct ThreadPool::Impl {
+  std::vector<std::thread> workers;
+  std::mutex mu;
+  std::condition_variable wake;
+  std::atomic<uint64_t> generation{0};
+  std::atomic<int> pending{0};
+  std::atomic<bool> stop{false};
+  // The current job; valid while pending > 0.
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0;
+  int num_chunks = 0;
+  int64_t chunk = 0;
+
+  void RunChunk(int index) {
+    const int64_t begin = index * chunk;
+    const int64_t end = std::min(n, begin + chunk);
+    if (begin < end) (*fn)(begin, end);
+  }
+
+  void WorkerLoop(int worker_index) {
+    t_inside_pool = true;
+    uint64_t seen = 0;
+    while (true) {
+      uint64_t gen = generation.load(std::memory_order_acquire);
+      for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+        if (stop.load(std::memory_order_relaxed)) return;
+        __builtin_ia32_pause();
+        gen = generation.load(std::memory_order_acquire);
+      }
+      if (gen == seen) {
+        std::unique_lock<std::mutex> lock(mu);
+        wake.wait(lock, [&] {
+          return stop.load() || generation.load(std::memory_order_acquire) != seen;
+        });
+        if (stop.load()) return;
+        gen = generation.load(std::memory_order_acquire);
+      }
+      seen = gen;
+      // Chunk 0 belongs to the caller; worker i runs chunk i + 1.
+      if (worker_index + 1 < num_chunks) RunChunk(worker_index + 1);
+      pending.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+};
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads), impl_(new Impl) {
+  UC_CHECK(num_threads >= 1, "ThreadPool needs at least one thread, got %d", num_threads);
+  for (int i = 0; i + 1 < num_threads; ++i) {
+    impl_->workers.emplace_back([this, i] { impl_->WorkerLoop(i); });
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop.store(true);
+  }
+  impl_->wake.notify_all();
+  for (auto& t : impl_->workers) t.join();
+}
+
+void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                             int64_t min_chunk) {
+  if (n <= 0) return;
+  min_chunk = std::max<int64_t>(1, min_chunk);
+  const int64_t max_chunks = std::max<int64_t>(1, n / min_chunk);
+  const int chunks = static_cast<int>(std::min<int64_t>(num_threads_, max_chunks));
+  if (chunks <= 1 || t_inside_pool || impl_->workers.empty()) {
+    fn(0, n);
+    return;
+  }
+  Impl& im = *impl_;
+  im.fn = &fn;
+  im.n = n;
+  im.num_chunks = chunks;
+  im.chunk = (n + chunks - 1) / chunks;
+  im.pending.store(static_cast<int>(im.workers.size()), std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    im.generation.fetch_add(1, std::memory_order_acq_rel);
+  }
+  im.wake.notify_all();
+  t_inside_pool = true;
+  im.RunChunk(0);
+  t_inside_pool = false;
+  while (im.pending.load(std::memory_order_acquire) != 0) __builtin_ia32_pause();
+}
+
+int ThreadPool::HardwareConcurrency() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int count = CPU_COUNT(&set);
+    if (count > 0) return count;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace uc

@@ -1,0 +1,77 @@
+// File: ops.h
+// -----------------------------------------------------------------------------
+// The CPU math the model needs, on Tensor handles. Each op checks shapes and dtypes (UC_CHECK:
+// a mismatch is a programming error) and dispatches to an optimized implementation
+// (kernels/cpu/*_avx2.cc when the CPU has AVX2+FMA+F16C, else portable code). Every op has a
+// scalar reference in kernels/reference.h that tests compare against.
+//
+// Conventions: activations are F32, row-major, [num_tokens, features]. Weights keep their stored
+// dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1) and are converted inside the kernels, never
+// expanded in memory. `pool` may be null (single-threaded). Outputs must be preallocated with
+// the documented shape and must not alias inputs unless the op says "in place".
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "base/thread_pool.h"
+#include "tensor/tensor.h"
+
+namespace uc::kernels {
+
+// y[m, n] = x[m, k] · w[n, k]ᵀ.  x, y: F32; w: any weight dtype (k a whole number of blocks).
+// Decode (m small) streams each weight row once for all m rows; larger m is tiled so each
+// weight tile is converted once and reused across rows.
+void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool);
+
+// y[m, n] += bias[n] (bias: F32, F16 or BF16). In place.
+void AddBias(const Tensor& bias, Tensor& y);
+
+// y += x, elementwise over equal shapes (F32). In place on y.
+void AddInPlace(const Tensor& x, Tensor& y);
+
+// out[m, h] = x / sqrt(mean(x²) + eps) * weight.  x, out: F32 [m, h]; weight: [h] any float
+// dtype. `out` may alias `x`.
+void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+
+// Rotary position embedding, in place on x [m, num_heads * head_dim] (F32). Token i is at
+// position positions[i]. For pair j (j < rotary_dim / 2) the angle is
+// positions[i] * inv_freq[j]. kInterleaved rotates adjacent pairs (2j, 2j+1) (llama2.c, GGUF
+// "normal"); kHalf rotates (j, j + rotary_dim/2) (Hugging Face rotate_half, GGUF "neox").
+// Dimensions past rotary_dim are left unchanged.
+enum class RopeStyle { kInterleaved, kHalf };
+void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
+          int head_dim, RopeStyle style, Tensor& x);
+
+// out[m, i] = silu(gate[m, i]) * up[m, i], silu(z) = z / (1 + exp(-z)). All F32.
+void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
+
+// Causal grouped-query attention of new tokens against one sequence's contiguous KV cache.
+//   q:        [m, num_heads * head_dim]      (F32, RoPE already applied)
+//   k_cache:  [capacity, num_kv_heads * head_dim] (F32), rows 0..max(positions) filled
+//   v_cache:  same shape as k_cache
+//   out:      [m, num_heads * head_dim]
+// Token i attends to cache rows 0..positions[i] inclusive. Query head h uses KV head
+// h / (num_heads / num_kv_heads). Scores are scaled by `scale` (normally 1/sqrt(head_dim)).
+// REQUIRES: num_heads % num_kv_heads == 0; positions[i] < capacity.
+struct AttentionShape {
+  int num_heads;
+  int num_kv_heads;
+  int head_dim;
+  float scale;
+};
+void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     std::span<const int32_t> positions, const AttentionShape& shape, Tensor& out,
+                     ThreadPool* pool);
+
+// out[i, :] = table[ids[i], :] converted to F32.  table: [vocab, h] any weight dtype;
+// out: [ids.size(), h] F32. REQUIRES: 0 <= ids[i] < vocab.
+void EmbeddingLookup(const Tensor& table, std::span<const int32_t> ids, Tensor& out);
+
+// In-place softmax over the last dimension of x [m, n] (F32), numerically stable.
+void Softmax(Tensor& x);
+
+// True when the optimized AVX2 path is in use (for logs and benchmarks).
+bool HasAvx2();
+
+}  // namespace uc::kernels
