@@ -1,0 +1,29 @@
+// File: json_file.h
+// -----------------------------------------------------------------------------
+// JSON documents (config.json, tokenizer.json, safetensors headers, index files) parsed with
+// nlohmann::json into a Status instead of an exception. Parse errors name the source and the
+// line and column of the offending character:
+//
+//   ".../config.json: JSON parse error at line 3, column 17 (byte 41): syntax error ..."
+//
+// Nesting deeper than kMaxJsonDepth is rejected before parsing, so hostile input cannot
+// exhaust the stack. Stateless functions; thread-safe.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "base/status.h"
+
+namespace uc::io {
+
+inline constexpr int kMaxJsonDepth = 256;
+
+// Parses `text`; `source` (a file name, "FILE: safetensors header") prefixes every error.
+StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source);
+
+// Reads and parses the file at `path`. NotFound if it does not exist.
+StatusOr<nlohmann::json> ReadJsonFile(const std::filesystem::path& path);
+
+}  // namespace uc::io
