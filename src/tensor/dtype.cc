@@ -6,13 +6,20 @@ namespace uc {
 
 std::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kQ8_0: return "Q8_0";
-    case DType::kQ4_0: return "Q4_0";
-    case DType::kQ4_1: return "Q4_1";
-    case DType::kI32: return "I32";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kQ8_0:
+      return "Q8_0";
+    case DType::kQ4_0:
+      return "Q4_0";
+    case DType::kQ4_1:
+      return "Q4_1";
+    case DType::kI32:
+      return "I32";
   }
   return "?";
 }
@@ -21,13 +28,20 @@ int64_t DTypeBlockSize(DType dtype) { return DTypeIsQuantized(dtype) ? 32 : 1; }
 
 int64_t DTypeBlockBytes(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kQ8_0: return sizeof(BlockQ8_0);
-    case DType::kQ4_0: return sizeof(BlockQ4_0);
-    case DType::kQ4_1: return sizeof(BlockQ4_1);
-    case DType::kI32: return 4;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kQ8_0:
+      return sizeof(BlockQ8_0);
+    case DType::kQ4_0:
+      return sizeof(BlockQ4_0);
+    case DType::kQ4_1:
+      return sizeof(BlockQ4_1);
+    case DType::kI32:
+      return 4;
   }
   return 0;
 }
@@ -75,13 +89,13 @@ uint16_t F32ToF16(float f) {
   std::memcpy(&bits, &f, sizeof(bits));
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;              // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;             // overflow -> inf
-  if (abs < 0x38800000u) {                                   // subnormal or zero in f16
-    if (abs < 0x33000000u) return sign;                      // rounds to zero
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow -> inf
+  if (abs < 0x38800000u) {                        // subnormal or zero in f16
+    if (abs < 0x33000000u) return sign;           // rounds to zero
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - static_cast<int>(exp);           // 14 - (exp - 127) + 13 - 1
+    const int shift = 126 - static_cast<int>(exp);  // 14 - (exp - 127) + 13 - 1
     const uint32_t half = 1u << (shift - 1 + 0);
     uint32_t value = mant >> shift;
     const uint32_t rem = mant & ((1u << shift) - 1);

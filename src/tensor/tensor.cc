@@ -1,5 +1,7 @@
 #include "tensor/tensor.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -159,6 +161,83 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) {
       break;
   }
   UC_CHECK(false, "DequantizeRow: unsupported dtype %s", DTypeName(dtype).data());
+}
+
+namespace {
+
+void QuantizeQ8_0(const float* x, BlockQ8_0* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b->d = F32ToF16(d);
+  for (int j = 0; j < 32; ++j) b->qs[j] = static_cast<int8_t>(std::lround(x[j] * id));
+}
+
+void QuantizeQ4_0(const float* x, BlockQ4_0* b) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b->d = F32ToF16(d);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+    const int hi = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
+    b->qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+void QuantizeQ4_1(const float* x, BlockQ4_1* b) {
+  float min = x[0], max = x[0];
+  for (int j = 1; j < 32; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / 15.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b->d = F32ToF16(d);
+  b->m = F32ToF16(min);
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min(15, static_cast<int>((x[j] - min) * id + 0.5f));
+    const int hi = std::min(15, static_cast<int>((x[j + 16] - min) * id + 0.5f));
+    b->qs[j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+}  // namespace
+
+void QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = F32ToF16(src[i]);
+      return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(dst)[i] = F32ToBf16(src[i]);
+      return;
+    case DType::kQ8_0:
+      for (int64_t k = 0; k < n / 32; ++k)
+        QuantizeQ8_0(src + 32 * k, static_cast<BlockQ8_0*>(dst) + k);
+      return;
+    case DType::kQ4_0:
+      for (int64_t k = 0; k < n / 32; ++k)
+        QuantizeQ4_0(src + 32 * k, static_cast<BlockQ4_0*>(dst) + k);
+      return;
+    case DType::kQ4_1:
+      for (int64_t k = 0; k < n / 32; ++k)
+        QuantizeQ4_1(src + 32 * k, static_cast<BlockQ4_1*>(dst) + k);
+      return;
+    case DType::kI32:
+      break;
+  }
+  UC_CHECK(false, "QuantizeRow: unsupported dtype %s", DTypeName(dtype).data());
 }
 
 }  // namespace uc

@@ -97,4 +97,10 @@ class Tensor {
 // REQUIRES: n is a whole number of blocks.
 void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n);
 
+// Converts `n` floats into `dtype` at `dst` (round to nearest; for block types the ggml
+// reference rounding: Q8_0 d = max|x| / 127; Q4_0 d = x_maxabs / -8; Q4_1 d = (max - min) / 15,
+// m = min). Used by tools and tests to make quantized weights.
+// REQUIRES: n is a whole number of blocks; dtype is not I32.
+void QuantizeRow(DType dtype, const float* src, void* dst, int64_t n);
+
 }  // namespace uc

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 namespace uc {
 namespace {
 
@@ -53,6 +56,29 @@ TEST(TensorTest, DequantizeQ4_1AndQ8_0) {
   DequantizeRow(DType::kQ4_0, &q40, out, 32);
   EXPECT_FLOAT_EQ(out[0], -16.0f);
   EXPECT_FLOAT_EQ(out[16], 0.0f);
+}
+
+TEST(TensorTest, QuantizeThenDequantizeIsClose) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = std::sin(0.37f * i) * (i % 7 + 1) * 0.1f;
+  float amax = 0.0f;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  struct Case {
+    DType dtype;
+    float tol;  // as a fraction of max|x|
+  };
+  for (const Case c : {Case{DType::kF16, 1e-3f}, Case{DType::kBF16, 8e-3f},
+                       Case{DType::kQ8_0, 1.0f / 127 * 0.51f + 1e-3f},
+                       Case{DType::kQ4_0, 1.0f / 8 * 0.51f + 1e-3f},
+                       Case{DType::kQ4_1, 2.0f / 15 * 0.51f + 1e-3f}}) {
+    std::vector<std::byte> packed(DTypeRowBytes(c.dtype, 64));
+    QuantizeRow(c.dtype, x.data(), packed.data(), 64);
+    std::vector<float> back(64);
+    DequantizeRow(c.dtype, packed.data(), back.data(), 64);
+    for (int i = 0; i < 64; ++i) {
+      EXPECT_NEAR(back[i], x[i], c.tol * amax) << DTypeName(c.dtype) << " element " << i;
+    }
+  }
 }
 
 }  // namespace
