@@ -7,7 +7,8 @@
 set(UC_SRC_ROOT ${CMAKE_SOURCE_DIR}/src)
 
 function(uc_apply_warnings target)
-  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter
+                         -Wno-format-zero-length)  # UC_CHECK(cond) without a message
   if(UC_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
