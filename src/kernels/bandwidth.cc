@@ -1,0 +1,65 @@
+#include "kernels/bandwidth.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dispatch.h"
+#include "tensor/tensor.h"
+
+namespace uc::kernels {
+namespace {
+
+double Sum(const float* data, int64_t n) {
+#if defined(__x86_64__)
+  if (internal::UseAvx2()) return avx2::SumFloats(data, n);
+#endif
+  return cpu::SumFloats(data, n);
+}
+
+}  // namespace
+
+double MeasureReadBandwidth(ThreadPool* pool, int64_t bytes, int repetitions) {
+  UC_CHECK(bytes >= 4096 && repetitions >= 1,
+           "MeasureReadBandwidth: need >= 4096 bytes and >= 1 repetition, got %lld and %d",
+           static_cast<long long>(bytes), repetitions);
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  // Parts are whole 64-byte lines so no two threads share one.
+  const int64_t n = bytes / 64 * 16;
+  const int64_t part = n / threads / 16 * 16;
+  Tensor buffer = Tensor::Empty({n}, DType::kF32);
+  float* data = buffer.data<float>();
+  auto for_each_part = [&](const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+    ParallelFor(
+        pool, threads,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            fn(t, t * part, t + 1 == threads ? n : (t + 1) * part);
+          }
+        },
+        1);
+  };
+  // Each thread touches (first-writes) the part it will read, so its pages are mapped and local.
+  for_each_part([&](int64_t, int64_t b, int64_t e) { std::fill(data + b, data + e, 1.0f); });
+
+  std::vector<double> sums(static_cast<size_t>(threads));
+  std::vector<double> seconds;
+  for (int rep = 0; rep < repetitions; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    for_each_part([&](int64_t t, int64_t b, int64_t e) { sums[t] = Sum(data + b, e - b); });
+    const auto stop = std::chrono::steady_clock::now();
+    seconds.push_back(std::chrono::duration<double>(stop - start).count());
+  }
+  double total = 0.0;
+  for (double s : sums) total += s;
+  // Every element is 1; using the sums keeps the reads from being optimized away.
+  UC_CHECK(total > 0.0, "MeasureReadBandwidth: the buffer read back as %g", total);
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  return static_cast<double>(n) * sizeof(float) / median;
+}
+
+}  // namespace uc::kernels

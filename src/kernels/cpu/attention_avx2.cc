@@ -1,0 +1,213 @@
+// AVX2 causal attention. One task is a (token, KV head) pair and handles every query head that
+// shares the KV head, so each K and V row is fetched from memory once per group instead of once
+// per head (GQA groups are 4-8 heads in Llama models). Two passes over the cache: scores q·k_t
+// for all heads of the group, four keys at a time while they sit in L1, then a vector exp; then
+// Σ p_t v_t over blocks of keys small enough to stay in L1 while every head reads them.
+#if defined(__x86_64__)
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace uc::kernels::avx2 {
+namespace {
+
+constexpr int64_t kValueBlock = 64;  // keys per pass-two block: 16 KiB of V at head_dim 64
+
+// scores[j] = scale * q · key[j * stride + (0, hd)] for j < 4.
+void Dot4(const float* q, const float* key, int64_t stride, int hd, float scale, float* scores) {
+  __m256 acc[4];
+#pragma GCC unroll 16
+  for (int j = 0; j < 4; ++j) acc[j] = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; ++j) {
+      acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(key + j * stride + d), acc[j]);
+    }
+  }
+  if (d < hd) {
+    const __m256i mask = TailMask(hd - d);
+    const __m256 qv = _mm256_maskload_ps(q + d, mask);
+#pragma GCC unroll 16
+    for (int j = 0; j < 4; ++j) {
+      acc[j] = _mm256_fmadd_ps(qv, _mm256_maskload_ps(key + j * stride + d, mask), acc[j]);
+    }
+  }
+  // Lane sums of the four accumulators, in order, in one __m128.
+  const __m256 pairs =
+      _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(pairs), _mm256_extractf128_ps(pairs, 1));
+  _mm_storeu_ps(scores, _mm_mul_ps(sums, _mm_set1_ps(scale)));
+}
+
+float Dot(const float* a, const float* b, int hd) {
+  __m256 acc = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + d), _mm256_loadu_ps(b + d), acc);
+  }
+  if (d < hd) {
+    const __m256i mask = TailMask(hd - d);
+    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + d, mask), _mm256_maskload_ps(b + d, mask), acc);
+  }
+  return HorizontalSum(acc);
+}
+
+// scores[t] = exp(scores[t] - max); returns the sum.
+float ExpInPlace(float* scores, int64_t len) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int64_t t = 0;
+  for (; t + 8 <= len; t += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(scores + t));
+  float max_score = HorizontalMax(vmax);
+  for (; t < len; ++t) max_score = std::max(max_score, scores[t]);
+
+  const __m256 shift = _mm256_set1_ps(max_score);
+  __m256 vsum = _mm256_setzero_ps();
+  for (t = 0; t + 8 <= len; t += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(scores + t), shift));
+    _mm256_storeu_ps(scores + t, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = HorizontalSum(vsum);
+  for (; t < len; ++t) {
+    scores[t] = std::exp(scores[t] - max_score);
+    sum += scores[t];
+  }
+  return sum;
+}
+
+// out[0, width) += Σ_t p[t] * values[t * stride + (0, width)], for 8(V-1) < width <= 8V.
+// Two interleaved accumulator sets halve the FMA dependency chain.
+template <int V>
+void AccumulateValues(const float* p, int64_t len, const float* values, int64_t stride, int width,
+                      float* out) {
+  const __m256i mask = TailMask(width - 8 * (V - 1));
+  __m256 acc[2][V];
+#pragma GCC unroll 16
+  for (int u = 0; u < V; ++u) {
+    acc[0][u] = u + 1 < V ? _mm256_loadu_ps(out + 8 * u) : _mm256_maskload_ps(out + 8 * u, mask);
+    acc[1][u] = _mm256_setzero_ps();
+  }
+  auto step = [&](int s, int64_t t) {
+    const __m256 pt = _mm256_broadcast_ss(p + t);
+    const float* v = values + t * stride;
+#pragma GCC unroll 16
+    for (int u = 0; u + 1 < V; ++u) {
+      acc[s][u] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + 8 * u), acc[s][u]);
+    }
+    acc[s][V - 1] = _mm256_fmadd_ps(pt, _mm256_maskload_ps(v + 8 * (V - 1), mask), acc[s][V - 1]);
+  };
+  int64_t t = 0;
+  for (; t + 2 <= len; t += 2) {
+    step(0, t);
+    step(1, t + 1);
+  }
+  if (t < len) step(0, t);
+#pragma GCC unroll 16
+  for (int u = 0; u < V; ++u) {
+    const __m256 r = _mm256_add_ps(acc[0][u], acc[1][u]);
+    if (u + 1 < V) {
+      _mm256_storeu_ps(out + 8 * u, r);
+    } else {
+      _mm256_maskstore_ps(out + 8 * u, mask, r);
+    }
+  }
+}
+
+using AccumulateFn = void (*)(const float*, int64_t, const float*, int64_t, int, float*);
+// Indexed by the number of vectors, 1..4.
+constexpr AccumulateFn kAccumulate[5] = {nullptr, AccumulateValues<1>, AccumulateValues<2>,
+                                         AccumulateValues<3>, AccumulateValues<4>};
+
+// out[0, hd) += Σ_t p[t] * values[t * stride + (0, hd)], 32 lanes of out at a time.
+void AccumulateHead(const float* p, int64_t len, const float* values, int64_t stride, int hd,
+                    float* out) {
+  for (int d0 = 0; d0 < hd; d0 += 32) {
+    const int width = std::min(32, hd - d0);
+    kAccumulate[(width + 7) / 8](p, len, values + d0, stride, width, out + d0);
+  }
+}
+
+// The query heads of one KV head for one token: `heads` consecutive heads starting at q / out,
+// hd apart; keys and values are the group's column of the cache, rows `stride` apart.
+struct Group {
+  const float* q;
+  const float* keys;
+  const float* values;
+  float* out;
+  int heads;
+  int hd;
+  int64_t stride;
+  int64_t len;  // cache rows attended: 0 .. len - 1
+  float scale;
+};
+
+// scores[h * len + t] = scale * q_h · k_t.
+void GroupScores(const Group& g, float* scores) {
+  const int64_t len4 = g.len / 4 * 4;
+  for (int64_t t = 0; t < len4; t += 4) {
+    for (int h = 0; h < g.heads; ++h) {
+      Dot4(g.q + h * g.hd, g.keys + t * g.stride, g.stride, g.hd, g.scale, scores + h * g.len + t);
+    }
+  }
+  for (int64_t t = len4; t < g.len; ++t) {
+    for (int h = 0; h < g.heads; ++h) {
+      scores[h * g.len + t] = Dot(g.q + h * g.hd, g.keys + t * g.stride, g.hd) * g.scale;
+    }
+  }
+}
+
+void AttendGroup(const Group& g, std::vector<float>& scores) {
+  scores.resize(static_cast<size_t>(g.heads * g.len));
+  GroupScores(g, scores.data());
+  std::vector<float> inv_sums(static_cast<size_t>(g.heads));
+  for (int h = 0; h < g.heads; ++h) {
+    inv_sums[h] = 1.0f / ExpInPlace(scores.data() + h * g.len, g.len);
+    std::fill_n(g.out + h * g.hd, g.hd, 0.0f);
+  }
+  for (int64_t t0 = 0; t0 < g.len; t0 += kValueBlock) {
+    const int64_t block = std::min(kValueBlock, g.len - t0);
+    for (int h = 0; h < g.heads; ++h) {
+      AccumulateHead(scores.data() + h * g.len + t0, block, g.values + t0 * g.stride, g.stride,
+                     g.hd, g.out + h * g.hd);
+    }
+  }
+  for (int h = 0; h < g.heads; ++h) {
+    float* out = g.out + h * g.hd;
+    for (int d = 0; d < g.hd; ++d) out[d] *= inv_sums[h];
+  }
+}
+
+}  // namespace
+
+void CausalAttention(const AttentionArgs& args, ThreadPool* pool) {
+  const AttentionShape& s = args.shape;
+  const int group_size = s.num_heads / s.num_kv_heads;
+  const int64_t q_width = int64_t{s.num_heads} * s.head_dim;
+  const int64_t kv_width = int64_t{s.num_kv_heads} * s.head_dim;
+  ForEachStrided(pool, args.m * s.num_kv_heads, [&](int64_t item) {
+    const int64_t token = item / s.num_kv_heads;
+    const int64_t kv_head = item % s.num_kv_heads;
+    const int64_t q_offset = token * q_width + kv_head * group_size * s.head_dim;
+    const Group group{args.q + q_offset,
+                      args.k_cache + kv_head * s.head_dim,
+                      args.v_cache + kv_head * s.head_dim,
+                      args.out + q_offset,
+                      group_size,
+                      s.head_dim,
+                      kv_width,
+                      int64_t{args.positions[token]} + 1,
+                      s.scale};
+    thread_local std::vector<float> scores;
+    AttendGroup(group, scores);
+  });
+}
+
+}  // namespace uc::kernels::avx2
+
+#endif  // defined(__x86_64__)

@@ -1,0 +1,122 @@
+// File: cpu_kernels.h
+// -----------------------------------------------------------------------------
+// Raw-pointer CPU kernels behind kernels/ops.h. ops.cc checks shapes and dtypes and then calls
+// one of two implementations with the same signature: uc::kernels::cpu (portable C++, any CPU)
+// or uc::kernels::avx2 (AVX2+FMA+F16C, only called when internal::UseAvx2()). Rope, AddInPlace
+// and AddBias are cheap and have only the portable version.
+//
+// All pointers are to row-major, densely packed data; F32 unless a DType says otherwise.
+// Outputs must not alias inputs unless noted. Functions taking a ThreadPool accept null (run
+// inline); the others are single-threaded. All are reentrant: scratch space is thread-local.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "base/thread_pool.h"
+#include "kernels/ops.h"
+#include "tensor/dtype.h"
+
+namespace uc::kernels {
+
+// y[m, n] = x[m, k] · w[n, k]ᵀ. Weight row j starts at w + j * w_row_bytes.
+// REQUIRES: k % DTypeBlockSize(w_dtype) == 0.
+struct MatMulArgs {
+  const float* x;
+  int64_t m;
+  int64_t k;
+  const std::byte* w;
+  DType w_dtype;
+  int64_t n;
+  int64_t w_row_bytes;
+  float* y;
+};
+
+// Causal attention over a contiguous KV cache; see CausalAttention in ops.h for the shapes.
+struct AttentionArgs {
+  const float* q;            // [m, num_heads * head_dim]
+  const float* k_cache;      // [capacity, num_kv_heads * head_dim]
+  const float* v_cache;      // [capacity, num_kv_heads * head_dim]
+  const int32_t* positions;  // [m]
+  int64_t m;
+  AttentionShape shape;
+  float* out;  // [m, num_heads * head_dim]
+};
+
+// Runs fn over [0, n) on `pool`, or inline when pool is null.
+inline void ParallelFor(ThreadPool* pool, int64_t n,
+                        const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
+  if (n <= 0) return;
+  if (pool != nullptr) {
+    pool->ParallelFor(n, fn, min_chunk);
+  } else {
+    fn(0, n);
+  }
+}
+
+// Calls fn(i) for every i in [0, count), item i on lane i % lanes with one lane per pool thread.
+// Striding instead of contiguous chunks balances work that grows with i (causal attention).
+inline void ForEachStrided(ThreadPool* pool, int64_t count,
+                           const std::function<void(int64_t)>& fn) {
+  const int64_t lanes = std::min<int64_t>(pool != nullptr ? pool->num_threads() : 1, count);
+  auto run_lanes = [&](int64_t begin, int64_t end) {
+    for (int64_t lane = begin; lane < end; ++lane) {
+      for (int64_t i = lane; i < count; i += lanes) fn(i);
+    }
+  };
+  ParallelFor(pool, lanes, run_lanes, 1);
+}
+
+// Output rows per ParallelFor chunk so that each chunk does at least ~64K multiply-adds.
+inline int64_t MinRowsPerChunk(int64_t work_per_row) {
+  return std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work_per_row));
+}
+
+namespace cpu {
+
+void MatMul(const MatMulArgs& args, ThreadPool* pool);
+void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
+// out = x / sqrt(mean(x²) + eps) * weight, rows of length h. `out` may alias `x`.
+void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, int64_t h,
+             float eps, float* out);
+void SiluAndMul(const float* gate, const float* up, int64_t count, float* out);
+// Softmax over each of the m rows of length n, in place.
+void Softmax(float* x, int64_t m, int64_t n);
+// dst[0, n) = src converted to F32. REQUIRES: n % DTypeBlockSize(dtype) == 0.
+void ConvertRow(DType dtype, const void* src, float* dst, int64_t n);
+// Sum of n floats (the bandwidth probe's read loop).
+double SumFloats(const float* data, int64_t n);
+
+void Rope(const int32_t* positions, int64_t m, const float* inv_freq, int64_t num_freqs,
+          int num_heads, int head_dim, RopeStyle style, float* x);
+void AddInPlace(const float* x, int64_t count, float* y);
+// y[m, n] += bias[n].
+void AddBias(const void* bias, DType bias_dtype, int64_t m, int64_t n, float* y);
+
+}  // namespace cpu
+
+namespace avx2 {
+
+// Picks MatMulStreaming for m <= kStreamingMaxRows, else MatMulTiled. Up to 8 rows, decoding
+// each weight row twice from L1 is cheaper than packing tiles (measured on Zen 3).
+void MatMul(const MatMulArgs& args, ThreadPool* pool);
+inline constexpr int64_t kStreamingMaxRows = 8;
+// Decode path: each weight row is decoded in registers and dotted with every x row (in groups
+// of four) while it is hot in L1, so weights are streamed from memory exactly once.
+void MatMulStreaming(const MatMulArgs& args, ThreadPool* pool);
+// Prefill path: tiles of weight rows are decoded once into a thread-local F32 panel and reused
+// by a 6x16 register-blocked FMA micro-kernel across all x rows.
+void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
+void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
+void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, int64_t h,
+             float eps, float* out);
+void SiluAndMul(const float* gate, const float* up, int64_t count, float* out);
+void Softmax(float* x, int64_t m, int64_t n);
+void ConvertRow(DType dtype, const void* src, float* dst, int64_t n);
+double SumFloats(const float* data, int64_t n);
+
+}  // namespace avx2
+
+}  // namespace uc::kernels

@@ -1,0 +1,121 @@
+// AVX2 MatMul, decode path. Decode is memory-bound: the only goal is to stream each weight byte
+// once at full bandwidth, so a weight row is decoded in registers (never written back) and
+// FMA'd against up to four x rows with several independent accumulator chains. Q4 rows are
+// decoded in a cheaper permuted order, with x permuted to match once per call.
+#if defined(__x86_64__)
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace uc::kernels::avx2 {
+namespace {
+
+// out[r] = x[r, :] · row for r < M, x rows k apart.
+template <typename D, int M>
+void DotRows(const float* x, int64_t k, const std::byte* row, float* out) {
+  // One chain per row is latency-bound (4-cycle FMA); M * kChains chains keep the FMA units and
+  // the load queue busy.
+  constexpr int kChains = M <= 2 ? 4 : 2;
+  __m256 acc[M][kChains];
+#pragma GCC unroll 16
+  for (int r = 0; r < M; ++r) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[r][c] = _mm256_setzero_ps();
+  }
+  const int64_t k32 = k / 32 * 32;
+  for (int64_t i = 0; i < k32; i += 32) {
+    PrefetchAhead<D>(row, i);
+    __m256 w[4];
+    D::Load32(row, i, w);
+#pragma GCC unroll 16
+    for (int r = 0; r < M; ++r) {
+#pragma GCC unroll 16
+      for (int v = 0; v < 4; ++v) {
+        const __m256 xv = _mm256_loadu_ps(x + r * k + i + 8 * v);
+        acc[r][v % kChains] = _mm256_fmadd_ps(w[v], xv, acc[r][v % kChains]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < M; ++r) {
+    __m256 sum = acc[r][0];
+#pragma GCC unroll 16
+    for (int c = 1; c < kChains; ++c) sum = _mm256_add_ps(sum, acc[r][c]);
+    out[r] = HorizontalSum(sum);
+  }
+  if constexpr (!D::kQuantized) {
+    for (int64_t i = k32; i < k; ++i) {
+      const float wi = D::At(row, i);
+#pragma GCC unroll 16
+      for (int r = 0; r < M; ++r) out[r] += x[r * k + i] * wi;
+    }
+  }
+}
+
+template <typename D>
+void StreamRows(const MatMulArgs& a, int64_t n_begin, int64_t n_end) {
+  using DotFn = void (*)(const float*, int64_t, const std::byte*, float*);
+  constexpr DotFn kDot[5] = {nullptr, DotRows<D, 1>, DotRows<D, 2>, DotRows<D, 3>, DotRows<D, 4>};
+  for (int64_t j = n_begin; j < n_end; ++j) {
+    const std::byte* row = a.w + j * a.w_row_bytes;
+    for (int64_t i0 = 0; i0 < a.m; i0 += 4) {
+      const int64_t rows = std::min<int64_t>(4, a.m - i0);
+      float out[4];
+      kDot[rows](a.x + i0 * a.k, a.k, row, out);
+      for (int64_t r = 0; r < rows; ++r) a.y[(i0 + r) * a.n + j] = out[r];
+    }
+  }
+}
+
+// x[0, count) with quads 1 and 2 of every 16 elements swapped, the order of the quad-swapped
+// decoders, in a thread-local buffer. REQUIRES: count % 16 == 0.
+const float* SwapQuads(const float* x, int64_t count) {
+  thread_local std::vector<float> buffer;
+  buffer.resize(static_cast<size_t>(count));
+  for (int64_t g = 0; g < count; g += 16) {
+    std::copy_n(x + g, 4, buffer.data() + g);
+    std::copy_n(x + g + 8, 4, buffer.data() + g + 4);
+    std::copy_n(x + g + 4, 4, buffer.data() + g + 8);
+    std::copy_n(x + g + 12, 4, buffer.data() + g + 12);
+  }
+  return buffer.data();
+}
+
+template <typename D>
+void StreamAll(MatMulArgs args, ThreadPool* pool) {
+  // x is permuted once per call (m * k floats) so that every weight row decodes cheaply.
+  if constexpr (D::kQuadSwapped) args.x = SwapQuads(args.x, args.m * args.k);
+  ParallelFor(
+      pool, args.n, [&](int64_t begin, int64_t end) { StreamRows<D>(args, begin, end); },
+      MinRowsPerChunk(args.m * args.k));
+}
+
+}  // namespace
+
+void MatMulStreaming(const MatMulArgs& args, ThreadPool* pool) {
+  switch (args.w_dtype) {
+    case DType::kQ4_0:
+      StreamAll<DecodeQ4_0Order<true>>(args, pool);
+      break;
+    case DType::kQ4_1:
+      StreamAll<DecodeQ4_1Order<true>>(args, pool);
+      break;
+    default:
+      VisitDecoder(args.w_dtype, [&](auto decoder) { StreamAll<decltype(decoder)>(args, pool); });
+  }
+}
+
+void MatMul(const MatMulArgs& args, ThreadPool* pool) {
+  if (args.m <= kStreamingMaxRows) {
+    MatMulStreaming(args, pool);
+  } else {
+    MatMulTiled(args, pool);
+  }
+}
+
+}  // namespace uc::kernels::avx2
+
+#endif  // defined(__x86_64__)

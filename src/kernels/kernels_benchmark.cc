@@ -1,0 +1,200 @@
+// Micro-benchmarks for the CPU kernels. Decode MatMul is reported in weight bytes/s next to the
+// machine's read bandwidth measured in the same process (the roofline); prefill MatMul in
+// FLOP/s. Decode weights rotate through enough copies to overflow the last-level cache, so the
+// numbers are DRAM numbers, as in a real model whose weights are far larger than the cache.
+//
+//   kernels_benchmark --benchmark_filter=Decode
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/bandwidth.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+
+namespace uc::kernels {
+namespace {
+
+constexpr DType kDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
+                             DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+constexpr int64_t kHidden = 2048;                   // TinyLlama-1.1B hidden size
+constexpr int64_t kIntermediate = 5632;             // and MLP width
+constexpr int64_t kColdBytes = int64_t{160} << 20;  // well past a 32 MiB L3
+constexpr int64_t kRooflineBytes = int64_t{1} << 30;
+
+ThreadPool* Pool(int threads) {
+  static std::map<int, std::unique_ptr<ThreadPool>> pools;
+  auto& pool = pools[threads];
+  if (!pool) pool = std::make_unique<ThreadPool>(threads);
+  return pool.get();
+}
+
+// Read bandwidth for `threads` threads, measured once per process.
+double Roofline(int threads) {
+  static std::map<int, double> cache;
+  auto it = cache.find(threads);
+  if (it == cache.end()) {
+    it = cache.emplace(threads, MeasureReadBandwidth(Pool(threads), kRooflineBytes, 7)).first;
+  }
+  return it->second;
+}
+
+Tensor RandomF32(Shape shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Tensor t = Tensor::Empty(std::move(shape), DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
+}
+
+// [n, k] weights of `dtype`: 64 distinct random rows, repeated (values do not affect speed).
+Tensor BenchWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
+  constexpr int64_t kDistinct = 64;
+  const Tensor source = RandomF32({kDistinct, k}, seed);
+  Tensor w = Tensor::Empty({n, k}, dtype);
+  std::vector<uint8_t> row(static_cast<size_t>(w.row_bytes()));
+  for (int64_t r = 0; r < kDistinct && r < n; ++r) {
+    const float* x = source.data<float>() + r * k;
+    for (int64_t b = 0; b < k; b += DTypeBlockSize(dtype)) {
+      std::byte* out = w.row(r) + DTypeRowBytes(dtype, b);
+      switch (dtype) {
+        case DType::kF32:
+          std::memcpy(out, x + b, 4);
+          break;
+        case DType::kF16: {
+          const uint16_t h = F32ToF16(x[b]);
+          std::memcpy(out, &h, 2);
+          break;
+        }
+        case DType::kBF16: {
+          const uint16_t h = F32ToBf16(x[b]);
+          std::memcpy(out, &h, 2);
+          break;
+        }
+        default:  // quantized: a plausible scale and random codes
+          std::memset(out, 0, DTypeBlockBytes(dtype));
+          {
+            const uint16_t d = F32ToF16(0.01f);
+            std::memcpy(out, &d, 2);
+            for (int64_t i = 2; i < DTypeBlockBytes(dtype); ++i) {
+              out[i] = static_cast<std::byte>(static_cast<int>(std::fabs(x[b + i % 32]) * 97));
+            }
+          }
+      }
+    }
+  }
+  for (int64_t r = kDistinct; r < n; ++r)
+    std::memcpy(w.row(r), w.row(r % kDistinct), w.row_bytes());
+  return w;
+}
+
+void SetPath(bool portable, benchmark::State& state) {
+  internal::ForcePortableForTesting(portable);
+  if (!portable && !HasAvx2()) state.SkipWithError("CPU lacks AVX2");
+}
+
+// Args: dtype index, threads, portable (0/1).
+void BM_MatMulDecode(benchmark::State& state) {
+  const DType dtype = kDTypes[state.range(0)];
+  const int threads = static_cast<int>(state.range(1));
+  SetPath(state.range(2) != 0, state);
+  std::vector<Tensor> copies;
+  const Tensor first = BenchWeights(kIntermediate, kHidden, dtype, 1);
+  const int64_t copies_needed = std::max<int64_t>(2, kColdBytes / first.nbytes() + 1);
+  for (int64_t c = 0; c < copies_needed; ++c) copies.push_back(first.Clone());
+  const Tensor x = RandomF32({1, kHidden}, 2);
+  Tensor y = Tensor::Empty({1, kIntermediate}, DType::kF32);
+  const double roofline = Roofline(threads);
+  size_t next = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    MatMul(x, copies[next], y, Pool(threads));
+    next = (next + 1) % copies.size();
+    benchmark::DoNotOptimize(y.raw());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double bytes = static_cast<double>(first.nbytes()) * state.iterations();
+  state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["roofline_B/s"] = roofline;
+  state.counters["of_roofline"] = bytes / seconds / roofline;
+  state.SetLabel(std::string(DTypeName(dtype)));
+  internal::ForcePortableForTesting(false);
+}
+
+// Args: dtype index, threads, portable (0/1). m = 64 tokens of prefill.
+void BM_MatMulPrefill(benchmark::State& state) {
+  const DType dtype = kDTypes[state.range(0)];
+  const int threads = static_cast<int>(state.range(1));
+  SetPath(state.range(2) != 0, state);
+  constexpr int64_t kTokens = 64;
+  const Tensor w = BenchWeights(kIntermediate, kHidden, dtype, 1);
+  const Tensor x = RandomF32({kTokens, kHidden}, 2);
+  Tensor y = Tensor::Empty({kTokens, kIntermediate}, DType::kF32);
+  for (auto _ : state) {
+    MatMul(x, w, y, Pool(threads));
+    benchmark::DoNotOptimize(y.raw());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * kTokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(DTypeName(dtype)));
+  internal::ForcePortableForTesting(false);
+}
+
+void MatMulArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "threads", "portable"});
+  for (int64_t d = 0; d < 6; ++d) {
+    for (int64_t threads : {1, 2}) b->Args({d, threads, 0});
+  }
+  b->Args({2, 2, 1});  // BF16 on the portable path, for comparison
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_MatMulDecode)->Apply(MatMulArgs);
+BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
+
+// Args: tokens (1 = decode at position `context - 1`, else prefill of the last tokens), context,
+// threads. TinyLlama attention: 32 heads, 4 KV heads, head_dim 64.
+void BM_Attention(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  const int64_t context = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  const AttentionShape shape{32, 4, 64, 0.125f};
+  const Tensor q = RandomF32({m, 32 * 64}, 1);
+  const Tensor k = RandomF32({context, 4 * 64}, 2);
+  const Tensor v = RandomF32({context, 4 * 64}, 3);
+  std::vector<int32_t> positions;
+  for (int64_t i = 0; i < m; ++i) positions.push_back(static_cast<int32_t>(context - m + i));
+  Tensor out = Tensor::Empty({m, 32 * 64}, DType::kF32);
+  for (auto _ : state) {
+    CausalAttention(q, k, v, positions, shape, out, Pool(threads));
+    benchmark::DoNotOptimize(out.raw());
+  }
+  double pairs = 0;  // (query, key) pairs per head
+  for (int32_t p : positions) pairs += p + 1;
+  state.counters["FLOP/s"] =
+      benchmark::Counter(4.0 * pairs * 64 * 32 * state.iterations(), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_Attention)
+    ->ArgNames({"tokens", "context", "threads"})
+    ->Args({1, 2048, 1})
+    ->Args({1, 2048, 2})
+    ->Args({256, 256, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  double bytes_per_second = 0;
+  for (auto _ : state) bytes_per_second = MeasureReadBandwidth(Pool(threads), kRooflineBytes, 7);
+  state.counters["read_B/s"] = bytes_per_second;
+}
+BENCHMARK(BM_ReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->Iterations(1)->UseRealTime();
+
+}  // namespace
+}  // namespace uc::kernels

@@ -1,0 +1,422 @@
+// Every op against the scalar reference (kernels/reference.h) on random inputs, on both the
+// AVX2 and the portable path, with one and two threads.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/bandwidth.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+#include "kernels/reference.h"
+
+namespace uc {
+// Prints DType test parameters by name.
+void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
+
+namespace kernels {
+namespace {
+
+enum class Path { kPortable, kAvx2 };
+
+std::string PathName(Path path) { return path == Path::kAvx2 ? "Avx2" : "Portable"; }
+void PrintTo(Path path, std::ostream* os) { *os << PathName(path); }
+
+// Routes ops to `path` while alive. Returns false from ok() when the CPU lacks AVX2.
+class ScopedPath {
+ public:
+  explicit ScopedPath(Path path) : ok_(path == Path::kPortable || internal::CpuSupportsAvx2()) {
+    internal::ForcePortableForTesting(path == Path::kPortable);
+  }
+  ~ScopedPath() { internal::ForcePortableForTesting(false); }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_;
+};
+
+Tensor RandomNormal(Shape shape, uint32_t seed, float stddev = 1.0f, float mean = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(mean, stddev);
+  Tensor t = Tensor::Empty(std::move(shape), DType::kF32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
+}
+
+void FillQuantized(Tensor& t, std::mt19937& rng) {
+  std::uniform_real_distribution<float> scale(0.002f, 0.05f);
+  std::uniform_real_distribution<float> offset(-0.2f, 0.2f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const int64_t blocks = t.nbytes() / DTypeBlockBytes(t.dtype());
+  for (int64_t b = 0; b < blocks; ++b) {
+    std::byte* block = static_cast<std::byte*>(t.raw()) + b * DTypeBlockBytes(t.dtype());
+    if (t.dtype() == DType::kQ8_0) {
+      auto* q = reinterpret_cast<BlockQ8_0*>(block);
+      q->d = F32ToF16(scale(rng));
+      for (int8_t& v : q->qs) v = static_cast<int8_t>(byte(rng) - 128);
+    } else if (t.dtype() == DType::kQ4_0) {
+      auto* q = reinterpret_cast<BlockQ4_0*>(block);
+      q->d = F32ToF16(scale(rng));
+      for (uint8_t& v : q->qs) v = static_cast<uint8_t>(byte(rng));
+    } else {
+      auto* q = reinterpret_cast<BlockQ4_1*>(block);
+      q->d = F32ToF16(scale(rng));
+      q->m = F32ToF16(offset(rng));
+      for (uint8_t& v : q->qs) v = static_cast<uint8_t>(byte(rng));
+    }
+  }
+}
+
+// Random [rows, cols] weights stored as `dtype`.
+Tensor RandomWeights(Shape shape, DType dtype, uint32_t seed) {
+  if (dtype == DType::kF32) return RandomNormal(shape, seed, 0.5f);
+  Tensor t = Tensor::Empty(shape, dtype);
+  std::mt19937 rng(seed);
+  if (DTypeIsQuantized(dtype)) {
+    FillQuantized(t, rng);
+    return t;
+  }
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  uint16_t* bits = t.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    bits[i] = dtype == DType::kF16 ? F32ToF16(dist(rng)) : F32ToBf16(dist(rng));
+  }
+  return t;
+}
+
+double Rms(const Tensor& t) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) ss += double{t.data<float>()[i]} * t.data<float>()[i];
+  return t.numel() == 0 ? 0.0 : std::sqrt(ss / static_cast<double>(t.numel()));
+}
+
+// Expects |got - want| <= rtol * |want| + atol elementwise; reports the first few misses.
+void ExpectClose(const Tensor& got, const Tensor& want, double rtol, double atol,
+                 const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  int misses = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.data<float>()[i];
+    const double w = want.data<float>()[i];
+    if (std::abs(g - w) <= rtol * std::abs(w) + atol) continue;
+    if (++misses <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
+    }
+  }
+  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << want.numel() << " elements differ";
+}
+
+// Relative tolerance with an absolute floor at the output's scale (cancellation in sums).
+void ExpectCloseScaled(const Tensor& got, const Tensor& want, double rtol,
+                       const std::string& what) {
+  ExpectClose(got, want, rtol, rtol * Rms(want), what);
+}
+
+// ---------------------------------------------------------------------------------------------
+// MatMul over dtype x threads x path.
+
+using MatMulParam = std::tuple<DType, int, Path>;
+
+class MatMulTest : public ::testing::TestWithParam<MatMulParam> {
+ protected:
+  DType dtype() const { return std::get<0>(GetParam()); }
+  int threads() const { return std::get<1>(GetParam()); }
+  Path path() const { return std::get<2>(GetParam()); }
+};
+
+TEST_P(MatMulTest, MatchesReference) {
+  ScopedPath scoped(path());
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  ThreadPool pool(threads());
+  uint32_t seed = 1;
+  for (int64_t m : {1, 3, 17, 64}) {
+    for (int64_t k : {64, 172, 96, 2048}) {
+      if (k % DTypeBlockSize(dtype()) != 0) continue;
+      for (int64_t n : {45, 19}) {
+        const Tensor x = RandomNormal({m, k}, seed++);
+        const Tensor w = RandomWeights({n, k}, dtype(), seed++);
+        Tensor got = Tensor::Empty({m, n}, DType::kF32);
+        Tensor want = Tensor::Empty({m, n}, DType::kF32);
+        MatMul(x, w, got, &pool);
+        reference::MatMul(x, w, want);
+        ExpectCloseScaled(
+            got, want, 1e-5,
+            "m=" + std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, MatMulTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
+                                                              DType::kBF16, DType::kQ8_0,
+                                                              DType::kQ4_0, DType::kQ4_1),
+                                            ::testing::Values(1, 2),
+                                            ::testing::Values(Path::kAvx2, Path::kPortable)),
+                         [](const ::testing::TestParamInfo<MatMulParam>& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "Threads_" +
+                                  PathName(std::get<2>(info.param));
+                         });
+
+// The two AVX2 MatMul paths are exact alternatives for every m; check each outside the range
+// MatMul picks it for. Over dtype x threads.
+class Avx2MatMulPathsTest : public ::testing::TestWithParam<std::tuple<DType, int>> {};
+
+TEST_P(Avx2MatMulPathsTest, StreamingAndTiledMatchReference) {
+  if (!internal::CpuSupportsAvx2()) GTEST_SKIP() << "CPU lacks AVX2";
+  const DType dtype = std::get<0>(GetParam());
+  ThreadPool pool(std::get<1>(GetParam()));
+  uint32_t seed = 100;
+  for (int64_t m : {1, 2, 4, 5, 6, 7, 13}) {
+    const int64_t k = DTypeIsQuantized(dtype) ? 288 : 300;  // crosses a 256-wide k block
+    const int64_t n = 37;
+    const Tensor x = RandomNormal({m, k}, seed++);
+    const Tensor w = RandomWeights({n, k}, dtype, seed++);
+    Tensor want = Tensor::Empty({m, n}, DType::kF32);
+    reference::MatMul(x, w, want);
+    for (bool tiled : {false, true}) {
+      Tensor got = Tensor::Empty({m, n}, DType::kF32);
+      const MatMulArgs args{x.data<float>(),  m, k, w.row(0), w.dtype(), n, w.row_bytes(),
+                            got.data<float>()};
+      tiled ? avx2::MatMulTiled(args, &pool) : avx2::MatMulStreaming(args, &pool);
+      ExpectCloseScaled(got, want, 1e-5,
+                        std::string(tiled ? "tiled" : "streaming") + " m=" + std::to_string(m));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, Avx2MatMulPathsTest,
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
+                                                              DType::kBF16, DType::kQ8_0,
+                                                              DType::kQ4_0, DType::kQ4_1),
+                                            ::testing::Values(1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<DType, int>>& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "Threads";
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// The other ops over threads x path.
+
+using OpParam = std::tuple<int, Path>;
+
+class OpsTest : public ::testing::TestWithParam<OpParam> {
+ protected:
+  void SetUp() override {
+    scoped_ = std::make_unique<ScopedPath>(std::get<1>(GetParam()));
+    if (!scoped_->ok()) GTEST_SKIP() << "CPU lacks AVX2";
+    pool_ = std::make_unique<ThreadPool>(std::get<0>(GetParam()));
+  }
+  ThreadPool* pool() { return pool_.get(); }
+
+ private:
+  std::unique_ptr<ScopedPath> scoped_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+TEST_P(OpsTest, RmsNormMatchesReference) {
+  uint32_t seed = 10;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t h : {64, 172, 2048, 5}) {
+      const Tensor x = RandomNormal({3, h}, seed++, 2.0f);
+      const Tensor w = RandomWeights({h}, dtype, seed++);
+      Tensor got = Tensor::Empty({3, h}, DType::kF32);
+      Tensor want = Tensor::Empty({3, h}, DType::kF32);
+      RmsNorm(x, w, 1e-5f, got);
+      reference::RmsNorm(x, w, 1e-5f, want);
+      const std::string what = std::string(DTypeName(dtype)) + " h=" + std::to_string(h);
+      ExpectClose(got, want, 1e-6, 1e-30, what);
+      Tensor in_place = x.Clone();
+      RmsNorm(in_place, w, 1e-5f, in_place);
+      ExpectClose(in_place, want, 1e-6, 1e-30, what + " in place");
+    }
+  }
+}
+
+TEST_P(OpsTest, RopeMatchesReference) {
+  const std::vector<int32_t> positions = {0, 1, 7, 255, 1024, 4095};
+  struct Case {
+    int num_heads, head_dim, rotary_dim;
+  };
+  uint32_t seed = 20;
+  for (const Case& c : {Case{4, 64, 64}, Case{2, 64, 32}, Case{3, 12, 8}, Case{2, 128, 128}}) {
+    std::vector<float> inv_freq;
+    for (int j = 0; j < c.rotary_dim / 2; ++j) {
+      inv_freq.push_back(std::pow(10000.0f, -2.0f * j / c.rotary_dim));
+    }
+    for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
+      const Tensor x = RandomNormal({6, int64_t{c.num_heads} * c.head_dim}, seed++);
+      Tensor got = x.Clone();
+      Tensor want = x.Clone();
+      Rope(positions, inv_freq, c.num_heads, c.head_dim, style, got);
+      reference::Rope(positions, inv_freq, c.num_heads, c.head_dim, style, want);
+      ExpectCloseScaled(
+          got, want, 1e-6,
+          "head_dim=" + std::to_string(c.head_dim) + " rotary=" + std::to_string(c.rotary_dim));
+      // Dimensions past rotary_dim are untouched.
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        if (i % c.head_dim >= c.rotary_dim) {
+          ASSERT_EQ(got.data<float>()[i], x.data<float>()[i]);
+        }
+      }
+    }
+  }
+}
+
+TEST_P(OpsTest, SiluAndMulMatchesReference) {
+  for (int64_t count : {1, 8, 13, 1029}) {
+    Tensor gate = RandomNormal({1, count}, 30 + static_cast<uint32_t>(count), 4.0f);
+    if (count > 8) gate.data<float>()[3] = -95.0f;  // exp saturates
+    if (count > 8) gate.data<float>()[4] = 95.0f;
+    const Tensor up = RandomNormal({1, count}, 31);
+    Tensor got = Tensor::Empty({1, count}, DType::kF32);
+    Tensor want = Tensor::Empty({1, count}, DType::kF32);
+    SiluAndMul(gate, up, got);
+    reference::SiluAndMul(gate, up, want);
+    ExpectClose(got, want, 1e-6, 1e-30, "count=" + std::to_string(count));
+  }
+}
+
+TEST_P(OpsTest, SoftmaxMatchesReference) {
+  for (int64_t n : {1, 7, 64, 32003}) {
+    Tensor x = RandomNormal({3, n}, 40 + static_cast<uint32_t>(n), 5.0f);
+    Tensor want = x.Clone();
+    Softmax(x);
+    reference::Softmax(want);
+    ExpectClose(x, want, 1e-6, 1e-30, "n=" + std::to_string(n));
+  }
+  // Masked logits (-inf) get probability exactly 0.
+  Tensor masked = RandomNormal({2, 19}, 45);
+  for (int j : {0, 5, 17, 18}) masked.data<float>()[j] = -INFINITY;
+  Tensor masked_want = masked.Clone();
+  Softmax(masked);
+  reference::Softmax(masked_want);
+  ExpectClose(masked, masked_want, 1e-6, 1e-30, "masked");
+  EXPECT_EQ(masked.data<float>()[5], 0.0f);
+  // exp over its whole useful range: probabilities from 1 down to e^-87.
+  Tensor wide = Tensor::Empty({1, 1000}, DType::kF32);
+  for (int j = 0; j < 1000; ++j) wide.data<float>()[j] = -87.0f * static_cast<float>(j) / 999;
+  Tensor want = wide.Clone();
+  Softmax(wide);
+  reference::Softmax(want);
+  ExpectClose(wide, want, 1e-6, 1e-38, "wide range");
+}
+
+TEST_P(OpsTest, AddBiasAndAddInPlaceMatchReference) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const Tensor bias = RandomWeights({37}, dtype, 50);
+    Tensor got = RandomNormal({5, 37}, 51);
+    Tensor want = got.Clone();
+    AddBias(bias, got);
+    reference::AddBias(bias, want);
+    ExpectClose(got, want, 0.0, 0.0, std::string("AddBias ") + std::string(DTypeName(dtype)));
+  }
+  const Tensor x = RandomNormal({3, 41}, 52);
+  Tensor got = RandomNormal({3, 41}, 53);
+  Tensor want = got.Clone();
+  AddInPlace(x, got);
+  reference::AddInPlace(x, want);
+  ExpectClose(got, want, 0.0, 0.0, "AddInPlace");
+}
+
+TEST_P(OpsTest, EmbeddingLookupMatchesReference) {
+  const std::vector<int32_t> ids = {3, 0, 99, 3, 42};
+  uint32_t seed = 60;
+  for (DType dtype :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+    for (int64_t h : {64, 96, 172}) {
+      if (h % DTypeBlockSize(dtype) != 0) continue;
+      const Tensor table = RandomWeights({100, h}, dtype, seed++);
+      Tensor got = Tensor::Empty({5, h}, DType::kF32);
+      Tensor want = Tensor::Empty({5, h}, DType::kF32);
+      EmbeddingLookup(table, ids, got);
+      reference::EmbeddingLookup(table, ids, want);
+      // Q4_1 uses one fused multiply-add where the reference rounds twice.
+      ExpectClose(got, want, dtype == DType::kQ4_1 ? 1e-6 : 0.0, 1e-7,
+                  std::string(DTypeName(dtype)) + " h=" + std::to_string(h));
+    }
+  }
+}
+
+struct AttentionCase {
+  int num_heads, num_kv_heads, head_dim;
+  std::vector<int32_t> positions;
+  int capacity;
+  float q_scale;  // larger values make the softmax peaky
+};
+
+TEST_P(OpsTest, CausalAttentionMatchesReference) {
+  const std::vector<int32_t> prefill = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const std::vector<AttentionCase> cases = {
+      {4, 2, 8, prefill, 17, 1.0f},       {6, 3, 12, {100, 101, 102, 103, 104}, 128, 1.0f},
+      {4, 4, 64, prefill, 32, 4.0f},      {8, 2, 128, {1500}, 2048, 1.0f},
+      {2, 1, 128, {0, 7, 63}, 64, 10.0f}, {3, 1, 40, {2999}, 3000, 1.0f},
+  };
+  uint32_t seed = 70;
+  for (const AttentionCase& c : cases) {
+    const int64_t m = static_cast<int64_t>(c.positions.size());
+    const Tensor q = RandomNormal({m, int64_t{c.num_heads} * c.head_dim}, seed++, c.q_scale);
+    const Tensor k = RandomNormal({c.capacity, int64_t{c.num_kv_heads} * c.head_dim}, seed++);
+    const Tensor v = RandomNormal({c.capacity, int64_t{c.num_kv_heads} * c.head_dim}, seed++);
+    const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+                               1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    Tensor got = Tensor::Empty(q.shape(), DType::kF32);
+    Tensor want = Tensor::Empty(q.shape(), DType::kF32);
+    CausalAttention(q, k, v, c.positions, shape, got, pool());
+    reference::CausalAttention(q, k, v, c.positions, shape, want);
+    ExpectCloseScaled(got, want, 1e-5,
+                      "heads=" + std::to_string(c.num_heads) + "/" +
+                          std::to_string(c.num_kv_heads) +
+                          " head_dim=" + std::to_string(c.head_dim));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ThreadsAndPaths, OpsTest,
+                         ::testing::Combine(::testing::Values(1, 2),
+                                            ::testing::Values(Path::kAvx2, Path::kPortable)),
+                         [](const ::testing::TestParamInfo<OpParam>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "Threads_" +
+                                  PathName(std::get<1>(info.param));
+                         });
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(KernelsTest, HasAvx2FollowsTheTestingSwitch) {
+  internal::ForcePortableForTesting(true);
+  EXPECT_FALSE(HasAvx2());
+  internal::ForcePortableForTesting(false);
+  EXPECT_EQ(HasAvx2(), internal::CpuSupportsAvx2());
+}
+
+TEST(KernelsTest, MatMulWithEmptyInnerDimensionIsZero) {
+  Tensor x = Tensor::Empty({2, 0}, DType::kF32);
+  Tensor w = Tensor::Empty({3, 0}, DType::kBF16);
+  Tensor y = RandomNormal({2, 3}, 1);
+  MatMul(x, w, y, nullptr);
+  for (float v : y.ToFloatVector()) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(KernelsDeathTest, ShapeMismatchesAreFatal) {
+  const Tensor x = RandomNormal({2, 64}, 1);
+  const Tensor w = RandomNormal({8, 32}, 2);
+  Tensor y = Tensor::Empty({2, 8}, DType::kF32);
+  EXPECT_DEATH(MatMul(x, w, y, nullptr), "MatMul: shapes");
+  const std::vector<int32_t> ids = {100};
+  Tensor out = Tensor::Empty({1, 32}, DType::kF32);
+  EXPECT_DEATH(EmbeddingLookup(w, ids, out), "outside vocabulary");
+}
+
+TEST(KernelsTest, ReadBandwidthIsPositive) {
+  ThreadPool pool(2);
+  const double bytes_per_second = MeasureReadBandwidth(&pool, int64_t{8} << 20, 3);
+  EXPECT_GT(bytes_per_second, 1e8);
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace uc

@@ -1,0 +1,209 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dispatch.h"
+
+namespace uc::kernels {
+namespace internal {
+namespace {
+
+std::atomic<bool> g_force_portable{false};
+
+bool DetectAvx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+bool CpuSupportsAvx2() {
+  static const bool supported = DetectAvx2();
+  return supported;
+}
+
+bool UseAvx2() { return CpuSupportsAvx2() && !g_force_portable.load(std::memory_order_relaxed); }
+
+void ForcePortableForTesting(bool force) { g_force_portable.store(force); }
+
+}  // namespace internal
+
+namespace {
+
+// Calls avx2::name(...) when the AVX2 kernels are in use, else cpu::name(...). The AVX2 symbols
+// exist only in x86-64 builds.
+#if defined(__x86_64__)
+#define UC_DISPATCH(name, ...) \
+  (internal::UseAvx2() ? avx2::name(__VA_ARGS__) : cpu::name(__VA_ARGS__))
+#else
+#define UC_DISPATCH(name, ...) cpu::name(__VA_ARGS__)
+#endif
+
+const char* Name(DType dtype) { return DTypeName(dtype).data(); }
+
+bool IsWeightDType(DType dtype) { return dtype != DType::kI32; }
+
+bool IsFloatDType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+void CheckF32Matrix(const Tensor& t, const char* op, const char* what) {
+  UC_CHECK(t.defined() && t.rank() == 2 && t.dtype() == DType::kF32,
+           "%s: %s must be a defined 2-D F32 tensor, got %s %s", op, what, Name(t.dtype()),
+           ShapeToString(t.shape()).c_str());
+}
+
+}  // namespace
+
+void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool) {
+  CheckF32Matrix(x, "MatMul", "x");
+  CheckF32Matrix(y, "MatMul", "y");
+  UC_CHECK(w.defined() && w.rank() == 2 && IsWeightDType(w.dtype()),
+           "MatMul: w must be a 2-D weight tensor, got %s %s", Name(w.dtype()),
+           ShapeToString(w.shape()).c_str());
+  UC_CHECK(x.dim(1) == w.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0),
+           "MatMul: shapes x %s, w %s, y %s do not match y[m, n] = x[m, k] . w[n, k]^T",
+           ShapeToString(x.shape()).c_str(), ShapeToString(w.shape()).c_str(),
+           ShapeToString(y.shape()).c_str());
+  UC_CHECK(y.raw() != x.raw() || x.numel() == 0, "MatMul: y must not alias x");
+  if (y.numel() == 0) return;
+  if (x.dim(1) == 0) {
+    std::fill_n(y.data<float>(), y.numel(), 0.0f);
+    return;
+  }
+  const MatMulArgs args{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
+                        w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
+  UC_DISPATCH(MatMul, args, pool);
+}
+
+void AddBias(const Tensor& bias, Tensor& y) {
+  CheckF32Matrix(y, "AddBias", "y");
+  UC_CHECK(
+      bias.defined() && bias.rank() == 1 && IsFloatDType(bias.dtype()) && bias.dim(0) == y.dim(1),
+      "AddBias: bias must be [%lld] F32/F16/BF16, got %s %s", static_cast<long long>(y.dim(1)),
+      Name(bias.dtype()), ShapeToString(bias.shape()).c_str());
+  if (y.numel() == 0) return;
+  cpu::AddBias(bias.raw(), bias.dtype(), y.dim(0), y.dim(1), y.data<float>());
+}
+
+void AddInPlace(const Tensor& x, Tensor& y) {
+  UC_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32 && x.shape() == y.shape() &&
+               x.defined() && y.defined(),
+           "AddInPlace: x %s %s and y %s %s must be F32 of equal shape", Name(x.dtype()),
+           ShapeToString(x.shape()).c_str(), Name(y.dtype()), ShapeToString(y.shape()).c_str());
+  if (y.numel() == 0) return;
+  cpu::AddInPlace(x.data<float>(), y.numel(), y.data<float>());
+}
+
+void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+  CheckF32Matrix(x, "RmsNorm", "x");
+  CheckF32Matrix(out, "RmsNorm", "out");
+  UC_CHECK(out.shape() == x.shape(), "RmsNorm: out %s must have the shape of x %s",
+           ShapeToString(out.shape()).c_str(), ShapeToString(x.shape()).c_str());
+  UC_CHECK(weight.defined() && weight.rank() == 1 && IsFloatDType(weight.dtype()) &&
+               weight.dim(0) == x.dim(1),
+           "RmsNorm: weight must be [%lld] F32/F16/BF16, got %s %s",
+           static_cast<long long>(x.dim(1)), Name(weight.dtype()),
+           ShapeToString(weight.shape()).c_str());
+  UC_CHECK(eps >= 0.0f, "RmsNorm: eps must be non-negative, got %g", static_cast<double>(eps));
+  if (x.numel() == 0) return;
+  UC_DISPATCH(RmsNorm, x.data<float>(), weight.raw(), weight.dtype(), x.dim(0), x.dim(1), eps,
+              out.data<float>());
+}
+
+void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
+          int head_dim, RopeStyle style, Tensor& x) {
+  CheckF32Matrix(x, "Rope", "x");
+  UC_CHECK(num_heads > 0 && head_dim > 0 && x.dim(1) == int64_t{num_heads} * head_dim,
+           "Rope: x %s is not [m, num_heads (%d) * head_dim (%d)]",
+           ShapeToString(x.shape()).c_str(), num_heads, head_dim);
+  UC_CHECK(static_cast<int64_t>(positions.size()) == x.dim(0),
+           "Rope: %zu positions for %lld tokens", positions.size(),
+           static_cast<long long>(x.dim(0)));
+  UC_CHECK(2 * static_cast<int64_t>(inv_freq.size()) <= head_dim,
+           "Rope: rotary_dim 2 * %zu exceeds head_dim %d", inv_freq.size(), head_dim);
+  if (x.numel() == 0 || inv_freq.empty()) return;
+  cpu::Rope(positions.data(), x.dim(0), inv_freq.data(), static_cast<int64_t>(inv_freq.size()),
+            num_heads, head_dim, style, x.data<float>());
+}
+
+void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  CheckF32Matrix(gate, "SiluAndMul", "gate");
+  UC_CHECK(up.dtype() == DType::kF32 && out.dtype() == DType::kF32 && up.shape() == gate.shape() &&
+               out.shape() == gate.shape(),
+           "SiluAndMul: gate %s, up %s %s and out %s %s must be F32 of equal shape",
+           ShapeToString(gate.shape()).c_str(), Name(up.dtype()), ShapeToString(up.shape()).c_str(),
+           Name(out.dtype()), ShapeToString(out.shape()).c_str());
+  if (out.numel() == 0) return;
+  UC_DISPATCH(SiluAndMul, gate.data<float>(), up.data<float>(), out.numel(), out.data<float>());
+}
+
+void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                     std::span<const int32_t> positions, const AttentionShape& shape, Tensor& out,
+                     ThreadPool* pool) {
+  CheckF32Matrix(q, "CausalAttention", "q");
+  CheckF32Matrix(k_cache, "CausalAttention", "k_cache");
+  CheckF32Matrix(v_cache, "CausalAttention", "v_cache");
+  CheckF32Matrix(out, "CausalAttention", "out");
+  UC_CHECK(shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.head_dim > 0 &&
+               shape.num_heads % shape.num_kv_heads == 0,
+           "CausalAttention: %d heads are not a multiple of %d KV heads (head_dim %d)",
+           shape.num_heads, shape.num_kv_heads, shape.head_dim);
+  const int64_t q_width = int64_t{shape.num_heads} * shape.head_dim;
+  const int64_t kv_width = int64_t{shape.num_kv_heads} * shape.head_dim;
+  UC_CHECK(q.dim(1) == q_width && out.shape() == q.shape(),
+           "CausalAttention: q %s and out %s must be [m, %lld]", ShapeToString(q.shape()).c_str(),
+           ShapeToString(out.shape()).c_str(), static_cast<long long>(q_width));
+  UC_CHECK(k_cache.dim(1) == kv_width && v_cache.shape() == k_cache.shape(),
+           "CausalAttention: k_cache %s and v_cache %s must be [capacity, %lld]",
+           ShapeToString(k_cache.shape()).c_str(), ShapeToString(v_cache.shape()).c_str(),
+           static_cast<long long>(kv_width));
+  UC_CHECK(static_cast<int64_t>(positions.size()) == q.dim(0),
+           "CausalAttention: %zu positions for %lld tokens", positions.size(),
+           static_cast<long long>(q.dim(0)));
+  for (const int32_t p : positions) {
+    UC_CHECK(p >= 0 && p < k_cache.dim(0), "CausalAttention: position %d outside cache of %lld", p,
+             static_cast<long long>(k_cache.dim(0)));
+  }
+  UC_CHECK(out.raw() != q.raw(), "CausalAttention: out must not alias q");
+  if (q.numel() == 0) return;
+  const AttentionArgs args{
+      q.data<float>(), k_cache.data<float>(), v_cache.data<float>(), positions.data(), q.dim(0),
+      shape,           out.data<float>()};
+  UC_DISPATCH(CausalAttention, args, pool);
+}
+
+void EmbeddingLookup(const Tensor& table, std::span<const int32_t> ids, Tensor& out) {
+  UC_CHECK(table.defined() && table.rank() == 2 && IsWeightDType(table.dtype()),
+           "EmbeddingLookup: table must be a 2-D weight tensor, got %s %s", Name(table.dtype()),
+           ShapeToString(table.shape()).c_str());
+  CheckF32Matrix(out, "EmbeddingLookup", "out");
+  UC_CHECK(out.dim(0) == static_cast<int64_t>(ids.size()) && out.dim(1) == table.dim(1),
+           "EmbeddingLookup: out %s must be [%zu, %lld]", ShapeToString(out.shape()).c_str(),
+           ids.size(), static_cast<long long>(table.dim(1)));
+  const int64_t vocab = table.dim(0);
+  const int64_t h = table.dim(1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    UC_CHECK(ids[i] >= 0 && ids[i] < vocab, "EmbeddingLookup: id %d outside vocabulary of %lld",
+             ids[i], static_cast<long long>(vocab));
+    UC_DISPATCH(ConvertRow, table.dtype(), table.row(ids[i]), out.data<float>() + i * h, h);
+  }
+}
+
+void Softmax(Tensor& x) {
+  CheckF32Matrix(x, "Softmax", "x");
+  if (x.numel() == 0) return;
+  UC_DISPATCH(Softmax, x.data<float>(), x.dim(0), x.dim(1));
+}
+
+bool HasAvx2() { return internal::UseAvx2(); }
+
+}  // namespace uc::kernels
