@@ -1,0 +1,226 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+
+#include "base/logging.h"
+#include "engine/stop_matcher.h"
+#include "tokenizer/incremental_decoder.h"
+#include "tokenizer/loaders.h"
+#include "worker/sampler.h"
+
+namespace uc::engine {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool Contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+  }
+  return "?";
+}
+
+double GenerationTimings::prefill_tokens_per_second() const {
+  return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0.0;
+}
+
+double GenerationTimings::decode_tokens_per_second() const {
+  return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0.0;
+}
+
+StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(
+    const models::Checkpoint& checkpoint, const std::optional<fs::path>& override_path) {
+  if (override_path.has_value()) {
+    if (checkpoint.format == models::CheckpointFormat::kLlama2c ||
+        override_path->extension() == ".bin") {
+      return tokenizer::LoadLlama2cTokenizer(*override_path, checkpoint.config.vocab_size);
+    }
+    return tokenizer::LoadTokenizer(*override_path);
+  }
+  switch (checkpoint.format) {
+    case models::CheckpointFormat::kGguf:
+      return tokenizer::LoadGgufTokenizer(*checkpoint.gguf);
+    case models::CheckpointFormat::kHuggingFace:
+      return tokenizer::LoadTokenizer(checkpoint.path);
+    case models::CheckpointFormat::kLlama2c: {
+      const fs::path dir = checkpoint.path.parent_path();
+      for (const fs::path name :
+           {fs::path("tokenizer.bin"),
+            fs::path("tok" + std::to_string(checkpoint.config.vocab_size) + ".bin")}) {
+        if (fs::exists(dir / name)) {
+          return tokenizer::LoadLlama2cTokenizer(dir / name, checkpoint.config.vocab_size);
+        }
+      }
+      return NotFoundError(checkpoint.path.string() +
+                           ": no tokenizer beside this llama2.c checkpoint (looked for "
+                           "tokenizer.bin and tok" +
+                           std::to_string(checkpoint.config.vocab_size) +
+                           ".bin); pass one with --tokenizer");
+    }
+  }
+  return InternalError("unknown checkpoint format");
+}
+
+StatusOr<std::unique_ptr<Generator>> Generator::Open(const GeneratorOptions& options) {
+  std::unique_ptr<Generator> gen(new Generator());
+  UC_ASSIGN_OR_RETURN(gen->checkpoint_, models::OpenCheckpoint(options.model_path));
+  UC_ASSIGN_OR_RETURN(gen->model_, models::CausalLM::Load(gen->checkpoint_));
+  UC_ASSIGN_OR_RETURN(gen->tokenizer_, LoadTokenizerFor(gen->checkpoint_, options.tokenizer_path));
+  const models::ModelConfig& config = gen->model_->config();
+  if (gen->tokenizer_->vocab_size() > config.vocab_size) {
+    return InvalidArgumentError(options.model_path.string() + ": tokenizer has " +
+                                std::to_string(gen->tokenizer_->vocab_size()) +
+                                " tokens but the model's vocab_size is " +
+                                std::to_string(config.vocab_size));
+  }
+  if (options.max_model_len < 0) {
+    return InvalidArgumentError("max_model_len must be >= 0, got " +
+                                std::to_string(options.max_model_len));
+  }
+  gen->max_model_len_ =
+      options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
+  if (gen->max_model_len_ > config.max_position_embeddings) {
+    UC_LOG(WARNING) << "max_model_len " << gen->max_model_len_
+                    << " exceeds the model's max_position_embeddings "
+                    << config.max_position_embeddings;
+  }
+  gen->prefill_chunk_ = std::max(1, options.prefill_chunk);
+  const int threads =
+      options.num_threads > 0 ? options.num_threads : ThreadPool::HardwareConcurrency();
+  gen->pool_ = std::make_unique<ThreadPool>(threads);
+  return gen;
+}
+
+Status Generator::CheckPrompt(const std::vector<int32_t>& ids) const {
+  if (ids.empty()) return InvalidArgumentError("the prompt is empty (no tokens)");
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config().vocab_size) {
+      return InvalidArgumentError("prompt token " + std::to_string(i) + " has id " +
+                                  std::to_string(ids[i]) + ", outside the vocabulary [0, " +
+                                  std::to_string(config().vocab_size) + ")");
+    }
+  }
+  if (static_cast<int>(ids.size()) > max_model_len_) {
+    return InvalidArgumentError("the prompt has " + std::to_string(ids.size()) +
+                                " tokens, more than the context length " +
+                                std::to_string(max_model_len_) + " (see --max-model-len)");
+  }
+  return OkStatus();
+}
+
+void Generator::Prefill(const std::vector<int32_t>& ids, models::KvCache& cache, Tensor& logits) {
+  std::vector<int32_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  const std::span<const int32_t> all_ids(ids), all_pos(positions);
+  for (size_t begin = 0; begin < ids.size(); begin += prefill_chunk_) {
+    const size_t n = std::min<size_t>(prefill_chunk_, ids.size() - begin);
+    model_->Forward(all_ids.subspan(begin, n), all_pos.subspan(begin, n), cache,
+                    /*all_logits=*/false, logits, pool_.get());
+  }
+}
+
+StatusOr<GenerationResult> Generator::Generate(std::string_view prompt,
+                                               const worker::SamplingParams& params,
+                                               const TextCallback& on_text) {
+  std::vector<int32_t> ids =
+      tokenizer_->Encode(prompt, tokenizer_->add_bos_token(), /*parse_special=*/true);
+  return GenerateFromIds(std::move(ids), params, on_text);
+}
+
+StatusOr<GenerationResult> Generator::GenerateFromIds(std::vector<int32_t> prompt_ids,
+                                                      const worker::SamplingParams& params,
+                                                      const TextCallback& on_text) {
+  UC_RETURN_IF_ERROR(params.Validate());
+  UC_RETURN_IF_ERROR(CheckPrompt(prompt_ids));
+  GenerationResult result;
+  result.prompt_ids = std::move(prompt_ids);
+  const int prompt_len = static_cast<int>(result.prompt_ids.size());
+  const int budget = std::min(params.max_tokens, max_model_len_ - prompt_len);
+  result.timings.prompt_tokens = prompt_len;
+  result.stop_reason = budget < params.max_tokens ? "max_model_len" : "max_tokens";
+  if (budget <= 0) return result;
+
+  std::vector<int32_t> eos_ids;
+  if (!params.ignore_eos) {
+    for (int id : config().eos_token_ids) eos_ids.push_back(id);
+    for (int32_t id : tokenizer_->stop_ids()) eos_ids.push_back(id);
+  }
+  models::KvCache cache = model_->NewKvCache(prompt_len + budget);
+  Tensor logits = Tensor::Empty({1, config().vocab_size}, DType::kF32);
+  worker::Sampler sampler(params);
+  // Generated text that starts right after BOS is the start of the visible text.
+  const bool at_start = prompt_len == 1 && result.prompt_ids[0] == tokenizer_->bos_id();
+  tokenizer::IncrementalDecoder decoder(*tokenizer_, at_start);
+  StopMatcher stops(params.stop);
+
+  const auto start = Clock::now();
+  Prefill(result.prompt_ids, cache, logits);
+  result.timings.prefill_seconds = SecondsSince(start);
+  const auto decode_start = Clock::now();
+  int32_t position = prompt_len;
+  while (true) {
+    const int32_t id = sampler.Sample({logits.data<float>(), logits.numel()});
+    result.output_ids.push_back(id);
+    const bool is_eos = Contains(eos_ids, id);
+    const bool is_stop_id = Contains(params.stop_token_ids, id);
+    std::string text = (is_eos || is_stop_id) ? decoder.Flush() : decoder.Add(id);
+    std::string released = stops.Push(text);
+    if (is_eos || is_stop_id || stops.stopped()) {
+      result.finish_reason = FinishReason::kStop;
+      result.stop_reason = stops.stopped() ? "stop:" + stops.matched()
+                           : is_stop_id    ? "stop_token:" + std::to_string(id)
+                                           : "eos";
+    }
+    const bool last = result.finish_reason == FinishReason::kStop ||
+                      static_cast<int>(result.output_ids.size()) >= budget;
+    if (last && !stops.stopped()) released += stops.Push(decoder.Flush()) + stops.Flush();
+    if (on_text && !released.empty() && !on_text(released)) {
+      result.finish_reason = FinishReason::kAbort;
+      result.stop_reason = "callback";
+      break;
+    }
+    if (last) break;
+    const int32_t token = id;
+    model_->Forward({&token, 1}, {&position, 1}, cache, false, logits, pool_.get());
+    ++position;
+  }
+  result.text = stops.released();
+  result.timings.decode_seconds = SecondsSince(decode_start);
+  result.timings.generated_tokens = static_cast<int>(result.output_ids.size());
+  return result;
+}
+
+StatusOr<Tensor> Generator::ScoreAllPositions(const std::vector<int32_t>& ids) {
+  UC_RETURN_IF_ERROR(CheckPrompt(ids));
+  models::KvCache cache = model_->NewKvCache(static_cast<int>(ids.size()));
+  const int64_t n = static_cast<int64_t>(ids.size());
+  Tensor logits = Tensor::Empty({n, config().vocab_size}, DType::kF32);
+  std::vector<int32_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  for (int64_t begin = 0; begin < n; begin += prefill_chunk_) {
+    const int64_t len = std::min<int64_t>(prefill_chunk_, n - begin);
+    Tensor rows = logits.Slice(begin, begin + len);
+    model_->Forward({ids.data() + begin, static_cast<size_t>(len)},
+                    {positions.data() + begin, static_cast<size_t>(len)}, cache, true, rows,
+                    pool_.get());
+  }
+  return logits;
+}
+
+}  // namespace uc::engine

@@ -1,0 +1,108 @@
+// File: generator.h
+// -----------------------------------------------------------------------------
+// Generator: one model + tokenizer in this process, generating for one request at a time with
+// a contiguous KV cache: chunked prefill of the prompt, then token-by-token decode with the
+// request's sampler, streaming text as it becomes complete UTF-8, honouring EOS, stop token
+// ids, stop strings (held back while they could still match, never emitted) and max_tokens.
+//
+//   UC_ASSIGN_OR_RETURN(auto gen, Generator::Open({.model_path = "models/stories260K"}));
+//   UC_ASSIGN_OR_RETURN(GenerationResult r, gen->Generate("Once upon a time", params, print));
+//
+// Not thread-safe: one Generate() at a time per Generator.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "models/checkpoint.h"
+#include "models/llama_model.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/sampling_params.h"
+
+namespace uc::engine {
+
+enum class FinishReason { kStop, kLength, kAbort };
+std::string_view FinishReasonName(FinishReason reason);
+
+struct GenerationTimings {
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double prefill_tokens_per_second() const;
+  double decode_tokens_per_second() const;  // excludes the first token (made by prefill)
+};
+
+struct GenerationResult {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;  // generated ids, including a final EOS / stop token id
+  std::string text;                 // generated text, without any stop string
+  FinishReason finish_reason = FinishReason::kLength;
+  std::string stop_reason;  // "eos", "stop_token:<id>", "stop:<string>", "max_tokens", ...
+  GenerationTimings timings;
+};
+
+struct GeneratorOptions {
+  std::filesystem::path model_path;
+  std::optional<std::filesystem::path> tokenizer_path;  // default: found beside the model
+  int num_threads = 0;                                  // 0: all available cores
+  int max_model_len = 0;    // context length; 0: the model's max_position_embeddings
+  int prefill_chunk = 256;  // prompt tokens per forward call
+};
+
+// Receives each piece of newly completed text; return false to abort the request.
+using TextCallback = std::function<bool(std::string_view text)>;
+
+class Generator {
+ public:
+  static StatusOr<std::unique_ptr<Generator>> Open(const GeneratorOptions& options);
+
+  // Tokenizes `prompt` (BOS per the tokenizer's default) and generates.
+  StatusOr<GenerationResult> Generate(std::string_view prompt, const worker::SamplingParams& params,
+                                      const TextCallback& on_text = nullptr);
+  // Generates from prompt ids as given. InvalidArgument if empty, out of vocabulary or longer
+  // than the context.
+  StatusOr<GenerationResult> GenerateFromIds(std::vector<int32_t> prompt_ids,
+                                             const worker::SamplingParams& params,
+                                             const TextCallback& on_text = nullptr);
+
+  // Logits of every position of `ids` in one prefill ([ids.size(), vocab_size]).
+  StatusOr<Tensor> ScoreAllPositions(const std::vector<int32_t>& ids);
+
+  const models::Checkpoint& checkpoint() const { return checkpoint_; }
+  const models::ModelConfig& config() const { return model_->config(); }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  models::CausalLM& model() { return *model_; }
+  ThreadPool& pool() { return *pool_; }
+  int max_model_len() const { return max_model_len_; }
+
+ private:
+  Generator() = default;
+  Status CheckPrompt(const std::vector<int32_t>& ids) const;
+  // Runs the prompt through the model in chunks; leaves the last token's logits in `logits`.
+  void Prefill(const std::vector<int32_t>& ids, models::KvCache& cache, Tensor& logits);
+
+  models::Checkpoint checkpoint_;
+  std::unique_ptr<models::CausalLM> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<ThreadPool> pool_;
+  int max_model_len_ = 0;
+  int prefill_chunk_ = 256;
+};
+
+// Loads the tokenizer that belongs to `checkpoint`: GGUF metadata; tokenizer.json or
+// tokenizer.model in a Hugging Face directory; for llama2.c, tokenizer.bin or
+// tok<vocab_size>.bin beside the .bin. `override_path` wins when given.
+StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(
+    const models::Checkpoint& checkpoint,
+    const std::optional<std::filesystem::path>& override_path);
+
+}  // namespace uc::engine

@@ -1,0 +1,24 @@
+// File: rms_norm.h
+// -----------------------------------------------------------------------------
+// RmsNorm: y = x / sqrt(mean(x²) + eps) * weight, per row. Immutable after construction.
+#pragma once
+
+#include "tensor/tensor.h"
+
+namespace uc::layers {
+
+class RmsNorm {
+ public:
+  RmsNorm() = default;
+  RmsNorm(Tensor weight, float eps);  // weight: [hidden_size]
+
+  // x, out: [m, hidden_size] F32; out may alias x.
+  void Forward(const Tensor& x, Tensor& out) const;
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  Tensor weight_;  // [hidden_size]
+  float eps_ = 1e-5f;
+};
+
+}  // namespace uc::layers

@@ -1,0 +1,382 @@
+#include "models/checkpoint.h"
+
+#include <fstream>
+#include <map>
+
+#include "io/json_file.h"
+#include "io/llama2c.h"
+#include "io/safetensors.h"
+#include "models/architecture.h"
+
+namespace uc::models {
+namespace fs = std::filesystem;
+namespace {
+
+// ---------------------------------------------------------------- Hugging Face config.json
+
+Status ReadIntField(const nlohmann::json& json, const std::string& source, const char* key,
+                    bool required, int& out) {
+  if (!json.contains(key) || json[key].is_null()) {
+    if (!required) return OkStatus();
+    return InvalidArgumentError(source + ": required field '" + key + "' is missing");
+  }
+  if (!json[key].is_number_integer()) {
+    return InvalidArgumentError(source + ": field '" + key + "' must be an integer, got " +
+                                json[key].dump());
+  }
+  out = json[key].get<int>();
+  return OkStatus();
+}
+
+Status ReadFloatField(const nlohmann::json& json, const std::string& source, const char* key,
+                      float& out) {
+  if (!json.contains(key) || json[key].is_null()) return OkStatus();
+  if (!json[key].is_number()) {
+    return InvalidArgumentError(source + ": field '" + key + "' must be a number, got " +
+                                json[key].dump());
+  }
+  out = json[key].get<float>();
+  return OkStatus();
+}
+
+// eos_token_id may be an int or a list of ints.
+void ReadTokenIds(const nlohmann::json& json, const char* key, std::vector<int>& out) {
+  if (!json.contains(key)) return;
+  const nlohmann::json& v = json[key];
+  if (v.is_number_integer()) {
+    out = {v.get<int>()};
+  } else if (v.is_array()) {
+    out.clear();
+    for (const auto& e : v) {
+      if (e.is_number_integer()) out.push_back(e.get<int>());
+    }
+  }
+}
+
+Status ReadRopeScaling(const nlohmann::json& json, const std::string& source,
+                       RopeScaling& scaling) {
+  // Newer transformers write "rope_parameters" (with rope_theta inside) instead.
+  const char* key = json.contains("rope_parameters") && json["rope_parameters"].is_object()
+                        ? "rope_parameters"
+                        : "rope_scaling";
+  if (!json.contains(key) || json[key].is_null()) return OkStatus();
+  const nlohmann::json& rs = json[key];
+  if (!rs.is_object()) return InvalidArgumentError(source + ": rope_scaling must be an object");
+  const std::string src = source + ": " + key;
+  if (rs.contains("rope_type") && rs["rope_type"].is_string()) {
+    scaling.type = rs["rope_type"].get<std::string>();
+  } else if (rs.contains("type") && rs["type"].is_string()) {
+    scaling.type = rs["type"].get<std::string>();
+  } else {
+    return InvalidArgumentError(src + ": 'rope_type' is missing");
+  }
+  if (scaling.type == "default") {
+    scaling.type.clear();
+    return OkStatus();
+  }
+  UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "factor", scaling.factor));
+  UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "low_freq_factor", scaling.low_freq_factor));
+  UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "high_freq_factor", scaling.high_freq_factor));
+  return ReadIntField(rs, src, "original_max_position_embeddings", false,
+                      scaling.original_max_position_embeddings);
+}
+
+StatusOr<ModelConfig> ConfigFromHfJson(const nlohmann::json& json, const std::string& source) {
+  if (!json.is_object()) return InvalidArgumentError(source + ": expected a JSON object");
+  if (!json.contains("architectures") || !json["architectures"].is_array() ||
+      json["architectures"].empty() || !json["architectures"][0].is_string()) {
+    return InvalidArgumentError(source +
+                                ": field 'architectures' is missing (expected e.g. "
+                                "[\"LlamaForCausalLM\"])");
+  }
+  ModelConfig c;
+  c.architecture = json["architectures"][0].get<std::string>();
+  const Architecture* arch = FindArchitectureByHfClass(c.architecture);
+  if (arch == nullptr) {
+    return UnimplementedError(source + ": unknown architecture '" + c.architecture +
+                              "' (supported: " + SupportedArchitectureNames() + ")");
+  }
+  UC_RETURN_IF_ERROR(ReadIntField(json, source, "hidden_size", true, c.hidden_size));
+  UC_RETURN_IF_ERROR(ReadIntField(json, source, "intermediate_size", true, c.intermediate_size));
+  UC_RETURN_IF_ERROR(ReadIntField(json, source, "num_hidden_layers", true, c.num_hidden_layers));
+  UC_RETURN_IF_ERROR(
+      ReadIntField(json, source, "num_attention_heads", true, c.num_attention_heads));
+  c.num_key_value_heads = c.num_attention_heads;
+  UC_RETURN_IF_ERROR(
+      ReadIntField(json, source, "num_key_value_heads", false, c.num_key_value_heads));
+  UC_RETURN_IF_ERROR(ReadIntField(json, source, "vocab_size", true, c.vocab_size));
+  c.max_position_embeddings = 2048;
+  UC_RETURN_IF_ERROR(
+      ReadIntField(json, source, "max_position_embeddings", false, c.max_position_embeddings));
+  if (c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
+  UC_RETURN_IF_ERROR(ReadIntField(json, source, "head_dim", false, c.head_dim));
+  UC_RETURN_IF_ERROR(ReadFloatField(json, source, "rms_norm_eps", c.rms_norm_eps));
+  UC_RETURN_IF_ERROR(ReadFloatField(json, source, "rope_theta", c.rope_theta));
+  UC_RETURN_IF_ERROR(ReadRopeScaling(json, source, c.rope_scaling));
+  if (json.contains("rope_parameters") && json["rope_parameters"].is_object()) {
+    UC_RETURN_IF_ERROR(ReadFloatField(json["rope_parameters"], source + ": rope_parameters",
+                                      "rope_theta", c.rope_theta));
+  }
+  c.rotary_dim = c.head_dim;
+  if (json.contains("tie_word_embeddings") && json["tie_word_embeddings"].is_boolean()) {
+    c.tie_word_embeddings = json["tie_word_embeddings"].get<bool>();
+  }
+  if (json.contains("hidden_act") && json["hidden_act"] != "silu") {
+    return UnimplementedError(source + ": hidden_act " + json["hidden_act"].dump() +
+                              " is not supported (only \"silu\")");
+  }
+  ReadIntField(json, source, "bos_token_id", false, c.bos_token_id).ok();
+  ReadTokenIds(json, "eos_token_id", c.eos_token_ids);
+  c.rope_style = kernels::RopeStyle::kHalf;
+  UC_RETURN_IF_ERROR(arch->read_hf_extras(json, source, c));
+  return c;
+}
+
+// generation_config.json overrides bos/eos when present.
+void ApplyGenerationConfig(const fs::path& dir, ModelConfig& config) {
+  const fs::path path = dir / "generation_config.json";
+  if (!fs::exists(path)) return;
+  StatusOr<nlohmann::json> json = io::ReadJsonFile(path);
+  if (!json.ok() || !json->is_object()) return;
+  ReadTokenIds(*json, "eos_token_id", config.eos_token_ids);
+  if (json->contains("bos_token_id") && (*json)["bos_token_id"].is_number_integer()) {
+    config.bos_token_id = (*json)["bos_token_id"].get<int>();
+  }
+}
+
+StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
+  const fs::path config_path = dir / "config.json";
+  UC_ASSIGN_OR_RETURN(nlohmann::json json, io::ReadJsonFile(config_path));
+  Checkpoint ckpt;
+  ckpt.format = CheckpointFormat::kHuggingFace;
+  ckpt.path = dir;
+  UC_ASSIGN_OR_RETURN(ckpt.config, ConfigFromHfJson(json, config_path.string()));
+  ApplyGenerationConfig(dir, ckpt.config);
+  UC_ASSIGN_OR_RETURN(ckpt.tensors, io::SafetensorsCheckpoint::Open(dir));
+  UC_RETURN_IF_ERROR(ckpt.config.Validate(config_path.string()));
+  return ckpt;
+}
+
+// ---------------------------------------------------------------- GGUF
+
+// Presents a GgufFile under Hugging Face tensor names.
+class GgufHfNames : public io::TensorSource {
+ public:
+  explicit GgufHfNames(std::shared_ptr<const io::GgufFile> file) : file_(std::move(file)) {}
+  bool Has(std::string_view name) const override {
+    const std::string gguf = HfToGgufTensorName(name);
+    return !gguf.empty() && file_->Has(gguf);
+  }
+  StatusOr<Tensor> Get(std::string_view name) const override {
+    const std::string gguf = HfToGgufTensorName(name);
+    if (gguf.empty()) return io::TensorNotFoundError(*this, name);
+    return file_->Get(gguf);
+  }
+  std::vector<std::string> TensorNames() const override { return file_->TensorNames(); }
+  std::string Describe() const override { return file_->Describe(); }
+
+ private:
+  std::shared_ptr<const io::GgufFile> file_;
+};
+
+StatusOr<int> GgufInt(const io::GgufFile& file, const std::string& key) {
+  UC_ASSIGN_OR_RETURN(int64_t value, file.GetInt(key));
+  if (value < 0 || value > (int64_t{1} << 31) - 1) {
+    return InvalidArgumentError(file.path() + ": metadata key '" + key +
+                                "' is out of range: " + std::to_string(value));
+  }
+  return static_cast<int>(value);
+}
+
+Status ReadGgufRopeScaling(const io::GgufFile& file, const std::string& arch, ModelConfig& c) {
+  if (file.Find(arch + ".rope.scaling.type") == nullptr) return OkStatus();
+  UC_ASSIGN_OR_RETURN(std::string type, file.GetString(arch + ".rope.scaling.type"));
+  if (type == "none") return OkStatus();
+  if (type != "linear") {
+    return UnimplementedError(file.path() + ": " + arch + ".rope.scaling.type '" + type +
+                              "' is not supported (supported: none, linear)");
+  }
+  c.rope_scaling.type = "linear";
+  UC_ASSIGN_OR_RETURN(double factor, file.GetFloat(arch + ".rope.scaling.factor"));
+  c.rope_scaling.factor = static_cast<float>(factor);
+  return OkStatus();
+}
+
+StatusOr<ModelConfig> ConfigFromGguf(const io::GgufFile& file) {
+  const std::string source = file.path();
+  UC_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
+  const Architecture* spec = FindArchitectureByGguf(arch);
+  if (spec == nullptr) {
+    return UnimplementedError(source + ": unknown architecture '" + arch +
+                              "' in general.architecture (supported: llama, qwen2)");
+  }
+  ModelConfig c;
+  c.architecture = std::string(spec->hf_class);
+  UC_ASSIGN_OR_RETURN(c.hidden_size, GgufInt(file, arch + ".embedding_length"));
+  UC_ASSIGN_OR_RETURN(c.intermediate_size, GgufInt(file, arch + ".feed_forward_length"));
+  UC_ASSIGN_OR_RETURN(c.num_hidden_layers, GgufInt(file, arch + ".block_count"));
+  UC_ASSIGN_OR_RETURN(c.num_attention_heads, GgufInt(file, arch + ".attention.head_count"));
+  c.num_key_value_heads = c.num_attention_heads;
+  if (file.Find(arch + ".attention.head_count_kv") != nullptr) {
+    UC_ASSIGN_OR_RETURN(c.num_key_value_heads, GgufInt(file, arch + ".attention.head_count_kv"));
+  }
+  c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  if (file.Find(arch + ".attention.key_length") != nullptr) {
+    UC_ASSIGN_OR_RETURN(c.head_dim, GgufInt(file, arch + ".attention.key_length"));
+  }
+  c.rotary_dim = c.head_dim;
+  if (file.Find(arch + ".rope.dimension_count") != nullptr) {
+    UC_ASSIGN_OR_RETURN(c.rotary_dim, GgufInt(file, arch + ".rope.dimension_count"));
+  }
+  UC_ASSIGN_OR_RETURN(c.max_position_embeddings, GgufInt(file, arch + ".context_length"));
+  UC_ASSIGN_OR_RETURN(double eps, file.GetFloat(arch + ".attention.layer_norm_rms_epsilon"));
+  c.rms_norm_eps = static_cast<float>(eps);
+  if (file.Find(arch + ".rope.freq_base") != nullptr) {
+    UC_ASSIGN_OR_RETURN(double theta, file.GetFloat(arch + ".rope.freq_base"));
+    c.rope_theta = static_cast<float>(theta);
+  }
+  UC_RETURN_IF_ERROR(ReadGgufRopeScaling(file, arch, c));
+  if (file.Find(arch + ".vocab_size") != nullptr) {
+    UC_ASSIGN_OR_RETURN(c.vocab_size, GgufInt(file, arch + ".vocab_size"));
+  } else {
+    UC_ASSIGN_OR_RETURN(std::vector<std::string> tokens,
+                        file.GetStringArray("tokenizer.ggml.tokens"));
+    c.vocab_size = static_cast<int>(tokens.size());
+  }
+  c.tie_word_embeddings = !file.Has("output.weight");
+  c.attention_bias = file.Has("blk.0.attn_q.bias");
+  c.o_proj_bias = file.Has("blk.0.attn_output.bias");
+  c.rope_style = spec->gguf_rope_style;
+  if (file.Has("rope_freqs.weight")) {
+    UC_ASSIGN_OR_RETURN(Tensor freqs, file.Get("rope_freqs.weight"));
+    c.rope_freq_factors = freqs.ToFloatVector();
+  }
+  if (file.Find("tokenizer.ggml.bos_token_id") != nullptr) {
+    UC_ASSIGN_OR_RETURN(c.bos_token_id, GgufInt(file, "tokenizer.ggml.bos_token_id"));
+  }
+  if (file.Find("tokenizer.ggml.eos_token_id") != nullptr) {
+    UC_ASSIGN_OR_RETURN(int eos, GgufInt(file, "tokenizer.ggml.eos_token_id"));
+    c.eos_token_ids = {eos};
+  }
+  return c;
+}
+
+StatusOr<Checkpoint> OpenGguf(const fs::path& path) {
+  UC_ASSIGN_OR_RETURN(std::shared_ptr<const io::GgufFile> file, io::GgufFile::Open(path));
+  Checkpoint ckpt;
+  ckpt.format = CheckpointFormat::kGguf;
+  ckpt.path = path;
+  UC_ASSIGN_OR_RETURN(ckpt.config, ConfigFromGguf(*file));
+  UC_RETURN_IF_ERROR(ckpt.config.Validate(path.string()));
+  ckpt.gguf = file;
+  ckpt.tensors = std::make_shared<GgufHfNames>(file);
+  return ckpt;
+}
+
+// ---------------------------------------------------------------- llama2.c
+
+StatusOr<Checkpoint> OpenLlama2c(const fs::path& path) {
+  UC_ASSIGN_OR_RETURN(auto file, io::Llama2cCheckpoint::Open(path));
+  const io::Llama2cHeader& h = file->header();
+  Checkpoint ckpt;
+  ckpt.format = CheckpointFormat::kLlama2c;
+  ckpt.path = path;
+  ModelConfig& c = ckpt.config;
+  c.architecture = "LlamaForCausalLM";
+  c.hidden_size = static_cast<int>(h.hidden_size);
+  c.intermediate_size = static_cast<int>(h.intermediate_size);
+  c.num_hidden_layers = static_cast<int>(h.num_hidden_layers);
+  c.num_attention_heads = static_cast<int>(h.num_attention_heads);
+  c.num_key_value_heads = static_cast<int>(h.num_key_value_heads);
+  c.head_dim = static_cast<int>(h.head_dim());
+  c.rotary_dim = c.head_dim;
+  c.vocab_size = static_cast<int>(h.vocab_size);
+  c.max_position_embeddings = static_cast<int>(h.max_position_embeddings);
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0f;
+  c.tie_word_embeddings = h.tie_word_embeddings;
+  c.rope_style = kernels::RopeStyle::kInterleaved;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  UC_RETURN_IF_ERROR(c.Validate(path.string()));
+  ckpt.tensors = std::move(file);
+  return ckpt;
+}
+
+bool HasGgufMagic(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && std::string_view(magic, 4) == "GGUF";
+}
+
+}  // namespace
+
+std::string_view CheckpointFormatName(CheckpointFormat format) {
+  switch (format) {
+    case CheckpointFormat::kHuggingFace:
+      return "huggingface";
+    case CheckpointFormat::kGguf:
+      return "gguf";
+    case CheckpointFormat::kLlama2c:
+      return "llama2c";
+  }
+  return "?";
+}
+
+std::string HfToGgufTensorName(std::string_view hf_name) {
+  static const std::map<std::string, std::string, std::less<>> kGlobal = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  static const std::map<std::string, std::string, std::less<>> kLayer = {
+      {"input_layernorm.weight", "attn_norm.weight"},
+      {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},
+      {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
+      {"self_attn.o_proj.bias", "attn_output.bias"},
+      {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},
+      {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  if (auto it = kGlobal.find(hf_name); it != kGlobal.end()) return it->second;
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (hf_name.substr(0, kPrefix.size()) != kPrefix) return "";
+  const std::string_view rest = hf_name.substr(kPrefix.size());
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos || dot == 0) return "";
+  const std::string_view layer = rest.substr(0, dot);
+  for (char ch : layer) {
+    if (ch < '0' || ch > '9') return "";
+  }
+  auto it = kLayer.find(rest.substr(dot + 1));
+  if (it == kLayer.end()) return "";
+  return "blk." + std::string(layer) + "." + it->second;
+}
+
+StatusOr<Checkpoint> OpenCheckpoint(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    return NotFoundError(path.string() + ": no such file or directory");
+  }
+  if (fs::is_directory(path, ec)) {
+    if (!fs::exists(path / "config.json")) {
+      return NotFoundError(path.string() +
+                           ": directory has no config.json (expected a Hugging Face model "
+                           "directory, a .gguf file or a llama2.c .bin)");
+    }
+    return OpenHfDirectory(path);
+  }
+  if (HasGgufMagic(path)) return OpenGguf(path);
+  if (path.extension() == ".gguf") return OpenGguf(path);  // reports the bad magic
+  if (path.filename() == "config.json") return OpenHfDirectory(path.parent_path());
+  return OpenLlama2c(path);
+}
+
+}  // namespace uc::models

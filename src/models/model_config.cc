@@ -1,0 +1,94 @@
+#include "models/model_config.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace uc::models {
+namespace {
+
+Status FieldError(const std::string& source, const char* field, const std::string& what) {
+  return InvalidArgumentError(source + ": " + field + " " + what);
+}
+
+Status RequirePositive(const std::string& source, const char* field, int value) {
+  if (value > 0) return OkStatus();
+  return FieldError(source, field, "must be positive, got " + std::to_string(value));
+}
+
+}  // namespace
+
+Status ModelConfig::Validate(const std::string& source) const {
+  UC_RETURN_IF_ERROR(RequirePositive(source, "hidden_size", hidden_size));
+  UC_RETURN_IF_ERROR(RequirePositive(source, "intermediate_size", intermediate_size));
+  UC_RETURN_IF_ERROR(RequirePositive(source, "num_hidden_layers", num_hidden_layers));
+  UC_RETURN_IF_ERROR(RequirePositive(source, "num_attention_heads", num_attention_heads));
+  UC_RETURN_IF_ERROR(RequirePositive(source, "num_key_value_heads", num_key_value_heads));
+  UC_RETURN_IF_ERROR(RequirePositive(source, "head_dim", head_dim));
+  UC_RETURN_IF_ERROR(RequirePositive(source, "vocab_size", vocab_size));
+  UC_RETURN_IF_ERROR(RequirePositive(source, "max_position_embeddings", max_position_embeddings));
+  if (num_attention_heads % num_key_value_heads != 0) {
+    return FieldError(source, "num_key_value_heads",
+                      std::to_string(num_key_value_heads) +
+                          " does not divide num_attention_heads " +
+                          std::to_string(num_attention_heads));
+  }
+  if (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0) {
+    return FieldError(source, "rotary_dim",
+                      std::to_string(rotary_dim) +
+                          " must be even and in (0, head_dim=" + std::to_string(head_dim) + "]");
+  }
+  if (!(rms_norm_eps > 0.0f) || !std::isfinite(rms_norm_eps)) {
+    return FieldError(source, "rms_norm_eps", "must be a positive number");
+  }
+  if (!(rope_theta > 0.0f) || !std::isfinite(rope_theta)) {
+    return FieldError(source, "rope_theta", "must be a positive number");
+  }
+  if (!rope_scaling.type.empty() && rope_scaling.type != "llama3" &&
+      rope_scaling.type != "linear" && rope_scaling.type != "default") {
+    return UnimplementedError(source + ": rope_scaling.rope_type '" + rope_scaling.type +
+                              "' is not supported (supported: llama3, linear)");
+  }
+  if (!rope_scaling.type.empty() && !(rope_scaling.factor > 0.0f)) {
+    return FieldError(source, "rope_scaling.factor", "must be positive");
+  }
+  if (!rope_freq_factors.empty() && static_cast<int>(rope_freq_factors.size()) != rotary_dim / 2) {
+    return FieldError(source, "rope_freqs",
+                      "has " + std::to_string(rope_freq_factors.size()) + " entries, expected " +
+                          std::to_string(rotary_dim / 2));
+  }
+  if (sliding_window < 0) return FieldError(source, "sliding_window", "must not be negative");
+  return OkStatus();
+}
+
+std::vector<float> ModelConfig::RopeInvFreq() const {
+  const int pairs = rotary_dim / 2;
+  std::vector<float> inv_freq(pairs);
+  for (int j = 0; j < pairs; ++j) {
+    // Same expression as the reference implementations (float pow of the base).
+    inv_freq[j] = 1.0f / std::pow(rope_theta, static_cast<float>(2 * j) / rotary_dim);
+  }
+  if (rope_scaling.type == "linear") {
+    for (float& f : inv_freq) f /= rope_scaling.factor;
+  } else if (rope_scaling.type == "llama3") {
+    const float low_wavelen =
+        rope_scaling.original_max_position_embeddings / rope_scaling.low_freq_factor;
+    const float high_wavelen =
+        rope_scaling.original_max_position_embeddings / rope_scaling.high_freq_factor;
+    for (float& f : inv_freq) {
+      const float wavelen = 2.0f * std::numbers::pi_v<float> / f;
+      if (wavelen < high_wavelen) continue;  // high frequency: unchanged
+      if (wavelen > low_wavelen) {
+        f /= rope_scaling.factor;
+        continue;
+      }
+      const float smooth =
+          (rope_scaling.original_max_position_embeddings / wavelen - rope_scaling.low_freq_factor) /
+          (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
+      f = (1.0f - smooth) * f / rope_scaling.factor + smooth * f;
+    }
+  }
+  for (size_t j = 0; j < rope_freq_factors.size(); ++j) inv_freq[j] /= rope_freq_factors[j];
+  return inv_freq;
+}
+
+}  // namespace uc::models

@@ -1,0 +1,61 @@
+// File: model_config.h
+// -----------------------------------------------------------------------------
+// ModelConfig: the shape and hyper-parameters of a Llama-family decoder, named as in Hugging
+// Face's config.json. It is filled from config.json, from GGUF metadata or from a llama2.c
+// header, then validated once (Validate()); everything downstream trusts it.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "kernels/ops.h"
+
+namespace uc::models {
+
+// Llama-3 style frequency-dependent RoPE scaling ("rope_type": "llama3"), or plain linear
+// position interpolation ("linear"). type "" means none.
+struct RopeScaling {
+  std::string type;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;  // Hugging Face class name, e.g. "LlamaForCausalLM"
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;
+  int head_dim = 0;  // explicit or hidden_size / num_attention_heads
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  int rotary_dim = 0;  // dimensions of each head that RoPE rotates (= head_dim unless partial)
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v projections carry biases (Llama attention_bias, Qwen2)
+  bool o_proj_bias = false;     // o_proj carries a bias (Llama attention_bias only)
+  int sliding_window = 0;       // 0: full attention
+  // How q/k rows are ordered in the checkpoint: llama2.c and GGUF "llama" keep the original
+  // interleaved pairs; Hugging Face permutes to rotate_half.
+  kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
+  // Per-pair divisors of the RoPE frequencies (GGUF rope_freqs.weight); empty if none.
+  std::vector<float> rope_freq_factors;
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+
+  // Checks every field for consistency; the message names `source` and the field.
+  Status Validate(const std::string& source) const;
+  // Inverse RoPE frequencies, rotary_dim / 2 of them, with scaling applied.
+  std::vector<float> RopeInvFreq() const;
+  int q_size() const { return num_attention_heads * head_dim; }
+  int kv_size() const { return num_key_value_heads * head_dim; }
+};
+
+}  // namespace uc::models

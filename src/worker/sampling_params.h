@@ -1,0 +1,31 @@
+// File: sampling_params.h
+// -----------------------------------------------------------------------------
+// How one request picks its tokens and when it stops (vLLM's SamplingParams). Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace uc::worker {
+
+struct SamplingParams {
+  float temperature = 1.0f;       // 0 selects greedy (argmax) decoding
+  int top_k = 0;                  // keep the k most likely tokens; 0 = all
+  float top_p = 1.0f;             // keep the smallest set with cumulative probability >= top_p
+  float min_p = 0.0f;             // drop tokens with probability < min_p * max probability
+  std::optional<uint64_t> seed;   // same seed and prompt -> same output
+  int max_tokens = 16;            // tokens to generate at most
+  std::vector<std::string> stop;  // stop strings (not included in the output text)
+  std::vector<int32_t> stop_token_ids;  // extra ids that end generation (included in ids)
+  bool ignore_eos = false;              // keep going past the model's end-of-sequence tokens
+
+  bool greedy() const { return temperature <= 0.0f; }
+  // InvalidArgument naming the field when a value is out of range.
+  Status Validate() const;
+};
+
+}  // namespace uc::worker
