@@ -21,11 +21,11 @@ void SetCheckRank(int rank);
 
 }  // namespace uc
 
-#define UC_CHECK(cond, ...)                                                  \
-  do {                                                                       \
-    if (__builtin_expect(!(cond), 0)) {                                      \
-      ::uc::CheckFailed(__FILE__, __LINE__, #cond, "" __VA_ARGS__);          \
-    }                                                                        \
+#define UC_CHECK(cond, ...)                                         \
+  do {                                                              \
+    if (__builtin_expect(!(cond), 0)) {                             \
+      ::uc::CheckFailed(__FILE__, __LINE__, #cond, "" __VA_ARGS__); \
+    }                                                               \
   } while (0)
 
 #ifdef NDEBUG

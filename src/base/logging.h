@@ -34,7 +34,7 @@ class LogMessage {
 #define UC_LOG_LEVEL_WARNING ::uc::LogLevel::kWarning
 #define UC_LOG_LEVEL_ERROR ::uc::LogLevel::kError
 
-#define UC_LOG(severity)                                      \
-  if (!::uc::LogEnabled(UC_LOG_LEVEL_##severity)) {           \
-  } else                                                      \
+#define UC_LOG(severity)                            \
+  if (!::uc::LogEnabled(UC_LOG_LEVEL_##severity)) { \
+  } else                                            \
     ::uc::LogMessage(UC_LOG_LEVEL_##severity, __FILE__, __LINE__).stream()

@@ -103,9 +103,9 @@ class [[nodiscard]] StatusOr {
 #define UC_STATUS_CONCAT(a, b) UC_STATUS_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (a Status) is not OK.
-#define UC_RETURN_IF_ERROR(expr)                \
-  do {                                          \
-    ::uc::Status uc_status_tmp_ = (expr);       \
+#define UC_RETURN_IF_ERROR(expr)                     \
+  do {                                               \
+    ::uc::Status uc_status_tmp_ = (expr);            \
     if (!uc_status_tmp_.ok()) return uc_status_tmp_; \
   } while (0)
 

@@ -26,7 +26,8 @@ TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
 TEST(ThreadPoolTest, MinChunkLimitsSplits) {
   ThreadPool pool(4);
   std::atomic<int> calls{0};
-  pool.ParallelFor(10, [&](int64_t b, int64_t e) { calls.fetch_add(1); }, /*min_chunk=*/8);
+  pool.ParallelFor(
+      10, [&](int64_t b, int64_t e) { calls.fetch_add(1); }, /*min_chunk=*/8);
   EXPECT_EQ(calls.load(), 1);
 }
 
