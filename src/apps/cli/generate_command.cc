@@ -1,0 +1,111 @@
+#include "apps/cli/generate_command.h"
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "apps/cli/exit_codes.h"
+#include "engine/generator.h"
+
+namespace uc::cli {
+namespace {
+
+struct GenerateOptions {
+  engine::GeneratorOptions generator;
+  std::string model;
+  std::string tokenizer;
+  std::string prompt;
+  worker::SamplingParams sampling;
+  int64_t seed = -1;
+  bool json = false;
+};
+
+nlohmann::json ResultToJson(const engine::GenerationResult& r) {
+  return {
+      {"prompt_ids", r.prompt_ids},
+      {"ids", r.output_ids},
+      {"text", r.text},
+      {"finish_reason", std::string(engine::FinishReasonName(r.finish_reason))},
+      {"stop_reason", r.stop_reason},
+      {"usage",
+       {{"prompt_tokens", r.timings.prompt_tokens},
+        {"completion_tokens", r.timings.generated_tokens}}},
+      {"timings",
+       {{"prefill_seconds", r.timings.prefill_seconds},
+        {"decode_seconds", r.timings.decode_seconds},
+        {"prefill_tokens_per_second", r.timings.prefill_tokens_per_second()},
+        {"decode_tokens_per_second", r.timings.decode_tokens_per_second()}}},
+  };
+}
+
+int RunGenerate(GenerateOptions& o) {
+  o.generator.model_path = o.model;
+  if (!o.tokenizer.empty()) o.generator.tokenizer_path = o.tokenizer;
+  if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
+  StatusOr<std::unique_ptr<engine::Generator>> gen = engine::Generator::Open(o.generator);
+  if (!gen.ok()) {
+    std::fprintf(stderr, "error: %s\n", gen.status().message().c_str());
+    return kExitFailure;
+  }
+  engine::TextCallback stream = nullptr;
+  if (!o.json) {
+    stream = [](std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    };
+  }
+  StatusOr<engine::GenerationResult> result = (*gen)->Generate(o.prompt, o.sampling, stream);
+  if (!result.ok()) {
+    std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
+    return kExitFailure;
+  }
+  if (o.json) {
+    std::cout << ResultToJson(*result).dump() << std::endl;
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr,
+                 "[%d prompt tokens, %.1f tok/s prefill; %d generated, %.1f tok/s decode; %s]\n",
+                 result->timings.prompt_tokens, result->timings.prefill_tokens_per_second(),
+                 result->timings.generated_tokens, result->timings.decode_tokens_per_second(),
+                 result->stop_reason.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddGenerateCommand(CLI::App& app) {
+  auto options = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text for one prompt");
+  cmd->add_option("--model,-m", options->model,
+                  "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin")
+      ->required();
+  cmd->add_option("--tokenizer", options->tokenizer,
+                  "Tokenizer file (default: the one that comes with the model)");
+  cmd->add_option("--prompt,-p", options->prompt, "Prompt text")->required();
+  cmd->add_option("--max-tokens,-n", options->sampling.max_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  cmd->add_option("--temperature,-t", options->sampling.temperature,
+                  "Sampling temperature; 0 is greedy")
+      ->capture_default_str();
+  cmd->add_option("--top-k", options->sampling.top_k, "Keep the k most likely tokens (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", options->sampling.top_p, "Nucleus sampling threshold")
+      ->capture_default_str();
+  cmd->add_option("--min-p", options->sampling.min_p,
+                  "Drop tokens below min-p times the top probability")
+      ->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Random seed (same seed, same output)");
+  cmd->add_option("--stop", options->sampling.stop, "Stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", options->sampling.ignore_eos, "Keep generating past EOS");
+  cmd->add_option("--threads", options->generator.num_threads, "Threads (0: all cores)")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", options->generator.max_model_len,
+                  "Context length (default: the model's)");
+  cmd->add_flag("--json", options->json,
+                "Print one JSON object: ids, text, finish reason and timings");
+  cmd->callback([options] { throw CLI::RuntimeError(RunGenerate(*options)); });
+}
+
+}  // namespace uc::cli

@@ -1,0 +1,15 @@
+// File: generate_command.h
+// -----------------------------------------------------------------------------
+// `undercurrent generate`: load a model, generate for one prompt, stream the text to stdout
+// (or print one JSON object with --json).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+
+namespace uc::cli {
+
+// Registers the subcommand on `app`; the returned options stay owned by the subcommand.
+void AddGenerateCommand(CLI::App& app);
+
+}  // namespace uc::cli
