@@ -60,7 +60,7 @@ StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(
       return tokenizer::LoadTokenizer(checkpoint.path);
     case models::CheckpointFormat::kLlama2c: {
       const fs::path dir = checkpoint.path.parent_path();
-      for (const fs::path name :
+      for (const fs::path& name :
            {fs::path("tokenizer.bin"),
             fs::path("tok" + std::to_string(checkpoint.config.vocab_size) + ".bin")}) {
         if (fs::exists(dir / name)) {
@@ -175,7 +175,7 @@ StatusOr<GenerationResult> Generator::GenerateFromIds(std::vector<int32_t> promp
   const auto decode_start = Clock::now();
   int32_t position = prompt_len;
   while (true) {
-    const int32_t id = sampler.Sample({logits.data<float>(), logits.numel()});
+    const int32_t id = sampler.Sample({logits.data<float>(), static_cast<size_t>(logits.numel())});
     result.output_ids.push_back(id);
     const bool is_eos = Contains(eos_ids, id);
     const bool is_stop_id = Contains(params.stop_token_ids, id);
