@@ -1,5 +1,6 @@
 # Every dependency comes from Debian's packages (scripts/install-deps.sh installs them).
 find_package(Threads REQUIRED)
+find_package(MPI REQUIRED COMPONENTS C)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(PkgConfig REQUIRED)

@@ -55,3 +55,50 @@ function(uc_test)
     PROPERTIES LABELS "${UC_LABELS}" TIMEOUT ${UC_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
 endfunction()
+
+# MPI tests (label `mpi`): one executable run as `mpiexec -n NP` with its own main (link
+# uc_gtest_mpi_main, which src/distributed defines, unless SRCS bring a main), e.g.
+#   uc_mpi_test(NAME mpi_collectives_test SRCS mpi_collectives_test.cc
+#     DEPS uc::distributed_mpi NP 2 TIMEOUT 60)
+# Open MPI refuses root without --allow-run-as-root and more ranks than cores without
+# --oversubscribe, and binds each rank to one core unless --bind-to none; UC_MPIEXEC_PREFLAGS
+# carries these (set it empty for another MPI). mpirun's own --timeout ends a deadlocked job
+# before CTest's TIMEOUT would kill mpirun and orphan the ranks. Tests run serially: two
+# MPI jobs on 2 cores starve each other.
+set(UC_MPIEXEC_PREFLAGS "--oversubscribe;--allow-run-as-root;--bind-to;none" CACHE STRING
+    "Flags placed before the program in MPI test command lines")
+
+function(uc_mpi_test)
+  cmake_parse_arguments(UC "NO_MPI_MAIN" "NAME;NP;TIMEOUT" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
+  if(NOT UC_BUILD_TESTS)
+    return()
+  endif()
+  if(NOT UC_NP)
+    set(UC_NP 2)
+  endif()
+  if(NOT UC_TIMEOUT)
+    set(UC_TIMEOUT 120)
+  endif()
+  if(NOT UC_LABELS)
+    set(UC_LABELS mpi)
+  endif()
+  add_executable(${UC_NAME} ${UC_SRCS})
+  target_link_libraries(${UC_NAME} PRIVATE ${UC_DEPS} GTest::gtest MPI::MPI_C)
+  if(NOT UC_NO_MPI_MAIN)
+    target_link_libraries(${UC_NAME} PRIVATE uc_gtest_mpi_main)
+  endif()
+  target_compile_definitions(${UC_NAME} PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1
+    UC_SOURCE_DIR="${CMAKE_SOURCE_DIR}" UC_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  uc_apply_warnings(${UC_NAME})
+  set(timeout_flags)
+  if(MPI_C_LIBRARY_VERSION_STRING MATCHES "Open MPI")
+    set(timeout_flags --timeout ${UC_TIMEOUT})
+  endif()
+  math(EXPR ctest_timeout "${UC_TIMEOUT} + 15")
+  add_test(NAME ${UC_NAME}
+    COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${UC_NP} ${UC_MPIEXEC_PREFLAGS}
+            ${timeout_flags} ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${UC_NAME}>
+            ${MPIEXEC_POSTFLAGS} ${UC_ARGS})
+  set_tests_properties(${UC_NAME} PROPERTIES LABELS "${UC_LABELS}" TIMEOUT ${ctest_timeout}
+    RUN_SERIAL TRUE PROCESSORS ${UC_NP})
+endfunction()
