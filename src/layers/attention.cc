@@ -10,14 +10,17 @@ AttentionBuffers::AttentionBuffers(int64_t max_tokens, int64_t q_size, int64_t k
       v(Tensor::Empty({max_tokens, kv_size}, DType::kF32)),
       context(Tensor::Empty({max_tokens, q_size}, DType::kF32)) {}
 
-Attention::Attention(Linear q_proj, Linear k_proj, Linear v_proj, Linear o_proj, Rotary rotary,
+Attention::Attention(QKVParallelLinear qkv_proj, RowParallelLinear o_proj, Rotary rotary,
                      kernels::AttentionShape shape)
-    : q_proj_(std::move(q_proj)),
-      k_proj_(std::move(k_proj)),
-      v_proj_(std::move(v_proj)),
+    : qkv_proj_(std::move(qkv_proj)),
       o_proj_(std::move(o_proj)),
       rotary_(std::move(rotary)),
-      shape_(shape) {}
+      shape_(shape) {
+  UC_CHECK(o_proj_.options().reduce_results, "attention o_proj must reduce its results");
+  UC_CHECK(qkv_proj_.num_heads_per_rank() == shape_.num_heads &&
+               qkv_proj_.num_kv_heads_per_rank() == shape_.num_kv_heads,
+           "attention shape does not match this rank's q/k/v heads");
+}
 
 void Attention::Forward(const Tensor& x, std::span<const int32_t> positions, KvCacheLayer& cache,
                         AttentionBuffers& buffers, Tensor& out, ThreadPool* pool) const {
@@ -26,9 +29,7 @@ void Attention::Forward(const Tensor& x, std::span<const int32_t> positions, KvC
   Tensor k = buffers.k.Slice(0, m);
   Tensor v = buffers.v.Slice(0, m);
   Tensor context = buffers.context.Slice(0, m);
-  q_proj_.Forward(x, q, pool);
-  k_proj_.Forward(x, k, pool);
-  v_proj_.Forward(x, v, pool);
+  qkv_proj_.Forward(x, q, k, v, pool);
   rotary_.Forward(positions, shape_.num_heads, q);
   rotary_.Forward(positions, shape_.num_kv_heads, k);
   const int64_t kv_row_bytes = k.row_bytes();

@@ -1,32 +1,37 @@
 // File: gated_mlp.h
 // -----------------------------------------------------------------------------
-// SwiGLU feed-forward block: down(silu(gate(x)) * up(x)). Holds weight views; per-call buffers
-// live in MlpBuffers. Immutable after construction.
+// SwiGLU feed-forward block, tensor-parallel: gate and up are split by output rows
+// (MergedColumnParallelLinear), down by input columns (RowParallelLinear, all-reduced), so this
+// rank computes down(silu(gate(x)) * up(x)) over its slice of the intermediate dimension and
+// the output is whole on every rank. Per-call buffers live in MlpBuffers. Immutable after
+// construction.
 #pragma once
 
 #include "base/thread_pool.h"
-#include "layers/linear.h"
+#include "layers/parallel_linear.h"
 
 namespace uc::layers {
 
 struct MlpBuffers {
   MlpBuffers() = default;
-  MlpBuffers(int64_t max_tokens, int64_t intermediate_size);
-  Tensor gate;  // [max_tokens, intermediate_size]
-  Tensor up;    // [max_tokens, intermediate_size]
+  MlpBuffers(int64_t max_tokens, int64_t intermediate_size_per_partition);
+  Tensor gate;  // [max_tokens, intermediate_size_per_partition]
+  Tensor up;    // [max_tokens, intermediate_size_per_partition]
 };
 
 class GatedMlp {
  public:
   GatedMlp() = default;
-  // gate_proj, up_proj: [intermediate, hidden]; down_proj: [hidden, intermediate].
-  GatedMlp(Linear gate_proj, Linear up_proj, Linear down_proj);
+  // gate_up_proj: segments gate and up, [intermediate / tp, hidden] each; down_proj:
+  // [hidden, intermediate / tp], reducing its results.
+  GatedMlp(MergedColumnParallelLinear gate_up_proj, RowParallelLinear down_proj);
 
   // x: [m, hidden] -> out: [m, hidden], F32.
   void Forward(const Tensor& x, MlpBuffers& buffers, Tensor& out, ThreadPool* pool) const;
 
  private:
-  Linear gate_proj_, up_proj_, down_proj_;
+  MergedColumnParallelLinear gate_up_proj_;
+  RowParallelLinear down_proj_;
 };
 
 }  // namespace uc::layers
