@@ -1,6 +1,7 @@
 #include "engine/generator.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/logging.h"
 #include "engine/stop_matcher.h"
@@ -78,14 +79,37 @@ StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(
 }
 
 StatusOr<std::unique_ptr<Generator>> Generator::Open(const GeneratorOptions& options) {
+  DeploymentOptions deployment_options;
+  deployment_options.model_path = options.model_path;
+  deployment_options.num_threads = options.num_threads;
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<Deployment> deployment,
+                      Deployment::Create(deployment_options));
+  return OpenDriver(options, std::move(deployment));
+}
+
+StatusOr<std::unique_ptr<Generator>> Generator::OpenDriver(const GeneratorOptions& options,
+                                                           std::unique_ptr<Deployment> deployment) {
+  UC_CHECK(deployment != nullptr && deployment->is_driver(), "OpenDriver needs rank 0");
   std::unique_ptr<Generator> gen(new Generator());
-  UC_ASSIGN_OR_RETURN(gen->checkpoint_, models::OpenCheckpoint(options.model_path));
-  UC_ASSIGN_OR_RETURN(gen->model_, models::CausalLM::Load(gen->checkpoint_));
-  UC_ASSIGN_OR_RETURN(gen->tokenizer_, LoadTokenizerFor(gen->checkpoint_, options.tokenizer_path));
-  const models::ModelConfig& config = gen->model_->config();
-  if (gen->tokenizer_->vocab_size() > config.vocab_size) {
+  gen->deployment_ = std::move(deployment);
+  const Status status = gen->Init(options);
+  if (!status.ok()) {
+    gen->deployment_->worker().Shutdown();
+    return status;
+  }
+  return gen;
+}
+
+Generator::~Generator() {
+  if (deployment_ != nullptr) deployment_->worker().Shutdown();
+}
+
+Status Generator::Init(const GeneratorOptions& options) {
+  UC_ASSIGN_OR_RETURN(tokenizer_, LoadTokenizerFor(checkpoint(), options.tokenizer_path));
+  const models::ModelConfig& config = this->config();
+  if (tokenizer_->vocab_size() > config.vocab_size) {
     return InvalidArgumentError(options.model_path.string() + ": tokenizer has " +
-                                std::to_string(gen->tokenizer_->vocab_size()) +
+                                std::to_string(tokenizer_->vocab_size()) +
                                 " tokens but the model's vocab_size is " +
                                 std::to_string(config.vocab_size));
   }
@@ -93,18 +117,15 @@ StatusOr<std::unique_ptr<Generator>> Generator::Open(const GeneratorOptions& opt
     return InvalidArgumentError("max_model_len must be >= 0, got " +
                                 std::to_string(options.max_model_len));
   }
-  gen->max_model_len_ =
+  max_model_len_ =
       options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
-  if (gen->max_model_len_ > config.max_position_embeddings) {
-    UC_LOG(WARNING) << "max_model_len " << gen->max_model_len_
+  if (max_model_len_ > config.max_position_embeddings) {
+    UC_LOG(WARNING) << "max_model_len " << max_model_len_
                     << " exceeds the model's max_position_embeddings "
                     << config.max_position_embeddings;
   }
-  gen->prefill_chunk_ = std::max(1, options.prefill_chunk);
-  const int threads =
-      options.num_threads > 0 ? options.num_threads : ThreadPool::HardwareConcurrency();
-  gen->pool_ = std::make_unique<ThreadPool>(threads);
-  return gen;
+  prefill_chunk_ = std::max(1, options.prefill_chunk);
+  return OkStatus();
 }
 
 Status Generator::CheckPrompt(const std::vector<int32_t>& ids) const {
@@ -124,15 +145,25 @@ Status Generator::CheckPrompt(const std::vector<int32_t>& ids) const {
   return OkStatus();
 }
 
-void Generator::Prefill(const std::vector<int32_t>& ids, models::KvCache& cache, Tensor& logits) {
-  std::vector<int32_t> positions(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
-  const std::span<const int32_t> all_ids(ids), all_pos(positions);
+int32_t Generator::Prefill(const std::vector<int32_t>& ids, int capacity,
+                           const worker::SamplingParams& params) {
+  worker::Worker& worker = deployment_->worker();
+  worker::StepCommand start;
+  start.kind = worker::StepCommand::Kind::kStartSequence;
+  start.capacity = capacity;
+  start.params = params;
+  worker.Run(start);
+  int32_t token = -1;
   for (size_t begin = 0; begin < ids.size(); begin += prefill_chunk_) {
     const size_t n = std::min<size_t>(prefill_chunk_, ids.size() - begin);
-    model_->Forward(all_ids.subspan(begin, n), all_pos.subspan(begin, n), cache,
-                    /*all_logits=*/false, logits, pool_.get());
+    worker::StepCommand chunk;
+    chunk.ids.assign(ids.begin() + begin, ids.begin() + begin + n);
+    for (size_t i = 0; i < n; ++i) chunk.positions.push_back(static_cast<int32_t>(begin + i));
+    const bool last = begin + n == ids.size();
+    chunk.output = last ? worker::StepCommand::Output::kSample : worker::StepCommand::Output::kNone;
+    token = worker.Run(chunk).token;
   }
+  return token;
 }
 
 StatusOr<GenerationResult> Generator::Generate(std::string_view prompt,
@@ -161,21 +192,17 @@ StatusOr<GenerationResult> Generator::GenerateFromIds(std::vector<int32_t> promp
     for (int id : config().eos_token_ids) eos_ids.push_back(id);
     for (int32_t id : tokenizer_->stop_ids()) eos_ids.push_back(id);
   }
-  models::KvCache cache = model_->NewKvCache(prompt_len + budget);
-  Tensor logits = Tensor::Empty({1, config().vocab_size}, DType::kF32);
-  worker::Sampler sampler(params);
   // Generated text that starts right after BOS is the start of the visible text.
   const bool at_start = prompt_len == 1 && result.prompt_ids[0] == tokenizer_->bos_id();
   tokenizer::IncrementalDecoder decoder(*tokenizer_, at_start);
   StopMatcher stops(params.stop);
 
   const auto start = Clock::now();
-  Prefill(result.prompt_ids, cache, logits);
+  int32_t id = Prefill(result.prompt_ids, prompt_len + budget, params);
   result.timings.prefill_seconds = SecondsSince(start);
   const auto decode_start = Clock::now();
   int32_t position = prompt_len;
   while (true) {
-    const int32_t id = sampler.Sample({logits.data<float>(), static_cast<size_t>(logits.numel())});
     result.output_ids.push_back(id);
     const bool is_eos = Contains(eos_ids, id);
     const bool is_stop_id = Contains(params.stop_token_ids, id);
@@ -196,8 +223,10 @@ StatusOr<GenerationResult> Generator::GenerateFromIds(std::vector<int32_t> promp
       break;
     }
     if (last) break;
-    const int32_t token = id;
-    model_->Forward({&token, 1}, {&position, 1}, cache, false, logits, pool_.get());
+    worker::StepCommand step;
+    step.ids = {id};
+    step.positions = {position};
+    id = deployment_->worker().Run(step).token;
     ++position;
   }
   result.text = stops.released();
@@ -208,17 +237,22 @@ StatusOr<GenerationResult> Generator::GenerateFromIds(std::vector<int32_t> promp
 
 StatusOr<Tensor> Generator::ScoreAllPositions(const std::vector<int32_t>& ids) {
   UC_RETURN_IF_ERROR(CheckPrompt(ids));
-  models::KvCache cache = model_->NewKvCache(static_cast<int>(ids.size()));
+  worker::Worker& worker = deployment_->worker();
+  worker::StepCommand start;
+  start.kind = worker::StepCommand::Kind::kStartSequence;
+  start.capacity = static_cast<int32_t>(ids.size());
+  worker.Run(start);
   const int64_t n = static_cast<int64_t>(ids.size());
   Tensor logits = Tensor::Empty({n, config().vocab_size}, DType::kF32);
-  std::vector<int32_t> positions(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
   for (int64_t begin = 0; begin < n; begin += prefill_chunk_) {
     const int64_t len = std::min<int64_t>(prefill_chunk_, n - begin);
-    Tensor rows = logits.Slice(begin, begin + len);
-    model_->Forward({ids.data() + begin, static_cast<size_t>(len)},
-                    {positions.data() + begin, static_cast<size_t>(len)}, cache, true, rows,
-                    pool_.get());
+    worker::StepCommand chunk;
+    chunk.ids.assign(ids.begin() + begin, ids.begin() + begin + len);
+    for (int64_t i = 0; i < len; ++i) chunk.positions.push_back(static_cast<int32_t>(begin + i));
+    chunk.output = worker::StepCommand::Output::kAllLogits;
+    const worker::StepResult result = worker.Run(chunk);
+    std::memcpy(logits.row(begin), result.logits.raw(),
+                static_cast<size_t>(result.logits.nbytes()));
   }
   return logits;
 }

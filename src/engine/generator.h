@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "engine/deployment.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
 #include "tokenizer/tokenizer.h"
@@ -63,7 +64,13 @@ using TextCallback = std::function<bool(std::string_view text)>;
 
 class Generator {
  public:
+  // One process: loads the model and its tokenizer.
   static StatusOr<std::unique_ptr<Generator>> Open(const GeneratorOptions& options);
+  // The driver (world rank 0) of a multi-rank deployment; the other ranks run
+  // deployment->worker().Loop(). Takes ownership of the deployment.
+  static StatusOr<std::unique_ptr<Generator>> OpenDriver(const GeneratorOptions& options,
+                                                         std::unique_ptr<Deployment> deployment);
+  ~Generator();
 
   // Tokenizes `prompt` (BOS per the tokenizer's default) and generates.
   StatusOr<GenerationResult> Generate(std::string_view prompt, const worker::SamplingParams& params,
@@ -77,23 +84,26 @@ class Generator {
   // Logits of every position of `ids` in one prefill ([ids.size(), vocab_size]).
   StatusOr<Tensor> ScoreAllPositions(const std::vector<int32_t>& ids);
 
-  const models::Checkpoint& checkpoint() const { return checkpoint_; }
-  const models::ModelConfig& config() const { return model_->config(); }
+  const models::Checkpoint& checkpoint() const { return deployment_->checkpoint(); }
+  const models::ModelConfig& config() const { return deployment_->checkpoint().config; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
-  models::CausalLM& model() { return *model_; }
-  ThreadPool& pool() { return *pool_; }
+  // This rank's part of the model (the whole model in one process).
+  models::CausalLM& model() { return deployment_->model(); }
+  ThreadPool& pool() { return deployment_->pool(); }
+  Deployment& deployment() { return *deployment_; }
   int max_model_len() const { return max_model_len_; }
 
  private:
   Generator() = default;
+  Status Init(const GeneratorOptions& options);
   Status CheckPrompt(const std::vector<int32_t>& ids) const;
-  // Runs the prompt through the model in chunks; leaves the last token's logits in `logits`.
-  void Prefill(const std::vector<int32_t>& ids, models::KvCache& cache, Tensor& logits);
+  // Starts a sequence on every rank and runs the prompt in chunks; returns the first sampled
+  // token (sampled on the last pipeline stage).
+  int32_t Prefill(const std::vector<int32_t>& ids, int capacity,
+                  const worker::SamplingParams& params);
 
-  models::Checkpoint checkpoint_;
-  std::unique_ptr<models::CausalLM> model_;
+  std::unique_ptr<Deployment> deployment_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  std::unique_ptr<ThreadPool> pool_;
   int max_model_len_ = 0;
   int prefill_chunk_ = 256;
 };

@@ -1,6 +1,7 @@
 #include "models/llama_model.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "io/tensor_source.h"
 #include "kernels/ops.h"
@@ -8,82 +9,100 @@
 namespace uc::models {
 namespace {
 
-// Loads tensors by Hugging Face name, checking shape and dtype, and totals their bytes.
+// Loads full checkpoint tensors by Hugging Face name, checking shape and dtype.
 class WeightLoader {
  public:
   explicit WeightLoader(const io::TensorSource& source) : source_(source) {}
 
-  StatusOr<Tensor> Matrix(const std::string& name, int64_t rows, int64_t cols) {
-    UC_ASSIGN_OR_RETURN(Tensor t, io::GetWithShape(source_, name, {rows, cols}));
-    bytes_ += t.nbytes();
-    return t;
+  StatusOr<Tensor> Matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    return io::GetWithShape(source_, name, {rows, cols});
   }
-  // Norm weights and biases: plain float dtypes only.
-  StatusOr<Tensor> Vector(const std::string& name, int64_t size) {
+  // Norm weights and biases: plain float dtypes only. `present` false gives an empty tensor.
+  StatusOr<Tensor> Vector(const std::string& name, int64_t size, bool present = true) const {
+    if (!present) return Tensor();
     UC_ASSIGN_OR_RETURN(Tensor t, io::GetWithShape(source_, name, {size}));
     if (DTypeIsQuantized(t.dtype()) || t.dtype() == DType::kI32) {
       return InvalidArgumentError(source_.Describe() + ": tensor '" + name + "' has dtype " +
                                   std::string(DTypeName(t.dtype())) +
                                   ", expected F32, F16 or BF16");
     }
-    bytes_ += t.nbytes();
     return t;
   }
-  StatusOr<layers::Linear> Linear(const std::string& prefix, int64_t out, int64_t in, bool bias) {
-    UC_ASSIGN_OR_RETURN(Tensor w, Matrix(prefix + ".weight", out, in));
-    Tensor b;
-    if (bias) {
-      UC_ASSIGN_OR_RETURN(b, Vector(prefix + ".bias", out));
-    }
-    return layers::Linear(std::move(w), std::move(b));
-  }
-  int64_t bytes() const { return bytes_; }
 
  private:
   const io::TensorSource& source_;
-  int64_t bytes_ = 0;
 };
 
-StatusOr<DecoderLayer> LoadLayer(const ModelConfig& c, int index, WeightLoader& loader) {
+Status Annotated(const Status& status, const std::string& what) {
+  return status.ok() ? status : status.Annotate(what);
+}
+
+struct LayerParts {
+  layers::QKVParallelLinear qkv;
+  layers::RowParallelLinear o_proj;
+  layers::MergedColumnParallelLinear gate_up;
+  layers::RowParallelLinear down;
+  Tensor input_norm, post_norm;
+  int64_t qkv_bytes = 0;  // this rank's rows of q, k and v
+};
+
+StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const WeightLoader& w,
+                                    distributed::GroupCoordinator& tp) {
   const std::string p = "model.layers." + std::to_string(index) + ".";
-  const int64_t h = c.hidden_size;
-  UC_ASSIGN_OR_RETURN(Tensor in_norm, loader.Vector(p + "input_layernorm.weight", h));
-  UC_ASSIGN_OR_RETURN(auto q,
-                      loader.Linear(p + "self_attn.q_proj", c.q_size(), h, c.attention_bias));
-  UC_ASSIGN_OR_RETURN(auto k,
-                      loader.Linear(p + "self_attn.k_proj", c.kv_size(), h, c.attention_bias));
-  UC_ASSIGN_OR_RETURN(auto v,
-                      loader.Linear(p + "self_attn.v_proj", c.kv_size(), h, c.attention_bias));
-  UC_ASSIGN_OR_RETURN(auto o, loader.Linear(p + "self_attn.o_proj", h, c.q_size(), c.o_proj_bias));
-  UC_ASSIGN_OR_RETURN(Tensor post_norm, loader.Vector(p + "post_attention_layernorm.weight", h));
-  const int64_t inter = c.intermediate_size;
-  UC_ASSIGN_OR_RETURN(auto gate, loader.Linear(p + "mlp.gate_proj", inter, h, false));
-  UC_ASSIGN_OR_RETURN(auto up, loader.Linear(p + "mlp.up_proj", inter, h, false));
-  UC_ASSIGN_OR_RETURN(auto down, loader.Linear(p + "mlp.down_proj", h, inter, false));
-  const kernels::AttentionShape shape{
-      .num_heads = c.num_attention_heads,
-      .num_kv_heads = c.num_key_value_heads,
-      .head_dim = c.head_dim,
-      .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-  };
-  layers::Rotary rotary(c.RopeInvFreq(), c.head_dim, c.rope_style);
-  layers::Attention attention(std::move(q), std::move(k), std::move(v), std::move(o),
-                              std::move(rotary), shape);
-  layers::GatedMlp mlp(std::move(gate), std::move(up), std::move(down));
-  return DecoderLayer(index, layers::RmsNorm(std::move(in_norm), c.rms_norm_eps),
-                      std::move(attention), layers::RmsNorm(std::move(post_norm), c.rms_norm_eps),
-                      std::move(mlp));
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  LayerParts parts;
+  UC_ASSIGN_OR_RETURN(parts.input_norm, w.Vector(p + "input_layernorm.weight", h));
+  layers::QKVWeights qkv;
+  UC_ASSIGN_OR_RETURN(qkv.q, w.Matrix(p + "self_attn.q_proj.weight", c.q_size(), h));
+  UC_ASSIGN_OR_RETURN(qkv.k, w.Matrix(p + "self_attn.k_proj.weight", c.kv_size(), h));
+  UC_ASSIGN_OR_RETURN(qkv.v, w.Matrix(p + "self_attn.v_proj.weight", c.kv_size(), h));
+  UC_ASSIGN_OR_RETURN(qkv.q_bias,
+                      w.Vector(p + "self_attn.q_proj.bias", c.q_size(), c.attention_bias));
+  UC_ASSIGN_OR_RETURN(qkv.k_bias,
+                      w.Vector(p + "self_attn.k_proj.bias", c.kv_size(), c.attention_bias));
+  UC_ASSIGN_OR_RETURN(qkv.v_bias,
+                      w.Vector(p + "self_attn.v_proj.bias", c.kv_size(), c.attention_bias));
+  UC_ASSIGN_OR_RETURN(parts.qkv,
+                      layers::QKVParallelLinear::Load(qkv, c.head_dim, c.num_attention_heads,
+                                                      c.num_key_value_heads, tp));
+  parts.qkv_bytes = qkv.q.row_bytes() * parts.qkv.q_size_per_rank() +
+                    2 * qkv.k.row_bytes() * parts.qkv.kv_size_per_rank();
+  UC_ASSIGN_OR_RETURN(Tensor o, w.Matrix(p + "self_attn.o_proj.weight", h, c.q_size()));
+  UC_ASSIGN_OR_RETURN(Tensor o_bias, w.Vector(p + "self_attn.o_proj.bias", h, c.o_proj_bias));
+  auto o_proj = layers::RowParallelLinear::Load(o, o_bias, tp);
+  UC_RETURN_IF_ERROR(Annotated(o_proj.status(), p + "self_attn.o_proj.weight"));
+  parts.o_proj = std::move(o_proj).value();
+  UC_ASSIGN_OR_RETURN(parts.post_norm, w.Vector(p + "post_attention_layernorm.weight", h));
+  UC_ASSIGN_OR_RETURN(Tensor gate, w.Matrix(p + "mlp.gate_proj.weight", inter, h));
+  UC_ASSIGN_OR_RETURN(Tensor up, w.Matrix(p + "mlp.up_proj.weight", inter, h));
+  const Tensor gate_up[] = {gate, up};
+  auto merged = layers::MergedColumnParallelLinear::Load(gate_up, {}, tp);
+  UC_RETURN_IF_ERROR(Annotated(merged.status(), p + "mlp.gate_proj/up_proj (intermediate_size)"));
+  parts.gate_up = std::move(merged).value();
+  UC_ASSIGN_OR_RETURN(Tensor down, w.Matrix(p + "mlp.down_proj.weight", h, inter));
+  auto down_proj = layers::RowParallelLinear::Load(down, Tensor(), tp);
+  UC_RETURN_IF_ERROR(Annotated(down_proj.status(), p + "mlp.down_proj.weight"));
+  parts.down = std::move(down_proj).value();
+  return parts;
+}
+
+int64_t LayerBytes(const LayerParts& parts) {
+  return parts.qkv_bytes + parts.o_proj.weight().nbytes() + parts.gate_up.weight(0).nbytes() +
+         parts.gate_up.weight(1).nbytes() + parts.down.weight().nbytes() +
+         parts.input_norm.nbytes() + parts.post_norm.nbytes();
 }
 
 }  // namespace
 
-Activations::Activations(int64_t max_tokens, const ModelConfig& c)
+Activations::Activations(int64_t max_tokens, const ModelConfig& c, int64_t q_size_per_rank,
+                         int64_t kv_size_per_rank, int64_t intermediate_size_per_partition)
     : max_tokens(max_tokens),
+      hidden_states(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
       residual(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
       normed(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
-      block_out(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
-      attention(max_tokens, c.q_size(), c.kv_size()),
-      mlp(max_tokens, c.intermediate_size) {}
+      tap(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
+      attention(max_tokens, q_size_per_rank, kv_size_per_rank),
+      mlp(max_tokens, intermediate_size_per_partition) {}
 
 DecoderLayer::DecoderLayer(int layer_index, layers::RmsNorm input_layernorm,
                            layers::Attention attention, layers::RmsNorm post_attention_layernorm,
@@ -101,88 +120,189 @@ void DecoderLayer::Tap(const ForwardContext& ctx, Site site, const Tensor& value
   }
 }
 
-// Pre-norm attention, then pre-norm SwiGLU MLP; each adds into the residual stream.
+// The residual stream after this layer is hidden_states + residual; it is only materialized
+// when a probe asks for it.
+void DecoderLayer::TapResidual(const ForwardContext& ctx, Activations& act, int64_t m) const {
+  const TapPoint point{layer_index_, Site::kResidPost};
+  if (ctx.hooks == nullptr || !ctx.hooks->Wants(point)) return;
+  Tensor stream = act.tap.Slice(0, m);
+  std::memcpy(stream.raw(), act.residual.raw(), static_cast<size_t>(stream.nbytes()));
+  kernels::AddInPlace(act.hidden_states.Slice(0, m), stream);
+  ctx.hooks->Observe(point, ctx.positions, stream);
+}
+
+// Pre-norm attention, then pre-norm SwiGLU MLP; each block's output joins the residual stream
+// at the start of the next step (vLLM's fused-residual form).
 void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t m) const {
-  Tensor residual = act.residual.Slice(0, m);    // [m, hidden_size]
-  Tensor normed = act.normed.Slice(0, m);        // [m, hidden_size]
-  Tensor block_out = act.block_out.Slice(0, m);  // [m, hidden_size]
+  Tensor hidden = act.hidden_states.Slice(0, m);  // [m, hidden_size]
+  Tensor residual = act.residual.Slice(0, m);     // [m, hidden_size]
+  Tensor normed = act.normed.Slice(0, m);         // [m, hidden_size]
+  kernels::AddInPlace(hidden, residual);
   input_layernorm_.Forward(residual, normed);
-  attention_.Forward(normed, ctx.positions, ctx.cache->layers[layer_index_], act.attention,
-                     block_out, ctx.pool);
-  Tap(ctx, Site::kAttnOut, block_out);
-  kernels::AddInPlace(block_out, residual);
+  attention_.Forward(normed, ctx.positions, ctx.cache->layers[layer_index_], act.attention, hidden,
+                     ctx.pool);
+  Tap(ctx, Site::kAttnOut, hidden);
+  kernels::AddInPlace(hidden, residual);
   post_attention_layernorm_.Forward(residual, normed);
-  mlp_.Forward(normed, act.mlp, block_out, ctx.pool);
-  Tap(ctx, Site::kMlpOut, block_out);
-  kernels::AddInPlace(block_out, residual);
-  Tap(ctx, Site::kResidPost, residual);
+  mlp_.Forward(normed, act.mlp, hidden, ctx.pool);
+  Tap(ctx, Site::kMlpOut, hidden);
+  TapResidual(ctx, act, m);
+}
+
+StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
+                                                   const ParallelContext& parallel) {
+  const ModelConfig& c = checkpoint.config;
+  UC_CHECK(parallel.tp_group != nullptr, "CausalLM::Load needs a TP group");
+  UC_CHECK(0 <= parallel.layer_start && parallel.layer_start < parallel.layer_end &&
+               parallel.layer_end <= c.num_hidden_layers,
+           "bad stage range [%d, %d)", parallel.layer_start, parallel.layer_end);
+  distributed::GroupCoordinator& tp = *parallel.tp_group;
+  const WeightLoader w(*checkpoint.tensors);
+  std::unique_ptr<CausalLM> model(new CausalLM());
+  model->config_ = c;
+  model->parallel_ = parallel;
+  if (c.intermediate_size % tp.world_size() != 0) {
+    return InvalidArgumentError(
+        checkpoint.path.string() + ": intermediate_size " + std::to_string(c.intermediate_size) +
+        " is not divisible by tensor_parallel_size " + std::to_string(tp.world_size()));
+  }
+  int64_t bytes = 0;
+  if (parallel.is_first_stage()) {
+    UC_ASSIGN_OR_RETURN(Tensor embed,
+                        w.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
+    UC_ASSIGN_OR_RETURN(model->embed_tokens_, layers::VocabParallelEmbedding::Load(embed, tp));
+  }
+  model->layers_.resize(c.num_hidden_layers);
+  for (int i = parallel.layer_start; i < parallel.layer_end; ++i) {
+    UC_ASSIGN_OR_RETURN(LayerParts parts, LoadLayerParts(c, i, w, tp));
+    bytes += LayerBytes(parts);
+    const kernels::AttentionShape shape{
+        .num_heads = static_cast<int>(parts.qkv.num_heads_per_rank()),
+        .num_kv_heads = static_cast<int>(parts.qkv.num_kv_heads_per_rank()),
+        .head_dim = c.head_dim,
+        .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+    };
+    model->q_size_per_rank_ = parts.qkv.q_size_per_rank();
+    model->kv_size_per_rank_ = parts.qkv.kv_size_per_rank();
+    model->intermediate_per_partition_ = parts.gate_up.output_size_per_partition(0);
+    layers::Rotary rotary(c.RopeInvFreq(), c.head_dim, c.rope_style);
+    layers::Attention attention(std::move(parts.qkv), std::move(parts.o_proj), std::move(rotary),
+                                shape);
+    layers::GatedMlp mlp(std::move(parts.gate_up), std::move(parts.down));
+    model->layers_[i].emplace<DecoderLayer>(
+        i, layers::RmsNorm(parts.input_norm, c.rms_norm_eps), std::move(attention),
+        layers::RmsNorm(parts.post_norm, c.rms_norm_eps), std::move(mlp));
+  }
+  if (parallel.is_last_stage()) {
+    UC_ASSIGN_OR_RETURN(Tensor norm, w.Vector("model.norm.weight", c.hidden_size));
+    model->norm_ = layers::RmsNorm(std::move(norm), c.rms_norm_eps);
+    const bool separate_head = !c.tie_word_embeddings || checkpoint.tensors->Has("lm_head.weight");
+    UC_ASSIGN_OR_RETURN(Tensor head,
+                        w.Matrix(separate_head ? "lm_head.weight" : "model.embed_tokens.weight",
+                                 c.vocab_size, c.hidden_size));
+    UC_ASSIGN_OR_RETURN(model->lm_head_,
+                        layers::ParallelLmHead::Load(head, tp, /*use_all_gather=*/false));
+    bytes += model->lm_head_.vocab_size() == 0 ? 0 : head.nbytes() / tp.world_size();
+  }
+  model->weight_bytes_ = bytes;
+  return model;
 }
 
 StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint) {
-  const ModelConfig& c = checkpoint.config;
-  WeightLoader loader(*checkpoint.tensors);
-  std::unique_ptr<CausalLM> model(new CausalLM());
-  model->config_ = c;
-  UC_ASSIGN_OR_RETURN(Tensor embed,
-                      loader.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
-  model->embed_tokens_ = layers::Embedding(embed);
-  model->layers_.reserve(c.num_hidden_layers);
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    UC_ASSIGN_OR_RETURN(DecoderLayer layer, LoadLayer(c, i, loader));
-    model->layers_.push_back(std::move(layer));
-  }
-  UC_ASSIGN_OR_RETURN(Tensor norm, loader.Vector("model.norm.weight", c.hidden_size));
-  model->norm_ = layers::RmsNorm(std::move(norm), c.rms_norm_eps);
-  if (!c.tie_word_embeddings || checkpoint.tensors->Has("lm_head.weight")) {
-    UC_ASSIGN_OR_RETURN(Tensor head, loader.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
-    model->lm_head_ = layers::Linear(std::move(head), Tensor());
-  } else {
-    model->lm_head_ = layers::Linear(embed, Tensor());
-  }
-  model->weight_bytes_ = loader.bytes();
+  auto tp =
+      std::make_unique<distributed::GroupCoordinator>(std::vector<int>{0}, 0, 0, nullptr, "tp");
+  ParallelContext parallel;
+  parallel.tp_group = tp.get();
+  parallel.layer_end = checkpoint.config.num_hidden_layers;
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model, Load(checkpoint, parallel));
+  model->own_tp_group_ = std::move(tp);
   return model;
 }
 
 KvCache CausalLM::NewKvCache(int capacity) const {
   KvCache cache;
   cache.capacity = capacity;
-  cache.layers.reserve(config_.num_hidden_layers);
-  for (int i = 0; i < config_.num_hidden_layers; ++i) {
-    cache.layers.push_back({Tensor::Zeros({capacity, config_.kv_size()}, DType::kF32),
-                            Tensor::Zeros({capacity, config_.kv_size()}, DType::kF32)});
+  cache.layers.resize(config_.num_hidden_layers);
+  for (int i = parallel_.layer_start; i < parallel_.layer_end; ++i) {
+    cache.layers[i] = {Tensor::Zeros({capacity, kv_size_per_rank_}, DType::kF32),
+                       Tensor::Zeros({capacity, kv_size_per_rank_}, DType::kF32)};
   }
   return cache;
 }
 
 Activations& CausalLM::ActivationsFor(int64_t m) {
   if (activations_ == nullptr || activations_->max_tokens < m) {
-    activations_ = std::make_unique<Activations>(m, config_);
+    activations_ = std::make_unique<Activations>(m, config_, q_size_per_rank_, kv_size_per_rank_,
+                                                 intermediate_per_partition_);
   }
   return *activations_;
+}
+
+bool CausalLM::has_logits() const { return parallel_.is_last_stage() && lm_head_.has_logits(); }
+
+void CausalLM::ForwardStage(std::span<const int32_t> ids, std::span<const int32_t> positions,
+                            KvCache& cache, const IntermediateTensors* input,
+                            IntermediateTensors* output, LogitsRequest request, Tensor* logits,
+                            ThreadPool* pool, ForwardHooks* hooks) {
+  const int64_t m = static_cast<int64_t>(positions.size());
+  UC_CHECK(m >= 1, "ForwardStage with no tokens");
+  Activations& act = ActivationsFor(m);
+  Tensor hidden = act.hidden_states.Slice(0, m);
+  Tensor residual = act.residual.Slice(0, m);
+  if (parallel_.is_first_stage()) {
+    UC_CHECK(static_cast<int64_t>(ids.size()) == m, "%zu ids for %lld positions", ids.size(),
+             static_cast<long long>(m));
+    embed_tokens_.Forward(ids, hidden);
+    std::memset(residual.raw(), 0, static_cast<size_t>(residual.nbytes()));
+  } else {
+    UC_CHECK(input != nullptr && input->hidden_states.dim(0) == m && input->residual.dim(0) == m,
+             "stage %d needs the previous stage's tensors for %lld tokens", parallel_.pp_rank,
+             static_cast<long long>(m));
+    std::memcpy(hidden.raw(), input->hidden_states.raw(), static_cast<size_t>(hidden.nbytes()));
+    std::memcpy(residual.raw(), input->residual.raw(), static_cast<size_t>(residual.nbytes()));
+  }
+  const ForwardContext ctx{positions, &cache, hooks, pool};
+  for (int i = parallel_.layer_start; i < parallel_.layer_end; ++i) {
+    std::get<DecoderLayer>(layers_[i]).Forward(ctx, act, m);
+  }
+  if (!parallel_.is_last_stage()) {
+    UC_CHECK(output != nullptr, "a non-last stage needs an output");
+    output->hidden_states = hidden.Clone();
+    output->residual = residual.Clone();
+    return;
+  }
+  Finish(positions, m, request, logits, pool, hooks);
+}
+
+// Final norm over the residual stream and the LM head, for the last token or all of them.
+void CausalLM::Finish(std::span<const int32_t> positions, int64_t m, LogitsRequest request,
+                      Tensor* logits, ThreadPool* pool, ForwardHooks* hooks) {
+  if (request == LogitsRequest::kNone) return;
+  Activations& act = *activations_;
+  const int64_t first = request == LogitsRequest::kAll ? 0 : m - 1;
+  Tensor stream = act.residual.Slice(first, m);
+  kernels::AddInPlace(act.hidden_states.Slice(first, m), stream);
+  Tensor normed = act.normed.Slice(first, m);
+  norm_.Forward(stream, normed);
+  const TapPoint final_point{config_.num_hidden_layers, Site::kFinalNorm};
+  if (hooks != nullptr && hooks->Wants(final_point)) {
+    hooks->Observe(final_point, positions.subspan(first), normed);
+  }
+  Tensor unused;
+  Tensor& out = logits != nullptr ? *logits : unused;
+  if (lm_head_.has_logits()) {
+    UC_CHECK(logits != nullptr && out.dim(0) == m - first && out.dim(1) == config_.vocab_size,
+             "logits must be [%lld, %d]", static_cast<long long>(m - first), config_.vocab_size);
+  }
+  lm_head_.Forward(normed, out, pool);
 }
 
 void CausalLM::Forward(std::span<const int32_t> ids, std::span<const int32_t> positions,
                        KvCache& cache, bool all_logits, Tensor& logits, ThreadPool* pool,
                        ForwardHooks* hooks) {
-  const int64_t m = static_cast<int64_t>(ids.size());
-  UC_CHECK(m >= 1 && positions.size() == ids.size(), "Forward: %lld ids, %zu positions",
-           static_cast<long long>(m), positions.size());
-  UC_CHECK(logits.dim(0) == (all_logits ? m : 1) && logits.dim(1) == config_.vocab_size,
-           "Forward: logits shape %s", ShapeToString(logits.shape()).c_str());
-  Activations& act = ActivationsFor(m);
-  Tensor residual = act.residual.Slice(0, m);
-  embed_tokens_.Forward(ids, residual);
-  const ForwardContext ctx{positions, &cache, hooks, pool};
-  for (const DecoderLayer& layer : layers_) layer.Forward(ctx, act, m);
-  const int64_t first = all_logits ? 0 : m - 1;
-  Tensor last = act.residual.Slice(first, m);
-  Tensor normed = act.normed.Slice(first, m);
-  norm_.Forward(last, normed);
-  const TapPoint final_point{config_.num_hidden_layers, Site::kFinalNorm};
-  if (hooks != nullptr && hooks->Wants(final_point)) {
-    hooks->Observe(final_point, positions.subspan(first), normed);
-  }
-  lm_head_.Forward(normed, logits, pool);
+  UC_CHECK(parallel_.pp_size == 1, "Forward runs a single-stage model; use ForwardStage");
+  ForwardStage(ids, positions, cache, nullptr, nullptr,
+               all_logits ? LogitsRequest::kAll : LogitsRequest::kLast, &logits, pool, hooks);
 }
 
 }  // namespace uc::models

@@ -2,42 +2,72 @@
 // -----------------------------------------------------------------------------
 // The Llama-family decoder shared by every architecture in models/architectures/: token
 // embedding, N pre-norm decoder layers (RMSNorm -> attention -> add, RMSNorm -> SwiGLU -> add),
-// final RMSNorm and the LM head. Weights are views into the checkpoint, checked against the
-// config at load (shape mismatches name the tensor and both shapes).
+// final RMSNorm and the LM head; tensor-parallel through the parallel layers of layers/ and
+// pipeline-parallel by stages.
 //
-// Forward runs a contiguous run of tokens of ONE sequence (prefill chunk or one decode token)
-// against that sequence's KV cache. Not thread-safe: a CausalLM owns scratch buffers reused
-// across calls; use one per thread, or serialize calls.
+// A CausalLM is one rank's part of the model: the layers [layer_start, layer_end) of its
+// pipeline stage (the others are PPMissingLayer entries, so layer indices stay global), the
+// embedding on the first stage, final norm and LM head on the last, each sharded over the TP
+// group by rank_in_group. With one process both groups have size 1 and it is the whole model.
+//
+// The residual stream travels as vLLM's pair: after layer L it is hidden_states + residual.
+// Stages exchange that pair as IntermediateTensors. Weights are views into the checkpoint,
+// checked against the config at load (mismatches name the tensor and both shapes).
+//
+// Not thread-safe: a CausalLM owns scratch buffers reused across calls; serialize calls.
 #pragma once
 
 #include <memory>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "distributed/group_coordinator.h"
 #include "layers/attention.h"
-#include "layers/embedding.h"
 #include "layers/gated_mlp.h"
-#include "layers/linear.h"
 #include "layers/rms_norm.h"
+#include "layers/vocab_parallel_embedding.h"
 #include "models/checkpoint.h"
 #include "models/forward_hooks.h"
 
 namespace uc::models {
 
-// Per-sequence KV cache: one layer entry per decoder layer, `capacity` positions each.
+// Where this rank sits in the deployment.
+struct ParallelContext {
+  distributed::GroupCoordinator* tp_group = nullptr;  // never null (size 1 in one process)
+  int pp_rank = 0;                                    // this rank's pipeline stage
+  int pp_size = 1;
+  int layer_start = 0;  // this stage owns decoder layers [layer_start, layer_end)
+  int layer_end = 0;
+  bool is_first_stage() const { return pp_rank == 0; }
+  bool is_last_stage() const { return pp_rank == pp_size - 1; }
+};
+
+// What flows between pipeline stages; the residual stream is hidden_states + residual.
+struct IntermediateTensors {
+  Tensor hidden_states;  // [m, hidden_size] F32
+  Tensor residual;       // [m, hidden_size] F32
+};
+
+// Per-sequence KV cache on this rank: entries for the owned layers only (others are empty).
 struct KvCache {
   int capacity = 0;
-  std::vector<layers::KvCacheLayer> layers;
+  std::vector<layers::KvCacheLayer> layers;  // [num_hidden_layers]
 };
+
+// Which logits a forward call produces on the last stage.
+enum class LogitsRequest { kNone, kLast, kAll };
 
 // Buffers reused by every layer of one forward call, sized for `max_tokens` tokens.
 struct Activations {
-  Activations(int64_t max_tokens, const ModelConfig& config);
+  Activations(int64_t max_tokens, const ModelConfig& config, int64_t q_size_per_rank,
+              int64_t kv_size_per_rank, int64_t intermediate_size_per_partition);
   int64_t max_tokens;
-  Tensor residual;   // [max_tokens, hidden_size]  the residual stream
-  Tensor normed;     // [max_tokens, hidden_size]  RMSNorm output fed to a block
-  Tensor block_out;  // [max_tokens, hidden_size]  attention or MLP output
+  Tensor hidden_states;  // [max_tokens, hidden_size]  output of the last block
+  Tensor residual;       // [max_tokens, hidden_size]  the residual stream minus hidden_states
+  Tensor normed;         // [max_tokens, hidden_size]  RMSNorm output fed to a block
+  Tensor tap;            // [max_tokens, hidden_size]  hidden_states + residual, for probes
   layers::AttentionBuffers attention;
   layers::MlpBuffers mlp;
 };
@@ -55,11 +85,14 @@ class DecoderLayer {
   DecoderLayer(int layer_index, layers::RmsNorm input_layernorm, layers::Attention attention,
                layers::RmsNorm post_attention_layernorm, layers::GatedMlp mlp);
 
-  // Updates act.residual[0:m] in place with this layer's attention and MLP contributions.
+  // (hidden_states, residual) of the previous layer -> those of this layer, in place on
+  // act.hidden_states[0:m] and act.residual[0:m].
   void Forward(const ForwardContext& ctx, Activations& act, int64_t m) const;
+  const layers::Attention& attention() const { return attention_; }
 
  private:
   void Tap(const ForwardContext& ctx, Site site, const Tensor& value) const;
+  void TapResidual(const ForwardContext& ctx, Activations& act, int64_t m) const;
 
   int layer_index_;
   layers::RmsNorm input_layernorm_;
@@ -68,35 +101,60 @@ class DecoderLayer {
   layers::GatedMlp mlp_;
 };
 
+// A layer owned by another pipeline stage: keeps the layer table at its global length.
+struct PPMissingLayer {};
+
 class CausalLM {
  public:
-  // Builds the model from `checkpoint`, checking every tensor's presence, shape and dtype.
+  // Builds this rank's part of the model from `checkpoint`, checking every tensor it needs
+  // (presence, shape, dtype) and that the model divides over the TP group (heads, KV heads,
+  // intermediate size), naming the dimension otherwise.
+  static StatusOr<std::unique_ptr<CausalLM>> Load(const Checkpoint& checkpoint,
+                                                  const ParallelContext& parallel);
+  // The whole model in this process (one TP rank, one stage).
   static StatusOr<std::unique_ptr<CausalLM>> Load(const Checkpoint& checkpoint);
 
   const ModelConfig& config() const { return config_; }
-  // A zeroed cache for sequences of up to `capacity` positions.
+  const ParallelContext& parallel() const { return parallel_; }
+  // A zeroed cache for sequences of up to `capacity` positions (owned layers only).
   KvCache NewKvCache(int capacity) const;
 
-  // Runs tokens ids[i] at positions[i] (consecutive, continuing what `cache` holds) and writes
-  // logits: [m, vocab_size] if all_logits, else [1, vocab_size] for the last token.
-  // REQUIRES: ids.size() == positions.size() >= 1; positions < cache.capacity.
+  // Runs this stage over tokens ids[i] at positions[i] (consecutive, continuing what `cache`
+  // holds). First stage: reads `ids`; other stages read `input` (the previous stage's output).
+  // Not last stage: fills `output` for the next stage. Last stage: runs the final norm and LM
+  // head as `request` says — the same request on every rank of the stage — and writes `logits`
+  // where has_logits(): [m, vocab_size] for kAll, [1, vocab_size] for kLast. `logits` may be
+  // null where !has_logits() or for kNone.
+  void ForwardStage(std::span<const int32_t> ids, std::span<const int32_t> positions,
+                    KvCache& cache, const IntermediateTensors* input, IntermediateTensors* output,
+                    LogitsRequest request, Tensor* logits, ThreadPool* pool,
+                    ForwardHooks* hooks = nullptr);
+
+  // The whole model in one stage (pp_size == 1): ids -> logits.
   void Forward(std::span<const int32_t> ids, std::span<const int32_t> positions, KvCache& cache,
                bool all_logits, Tensor& logits, ThreadPool* pool, ForwardHooks* hooks = nullptr);
 
-  // Total bytes of weights (as stored), for bandwidth figures.
+  // True where ForwardStage writes logits.
+  bool has_logits() const;
+  // Bytes of weights this rank streams per token (as stored), for bandwidth figures.
   int64_t weight_bytes() const { return weight_bytes_; }
 
  private:
   CausalLM() = default;
   Activations& ActivationsFor(int64_t m);
+  void Finish(std::span<const int32_t> positions, int64_t m, LogitsRequest request, Tensor* logits,
+              ThreadPool* pool, ForwardHooks* hooks);
 
   ModelConfig config_;
-  layers::Embedding embed_tokens_;
-  std::vector<DecoderLayer> layers_;
-  layers::RmsNorm norm_;
-  layers::Linear lm_head_;
+  ParallelContext parallel_;
+  int64_t q_size_per_rank_ = 0, kv_size_per_rank_ = 0, intermediate_per_partition_ = 0;
+  layers::VocabParallelEmbedding embed_tokens_;                     // first stage only
+  std::vector<std::variant<PPMissingLayer, DecoderLayer>> layers_;  // [num_hidden_layers]
+  layers::RmsNorm norm_;                                            // last stage only
+  layers::ParallelLmHead lm_head_;                                  // last stage only
   int64_t weight_bytes_ = 0;
   std::unique_ptr<Activations> activations_;
+  std::unique_ptr<distributed::GroupCoordinator> own_tp_group_;  // single-process Load only
 };
 
 }  // namespace uc::models
