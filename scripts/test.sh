@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to every test passing: installs the dependencies,
 # fetches the real chat model the model tests use, checks formatting, builds with warnings as
-# errors, and runs the unit, integration and model suites, then the bad-input suite again
+# errors, and runs the unit, integration, model and multi-process (mpiexec) suites, then the
+# unit and bad-input suites again
 # under AddressSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ echo "== build (ci preset)"
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j"$JOBS"
 
-for label in unit integration model; do
+for label in unit integration model mpi; do
   echo "== tests: $label"
   ctest --preset ci -L "^${label}\$" -j"$JOBS"
 done

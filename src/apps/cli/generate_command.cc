@@ -5,6 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli/exit_codes.h"
+#include "apps/cli/launch.h"
+#include "distributed/mpi/mpi_runtime.h"
+#include "engine/deployment.h"
 #include "engine/generator.h"
 
 namespace uc::cli {
@@ -12,6 +15,9 @@ namespace {
 
 struct GenerateOptions {
   engine::GeneratorOptions generator;
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  double step_timeout = 120.0;
   std::string model;
   std::string tokenizer;
   std::string prompt;
@@ -38,15 +44,51 @@ nlohmann::json ResultToJson(const engine::GenerationResult& r) {
   };
 }
 
+// Sets up this rank's share of the deployment. Under MPI every rank gets here; the non-driver
+// ranks serve steps until the driver shuts them down, and return.
+StatusOr<std::unique_ptr<engine::Generator>> OpenGenerator(GenerateOptions& o, bool* served) {
+  *served = false;
+  const int world = o.tensor_parallel_size * o.pipeline_parallel_size;
+  if (world == 1 && !distributed::LaunchedUnderMpi()) {
+    return engine::Generator::Open(o.generator);
+  }
+  UC_RETURN_IF_ERROR(distributed::MpiRuntime::Init(nullptr, nullptr));
+  distributed::MpiBackend backend;
+  engine::DeploymentOptions d;
+  d.model_path = o.generator.model_path;
+  d.tensor_parallel_size = o.tensor_parallel_size;
+  d.pipeline_parallel_size = o.pipeline_parallel_size;
+  d.num_threads = o.generator.num_threads;
+  d.step_timeout_seconds = o.step_timeout;
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment,
+                      engine::Deployment::Create(d, &backend));
+  if (!deployment->is_driver()) {
+    deployment->worker().Loop();
+    *served = true;
+    return std::unique_ptr<engine::Generator>();
+  }
+  return engine::Generator::OpenDriver(o.generator, std::move(deployment));
+}
+
+// Ends MPI (when it was started) and passes `code` through.
+int Finish(int code) {
+  if (distributed::MpiRuntime::initialized()) (void)distributed::MpiRuntime::Finalize();
+  return code;
+}
+
 int RunGenerate(GenerateOptions& o) {
   o.generator.model_path = o.model;
   if (!o.tokenizer.empty()) o.generator.tokenizer_path = o.tokenizer;
   if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
-  StatusOr<std::unique_ptr<engine::Generator>> gen = engine::Generator::Open(o.generator);
+  bool served = false;
+  StatusOr<std::unique_ptr<engine::Generator>> gen = OpenGenerator(o, &served);
+  const bool rank0 =
+      !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
   if (!gen.ok()) {
-    std::fprintf(stderr, "error: %s\n", gen.status().message().c_str());
-    return kExitFailure;
+    if (rank0) std::fprintf(stderr, "error: %s\n", gen.status().message().c_str());
+    return Finish(kExitFailure);
   }
+  if (served) return Finish(kExitOk);
   engine::TextCallback stream = nullptr;
   if (!o.json) {
     stream = [](std::string_view text) {
@@ -56,9 +98,10 @@ int RunGenerate(GenerateOptions& o) {
     };
   }
   StatusOr<engine::GenerationResult> result = (*gen)->Generate(o.prompt, o.sampling, stream);
+  gen->reset();  // shuts the other ranks down
   if (!result.ok()) {
     std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
-    return kExitFailure;
+    return Finish(kExitFailure);
   }
   if (o.json) {
     std::cout << ResultToJson(*result).dump() << std::endl;
@@ -70,14 +113,25 @@ int RunGenerate(GenerateOptions& o) {
                  result->timings.generated_tokens, result->timings.decode_tokens_per_second(),
                  result->stop_reason.c_str());
   }
-  return kExitOk;
+  return Finish(kExitOk);
 }
 
 }  // namespace
 
-void AddGenerateCommand(CLI::App& app) {
+void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
   auto options = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text for one prompt");
+  cmd->add_option("--tensor-parallel-size,--tp", options->tensor_parallel_size,
+                  "Ranks that split every layer (tensor parallelism)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--pipeline-parallel-size,--pp", options->pipeline_parallel_size,
+                  "Ranks that split the layers into stages (pipeline parallelism)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--step-timeout", options->step_timeout,
+                  "Seconds the driver waits for any rank within one step before aborting")
+      ->capture_default_str();
   cmd->add_option("--model,-m", options->model,
                   "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin")
       ->required();
@@ -105,7 +159,15 @@ void AddGenerateCommand(CLI::App& app) {
                   "Context length (default: the model's)");
   cmd->add_flag("--json", options->json,
                 "Print one JSON object: ids, text, finish reason and timings");
-  cmd->callback([options] { throw CLI::RuntimeError(RunGenerate(*options)); });
+  cmd->callback([options, argc, argv] {
+    const int world = options->tensor_parallel_size * options->pipeline_parallel_size;
+    if (world > 1 && !distributed::LaunchedUnderMpi()) {
+      const Status status = ReexecUnderMpirun(world, argc, argv);  // returns only on failure
+      std::fprintf(stderr, "error: %s\n", status.message().c_str());
+      throw CLI::RuntimeError(kExitFailure);
+    }
+    throw CLI::RuntimeError(RunGenerate(*options));
+  });
 }
 
 }  // namespace uc::cli

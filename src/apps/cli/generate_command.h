@@ -9,7 +9,7 @@
 
 namespace uc::cli {
 
-// Registers the subcommand on `app`; the returned options stay owned by the subcommand.
-void AddGenerateCommand(CLI::App& app);
+// Registers the subcommand on `app`. argc/argv are the process's, for re-executing under mpirun.
+void AddGenerateCommand(CLI::App& app, int argc, char** argv);
 
 }  // namespace uc::cli

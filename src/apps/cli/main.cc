@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"undercurrent: activation probing for live LLM inference"};
   app.set_version_flag("--version", std::string("undercurrent ") + UC_VERSION);
   app.require_subcommand(1);
-  uc::cli::AddGenerateCommand(app);
+  uc::cli::AddGenerateCommand(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
