@@ -1,0 +1,46 @@
+#include "engine/deployment.h"
+
+#include <gtest/gtest.h>
+
+namespace uc::engine {
+namespace {
+
+models::ModelConfig Stories260K() {
+  models::ModelConfig c;
+  c.hidden_size = 64;
+  c.intermediate_size = 172;
+  c.num_hidden_layers = 5;
+  c.num_attention_heads = 8;
+  c.num_key_value_heads = 4;
+  c.head_dim = 8;
+  c.vocab_size = 512;
+  return c;
+}
+
+// Sizes that do not divide are refused before any weight is read, naming the dimension.
+TEST(ValidateParallelismTest, NamesTheDimensionThatDoesNotDivide) {
+  const models::ModelConfig c = Stories260K();
+  EXPECT_TRUE(ValidateParallelism(c, 1, 1, "m").ok());
+  EXPECT_TRUE(ValidateParallelism(c, 4, 2, "m").ok());
+  EXPECT_TRUE(ValidateParallelism(c, 2, 5, "m").ok());
+  const Status heads = ValidateParallelism(c, 3, 1, "m");
+  EXPECT_NE(heads.message().find("num_attention_heads 8"), std::string::npos) << heads.message();
+  const Status mlp = ValidateParallelism(c, 8, 1, "m");
+  EXPECT_NE(mlp.message().find("intermediate_size 172"), std::string::npos) << mlp.message();
+  const Status layers = ValidateParallelism(c, 1, 6, "m");
+  EXPECT_NE(layers.message().find("num_hidden_layers 5"), std::string::npos) << layers.message();
+  models::ModelConfig odd_vocab = c;
+  odd_vocab.vocab_size = 513;
+  const Status vocab = ValidateParallelism(odd_vocab, 2, 1, "m");
+  EXPECT_NE(vocab.message().find("vocab_size 513"), std::string::npos) << vocab.message();
+  models::ModelConfig kv = c;
+  kv.num_attention_heads = 12;
+  kv.num_key_value_heads = 3;
+  kv.intermediate_size = 176;
+  const Status kv_heads = ValidateParallelism(kv, 2, 1, "m");
+  EXPECT_NE(kv_heads.message().find("num_key_value_heads 3"), std::string::npos)
+      << kv_heads.message();
+}
+
+}  // namespace
+}  // namespace uc::engine
