@@ -124,6 +124,13 @@ Status Generator::Init(const GeneratorOptions& options) {
                     << " exceeds the model's max_position_embeddings "
                     << config.max_position_embeddings;
   }
+  if (config.sliding_window > 0 && max_model_len_ > config.sliding_window) {
+    // The attention kernels attend to the whole prefix; within the window that is exact.
+    UC_LOG(WARNING) << "sliding_window " << config.sliding_window
+                    << " is not implemented: context limited to " << config.sliding_window
+                    << " tokens";
+    max_model_len_ = config.sliding_window;
+  }
   prefill_chunk_ = std::max(1, options.prefill_chunk);
   return OkStatus();
 }
