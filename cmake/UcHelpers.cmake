@@ -1,6 +1,7 @@
 # Declarative build helpers (abseil style):
 #   uc_library(NAME layers SRCS a.cc b.cc DEPS kernels distributed [AVX2_SRCS cpu/x.cc])
 #   uc_test(NAME linear_test SRCS linear_test.cc DEPS layers LABELS unit [TIMEOUT 60])
+# (one label per uc_test: gtest_discover_tests cannot pass a list of labels through).
 # A library NAME is target `uc_NAME` with alias `uc::NAME`; its include root is src/, so code
 # includes "module/file.h".
 

@@ -18,7 +18,7 @@ echo "== build (ci preset)"
 cmake --preset ci >/dev/null
 cmake --build --preset ci -j"$JOBS"
 
-for label in unit integration model mpi; do
+for label in unit integration badinput model mpi; do
   echo "== tests: $label"
   ctest --preset ci -L "^${label}\$" -j"$JOBS"
 done
