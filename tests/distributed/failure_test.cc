@@ -58,7 +58,8 @@ Outcome RunAndSignal(int signal, const std::string& test_name) {
   const std::string command =
       "env " + marker + " " + testing::CliBinary().string() + " generate --model " +
       (fs::path(UC_SOURCE_DIR) / "models" / "stories260K").string() +
-      " --prompt 'Once upon a time' --max-tokens 100000 --ignore-eos --temperature 0" +
+      " --prompt 'Once upon a time' --max-tokens 200000 --max-model-len 200008" +
+      " --ignore-eos --temperature 0" +
       " --tensor-parallel-size 2 --threads 1 --step-timeout 3 > " + log.string() + " 2>&1";
   const auto start = Clock::now();
   const pid_t child = fork();

@@ -66,7 +66,8 @@ double IdleShare(const std::function<void(int64_t*)>& broadcast, double seconds,
 int Main(int argc, char** argv) {
   if (!MpiRuntime::Init(&argc, &argv).ok()) return 1;
   double idle_seconds = 2.0;
-  WaitPolicy policy;
+  WaitPolicy policy;  // first column: arrive-then-blocking; second: the non-blocking default
+  policy.collective_mode = CollectiveMode::kArriveThenBlocking;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--idle-seconds") == 0) idle_seconds = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--spin-us") == 0) policy.spin_seconds = 1e-6 * std::atof(argv[i + 1]);
