@@ -11,6 +11,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libcli11-dev
   libpcre2-dev
   python3 python3-numpy python3-pip
+  iproute2 util-linux procps
 )
 
 SUDO=""
