@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "distributed/thread_process_group.h"
+#include "layers/layers_test_util.h"
 #include "layers/linear.h"
 
 namespace uc::layers {
@@ -16,22 +17,8 @@ namespace {
 using distributed::GroupCoordinator;
 using distributed::RunWithThreadGroup;
 
-Tensor RandomF32(Shape shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(ShapeNumel(shape)));
-  for (float& x : v) x = dist(rng);
-  return Tensor::FromVector(v, std::move(shape));
-}
-
-// A [rows, cols] weight in `dtype` (quantized from random F32 values).
-Tensor RandomWeight(int64_t rows, int64_t cols, DType dtype, uint32_t seed) {
-  const Tensor f = RandomF32({rows, cols}, seed);
-  if (dtype == DType::kF32) return f;
-  Tensor w = Tensor::Empty({rows, cols}, dtype);
-  for (int64_t i = 0; i < rows; ++i) QuantizeRow(dtype, f.data<float>() + i * cols, w.row(i), cols);
-  return w;
-}
+using testing::RandomF32;
+using testing::RandomWeight;
 
 // Columns [begin, end) of a [m, n] F32 tensor.
 std::vector<float> Columns(const Tensor& t, int64_t begin, int64_t end) {

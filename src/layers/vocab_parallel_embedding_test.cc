@@ -9,6 +9,7 @@
 
 #include "distributed/thread_process_group.h"
 #include "layers/embedding.h"
+#include "layers/layers_test_util.h"
 #include "layers/linear.h"
 
 namespace uc::layers {
@@ -17,21 +18,8 @@ namespace {
 using distributed::GroupCoordinator;
 using distributed::RunWithThreadGroup;
 
-Tensor RandomF32(Shape shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(ShapeNumel(shape)));
-  for (float& x : v) x = dist(rng);
-  return Tensor::FromVector(v, std::move(shape));
-}
-
-Tensor RandomTable(int64_t rows, int64_t cols, DType dtype, uint32_t seed) {
-  const Tensor f = RandomF32({rows, cols}, seed);
-  if (dtype == DType::kF32) return f;
-  Tensor w = Tensor::Empty({rows, cols}, dtype);
-  for (int64_t i = 0; i < rows; ++i) QuantizeRow(dtype, f.data<float>() + i * cols, w.row(i), cols);
-  return w;
-}
+using testing::RandomF32;
+using testing::RandomWeight;
 
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want) {
   ASSERT_EQ(got.size(), want.size());
@@ -68,7 +56,7 @@ class VocabParallelTest : public ::testing::TestWithParam<Case> {
 constexpr int64_t kHidden = 64;
 
 TEST_P(VocabParallelTest, EmbeddingEqualsTheUnshardedLookup) {
-  const Tensor table = RandomTable(vocab(), kHidden, dtype(), 1);
+  const Tensor table = RandomWeight(vocab(), kHidden, dtype(), 1);
   std::vector<int32_t> ids = {0, static_cast<int32_t>(vocab() - 1),
                               3 % static_cast<int32_t>(vocab()), 1 % static_cast<int32_t>(vocab())};
   for (int32_t i = 0; i < vocab(); i += 5) ids.push_back(i);
@@ -87,7 +75,7 @@ TEST_P(VocabParallelTest, EmbeddingEqualsTheUnshardedLookup) {
 
 TEST_P(VocabParallelTest, LmHeadGathersFullLogits) {
   constexpr int64_t kM = 3;
-  const Tensor weight = RandomTable(vocab(), kHidden, dtype(), 2);
+  const Tensor weight = RandomWeight(vocab(), kHidden, dtype(), 2);
   const Tensor x = RandomF32({kM, kHidden}, 3);
   Tensor ref = Tensor::Empty({kM, vocab()}, DType::kF32);
   Linear(weight, Tensor()).Forward(x, ref, nullptr);
