@@ -2,7 +2,9 @@
 // AVX2 and the portable path, with one and two threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <tuple>
@@ -373,6 +375,65 @@ TEST_P(OpsTest, CausalAttentionMatchesReference) {
                       "heads=" + std::to_string(c.num_heads) + "/" +
                           std::to_string(c.num_kv_heads) +
                           " head_dim=" + std::to_string(c.head_dim));
+  }
+}
+
+// A batch of sequences of different lengths, prefill chunks and decode tokens mixed, whose
+// blocks are scattered over the cache in shuffled order.
+TEST_P(OpsTest, PagedAttentionMatchesReference) {
+  struct Case {
+    int num_heads, num_kv_heads, head_dim, block_size;
+  };
+  const std::vector<Case> cases = {
+      {4, 2, 8, 16}, {6, 3, 12, 4}, {8, 2, 64, 16}, {3, 1, 40, 1}, {2, 2, 128, 64}};
+  // (sequence length so far, tokens of it in this batch)
+  const std::vector<std::pair<int, int>> seqs = {{1, 1}, {37, 1}, {70, 20}, {16, 16}, {130, 3}};
+  uint32_t seed = 300;
+  for (const Case& c : cases) {
+    const int max_len = 130;
+    const int blocks_per_seq = (max_len + c.block_size - 1) / c.block_size;
+    const int num_blocks = blocks_per_seq * static_cast<int>(seqs.size()) + 3;
+    std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+    for (int b = 0; b < num_blocks; ++b) ids[b] = b;
+    std::mt19937 rng(seed);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int32_t> tables(seqs.size() * blocks_per_seq, -1);
+    size_t next = 0;
+    std::vector<int32_t> positions, token_seq;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const auto [len, tokens] = seqs[s];
+      for (int b = 0; b * c.block_size < len; ++b) tables[s * blocks_per_seq + b] = ids[next++];
+      for (int p = len - tokens; p < len; ++p) {
+        positions.push_back(p);
+        token_seq.push_back(static_cast<int32_t>(s));
+      }
+    }
+    const int64_t m = static_cast<int64_t>(positions.size());
+    const int64_t kv_width = int64_t{c.num_kv_heads} * c.head_dim;
+    const Tensor q = RandomNormal({m, int64_t{c.num_heads} * c.head_dim}, seed++, 2.0f);
+    const Tensor k = RandomNormal({int64_t{num_blocks} * c.block_size, kv_width}, seed++);
+    const Tensor v = RandomNormal({int64_t{num_blocks} * c.block_size, kv_width}, seed++);
+    const AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim,
+                               1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    const PagedKvLayout layout{c.block_size, blocks_per_seq, tables, token_seq};
+    Tensor got = Tensor::Empty(q.shape(), DType::kF32);
+    Tensor want = Tensor::Empty(q.shape(), DType::kF32);
+    PagedAttention(q, k, v, layout, positions, shape, got, pool());
+    reference::PagedAttention(q, k, v, layout, positions, shape, want);
+    ExpectCloseScaled(got, want, 1e-5, "block_size=" + std::to_string(c.block_size));
+    // A token's result does not depend on its batch neighbours: run each token alone.
+    for (int64_t i = 0; i < m; ++i) {
+      Tensor qi = q.Slice(i, i + 1);
+      Tensor alone = Tensor::Empty(qi.shape(), DType::kF32);
+      const int32_t seq[1] = {token_seq[i]};
+      const PagedKvLayout one{c.block_size, blocks_per_seq, tables, seq};
+      PagedAttention(qi, k, v, one, std::span<const int32_t>(&positions[i], 1), shape, alone,
+                     pool());
+      ASSERT_EQ(
+          std::memcmp(alone.raw(), got.Slice(i, i + 1).raw(), static_cast<size_t>(alone.nbytes())),
+          0)
+          << "token " << i;
+    }
   }
 }
 

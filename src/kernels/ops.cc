@@ -175,9 +175,81 @@ void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   }
   UC_CHECK(out.raw() != q.raw(), "CausalAttention: out must not alias q");
   if (q.numel() == 0) return;
-  const AttentionArgs args{
-      q.data<float>(), k_cache.data<float>(), v_cache.data<float>(), positions.data(), q.dim(0),
-      shape,           out.data<float>()};
+  static constexpr int32_t kOneBlock[1] = {0};
+  const AttentionArgs args{q.data<float>(),
+                           k_cache.data<float>(),
+                           v_cache.data<float>(),
+                           positions.data(),
+                           q.dim(0),
+                           shape,
+                           out.data<float>(),
+                           k_cache.dim(0),
+                           1,
+                           kOneBlock,
+                           nullptr};
+  UC_DISPATCH(CausalAttention, args, pool);
+}
+
+void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                    const PagedKvLayout& layout, std::span<const int32_t> positions,
+                    const AttentionShape& shape, Tensor& out, ThreadPool* pool) {
+  CheckF32Matrix(q, "PagedAttention", "q");
+  CheckF32Matrix(k_cache, "PagedAttention", "k_cache");
+  CheckF32Matrix(v_cache, "PagedAttention", "v_cache");
+  CheckF32Matrix(out, "PagedAttention", "out");
+  UC_CHECK(shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.head_dim > 0 &&
+               shape.num_heads % shape.num_kv_heads == 0,
+           "PagedAttention: %d heads are not a multiple of %d KV heads (head_dim %d)",
+           shape.num_heads, shape.num_kv_heads, shape.head_dim);
+  const int64_t q_width = int64_t{shape.num_heads} * shape.head_dim;
+  const int64_t kv_width = int64_t{shape.num_kv_heads} * shape.head_dim;
+  UC_CHECK(q.dim(1) == q_width && out.shape() == q.shape(),
+           "PagedAttention: q %s and out %s must be [m, %lld]", ShapeToString(q.shape()).c_str(),
+           ShapeToString(out.shape()).c_str(), static_cast<long long>(q_width));
+  UC_CHECK(k_cache.dim(1) == kv_width && v_cache.shape() == k_cache.shape(),
+           "PagedAttention: k_cache %s and v_cache %s must be [rows, %lld]",
+           ShapeToString(k_cache.shape()).c_str(), ShapeToString(v_cache.shape()).c_str(),
+           static_cast<long long>(kv_width));
+  const int64_t m = q.dim(0);
+  UC_CHECK(static_cast<int64_t>(positions.size()) == m &&
+               static_cast<int64_t>(layout.token_seq.size()) == m,
+           "PagedAttention: %zu positions and %zu token sequences for %lld tokens",
+           positions.size(), layout.token_seq.size(), static_cast<long long>(m));
+  UC_CHECK(layout.block_size > 0 && layout.blocks_per_seq > 0 &&
+               k_cache.dim(0) % layout.block_size == 0 &&
+               layout.block_tables.size() % static_cast<size_t>(layout.blocks_per_seq) == 0,
+           "PagedAttention: block_size %d, %d blocks per sequence, %zu table entries, cache %s",
+           layout.block_size, layout.blocks_per_seq, layout.block_tables.size(),
+           ShapeToString(k_cache.shape()).c_str());
+  const int64_t num_blocks = k_cache.dim(0) / layout.block_size;
+  const int64_t num_seqs = static_cast<int64_t>(layout.block_tables.size()) / layout.blocks_per_seq;
+  for (int64_t i = 0; i < m; ++i) {
+    const int32_t seq = layout.token_seq[i];
+    const int32_t p = positions[i];
+    UC_CHECK(seq >= 0 && seq < num_seqs, "PagedAttention: token %lld in sequence %d of %lld",
+             static_cast<long long>(i), seq, static_cast<long long>(num_seqs));
+    UC_CHECK(p >= 0 && p / layout.block_size < layout.blocks_per_seq,
+             "PagedAttention: position %d outside %d blocks of %d", p, layout.blocks_per_seq,
+             layout.block_size);
+    for (int32_t b = 0; b <= p / layout.block_size; ++b) {
+      const int32_t block = layout.block_tables[seq * layout.blocks_per_seq + b];
+      UC_CHECK(block >= 0 && block < num_blocks, "PagedAttention: block id %d outside [0, %lld)",
+               block, static_cast<long long>(num_blocks));
+    }
+  }
+  UC_CHECK(out.raw() != q.raw(), "PagedAttention: out must not alias q");
+  if (m == 0) return;
+  const AttentionArgs args{q.data<float>(),
+                           k_cache.data<float>(),
+                           v_cache.data<float>(),
+                           positions.data(),
+                           m,
+                           shape,
+                           out.data<float>(),
+                           layout.block_size,
+                           layout.blocks_per_seq,
+                           layout.block_tables.data(),
+                           layout.token_seq.data()};
   UC_DISPATCH(CausalAttention, args, pool);
 }
 

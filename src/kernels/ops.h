@@ -64,6 +64,28 @@ void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                      std::span<const int32_t> positions, const AttentionShape& shape, Tensor& out,
                      ThreadPool* pool);
 
+// Where each token's keys and values live in a paged KV cache (vLLM's PagedAttention layout).
+// The cache is [num_blocks * block_size, num_kv_heads * head_dim]: block b holds rows
+// [b * block_size, (b + 1) * block_size). Token i belongs to sequence token_seq[i], whose block
+// table is block_tables[token_seq[i] * blocks_per_seq, ... + blocks_per_seq); its key at
+// sequence position t sits in row table[t / block_size] * block_size + t % block_size.
+struct PagedKvLayout {
+  int block_size = 0;
+  int blocks_per_seq = 0;                 // row length of block_tables
+  std::span<const int32_t> block_tables;  // [num_seqs * blocks_per_seq]
+  std::span<const int32_t> token_seq;     // [m]: the sequence of each token
+};
+
+// Causal grouped-query attention of a batch of tokens from many sequences against the paged
+// KV cache: token i attends to positions 0..positions[i] of its own sequence. Shapes and head
+// mapping as CausalAttention; k_cache/v_cache: [num_blocks * block_size, num_kv_heads *
+// head_dim]. REQUIRES: every block a token reaches is a valid block id and its rows are filled.
+// Each token's result depends only on its own q row and its sequence's cache rows, never on the
+// rest of the batch.
+void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                    const PagedKvLayout& layout, std::span<const int32_t> positions,
+                    const AttentionShape& shape, Tensor& out, ThreadPool* pool);
+
 // out[i, :] = table[ids[i], :] converted to F32.  table: [vocab, h] any weight dtype;
 // out: [ids.size(), h] F32. REQUIRES: 0 <= ids[i] < vocab.
 void EmbeddingLookup(const Tensor& table, std::span<const int32_t> ids, Tensor& out);

@@ -113,6 +113,31 @@ void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
   }
 }
 
+void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                    const PagedKvLayout& layout, std::span<const int32_t> positions,
+                    const AttentionShape& shape, Tensor& out) {
+  const int64_t width = k_cache.dim(1);
+  const int64_t q_width = q.dim(1);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const int64_t len = int64_t{positions[i]} + 1;
+    Tensor k = Tensor::Empty({len, width}, DType::kF32);
+    Tensor v = Tensor::Empty({len, width}, DType::kF32);
+    const int32_t* table = layout.block_tables.data() + layout.token_seq[i] * layout.blocks_per_seq;
+    for (int64_t t = 0; t < len; ++t) {
+      const int64_t row =
+          int64_t{table[t / layout.block_size]} * layout.block_size + t % layout.block_size;
+      std::copy_n(k_cache.data<float>() + row * width, width, k.data<float>() + t * width);
+      std::copy_n(v_cache.data<float>() + row * width, width, v.data<float>() + t * width);
+    }
+    Tensor qi = Tensor::Empty({1, q_width}, DType::kF32);
+    std::copy_n(q.data<float>() + static_cast<int64_t>(i) * q_width, q_width, qi.data<float>());
+    Tensor oi = Tensor::Empty({1, q_width}, DType::kF32);
+    const int32_t pos[1] = {positions[i]};
+    CausalAttention(qi, k, v, pos, shape, oi);
+    std::copy_n(oi.data<float>(), q_width, out.data<float>() + static_cast<int64_t>(i) * q_width);
+  }
+}
+
 void EmbeddingLookup(const Tensor& table, std::span<const int32_t> ids, Tensor& out) {
   const int64_t h = table.dim(1);
   for (size_t i = 0; i < ids.size(); ++i) {

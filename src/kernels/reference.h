@@ -24,6 +24,10 @@ void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, i
 void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
 void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      std::span<const int32_t> positions, const AttentionShape& shape, Tensor& out);
+// Gathers each token's sequence into a contiguous cache and runs CausalAttention on it.
+void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                    const PagedKvLayout& layout, std::span<const int32_t> positions,
+                    const AttentionShape& shape, Tensor& out);
 void EmbeddingLookup(const Tensor& table, std::span<const int32_t> ids, Tensor& out);
 void Softmax(Tensor& x);
 

@@ -15,14 +15,18 @@ void AttendOne(const AttentionArgs& a, int64_t token, int head, std::vector<floa
   const int64_t kv_stride = int64_t{a.shape.num_kv_heads} * hd;
   const int64_t q_offset = (token * a.shape.num_heads + head) * hd;
   const float* q = a.q + q_offset;
-  const float* keys = a.k_cache + int64_t{kv_head} * hd;
-  const float* values = a.v_cache + int64_t{kv_head} * hd;
+  const int32_t* table = a.TableOf(token);
+  // Cache row of sequence position t, at this KV head.
+  auto row = [&](int64_t t) {
+    return (int64_t{table[t / a.block_size]} * a.block_size + t % a.block_size) * kv_stride +
+           int64_t{kv_head} * hd;
+  };
   const int64_t len = int64_t{a.positions[token]} + 1;
   scores.resize(static_cast<size_t>(len));
 
   float max_score = -INFINITY;
   for (int64_t t = 0; t < len; ++t) {
-    const float* key = keys + t * kv_stride;
+    const float* key = a.k_cache + row(t);
     float dot = 0.0f;
     for (int d = 0; d < hd; ++d) dot += q[d] * key[d];
     scores[t] = dot * a.shape.scale;
@@ -36,7 +40,7 @@ void AttendOne(const AttentionArgs& a, int64_t token, int head, std::vector<floa
   float* out = a.out + q_offset;
   std::fill_n(out, hd, 0.0f);
   for (int64_t t = 0; t < len; ++t) {
-    const float* value = values + t * kv_stride;
+    const float* value = a.v_cache + row(t);
     for (int d = 0; d < hd; ++d) out[d] += scores[t] * value[d];
   }
   const float inv_sum = static_cast<float>(1.0 / sum);

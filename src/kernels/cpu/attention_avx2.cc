@@ -134,7 +134,8 @@ void AccumulateHead(const float* p, int64_t len, const float* values, int64_t st
 }
 
 // The query heads of one KV head for one token: `heads` consecutive heads starting at q / out,
-// hd apart; keys and values are the group's column of the cache, rows `stride` apart.
+// hd apart. keys and values point at the group's column of the cache (rows `stride` apart);
+// sequence position t sits in row table[t / block_size] * block_size + t % block_size.
 struct Group {
   const float* q;
   const float* keys;
@@ -143,40 +144,61 @@ struct Group {
   int heads;
   int hd;
   int64_t stride;
-  int64_t len;  // cache rows attended: 0 .. len - 1
+  int64_t len;  // positions attended: 0 .. len - 1
   float scale;
+  const int32_t* table;
+  int64_t block_size;
+
+  // Rows of the block holding positions [t0, t0 + rows), rows = min(block_size, len - t0).
+  int64_t BlockOffset(int64_t t0) const {
+    return (int64_t{table[t0 / block_size]} * block_size + t0 % block_size) * stride;
+  }
 };
 
-// scores[h * len + t] = scale * q_h · k_t.
-void GroupScores(const Group& g, float* scores) {
-  const int64_t len4 = g.len / 4 * 4;
-  for (int64_t t = 0; t < len4; t += 4) {
+// scores[h * len + t0 + j] = scale * q_h · k_(t0 + j) for j < rows, keys rows `stride` apart.
+void RunScores(const Group& g, const float* keys, int64_t t0, int64_t rows, float* scores) {
+  const int64_t rows4 = rows / 4 * 4;
+  for (int64_t j = 0; j < rows4; j += 4) {
     for (int h = 0; h < g.heads; ++h) {
-      Dot4(g.q + h * g.hd, g.keys + t * g.stride, g.stride, g.hd, g.scale, scores + h * g.len + t);
+      Dot4(g.q + h * g.hd, keys + j * g.stride, g.stride, g.hd, g.scale,
+           scores + h * g.len + t0 + j);
     }
   }
-  for (int64_t t = len4; t < g.len; ++t) {
+  for (int64_t j = rows4; j < rows; ++j) {
     for (int h = 0; h < g.heads; ++h) {
-      scores[h * g.len + t] = Dot(g.q + h * g.hd, g.keys + t * g.stride, g.hd) * g.scale;
+      scores[h * g.len + t0 + j] = Dot(g.q + h * g.hd, keys + j * g.stride, g.hd) * g.scale;
     }
+  }
+}
+
+// Calls fn(t0, rows, offset) for each run of consecutive positions stored contiguously (one
+// block, or the whole sequence in a contiguous cache), at most `max_rows` at a time.
+template <typename Fn>
+void ForEachRun(const Group& g, int64_t max_rows, Fn&& fn) {
+  for (int64_t t0 = 0; t0 < g.len;) {
+    const int64_t in_block = g.block_size - t0 % g.block_size;
+    const int64_t rows = std::min({in_block, g.len - t0, max_rows});
+    fn(t0, rows, g.BlockOffset(t0));
+    t0 += rows;
   }
 }
 
 void AttendGroup(const Group& g, std::vector<float>& scores) {
   scores.resize(static_cast<size_t>(g.heads * g.len));
-  GroupScores(g, scores.data());
+  ForEachRun(g, g.len, [&](int64_t t0, int64_t rows, int64_t offset) {
+    RunScores(g, g.keys + offset, t0, rows, scores.data());
+  });
   std::vector<float> inv_sums(static_cast<size_t>(g.heads));
   for (int h = 0; h < g.heads; ++h) {
     inv_sums[h] = 1.0f / ExpInPlace(scores.data() + h * g.len, g.len);
     std::fill_n(g.out + h * g.hd, g.hd, 0.0f);
   }
-  for (int64_t t0 = 0; t0 < g.len; t0 += kValueBlock) {
-    const int64_t block = std::min(kValueBlock, g.len - t0);
+  ForEachRun(g, kValueBlock, [&](int64_t t0, int64_t rows, int64_t offset) {
     for (int h = 0; h < g.heads; ++h) {
-      AccumulateHead(scores.data() + h * g.len + t0, block, g.values + t0 * g.stride, g.stride,
-                     g.hd, g.out + h * g.hd);
+      AccumulateHead(scores.data() + h * g.len + t0, rows, g.values + offset, g.stride, g.hd,
+                     g.out + h * g.hd);
     }
-  }
+  });
   for (int h = 0; h < g.heads; ++h) {
     float* out = g.out + h * g.hd;
     for (int d = 0; d < g.hd; ++d) out[d] *= inv_sums[h];
@@ -202,7 +224,9 @@ void CausalAttention(const AttentionArgs& args, ThreadPool* pool) {
                       s.head_dim,
                       kv_width,
                       int64_t{args.positions[token]} + 1,
-                      s.scale};
+                      s.scale,
+                      args.TableOf(token),
+                      args.block_size};
     thread_local std::vector<float> scores;
     AttendGroup(group, scores);
   });

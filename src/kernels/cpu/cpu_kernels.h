@@ -34,15 +34,25 @@ struct MatMulArgs {
   float* y;
 };
 
-// Causal attention over a contiguous KV cache; see CausalAttention in ops.h for the shapes.
+// Causal attention over a paged KV cache; see PagedAttention in ops.h for the layout. A
+// contiguous cache is one block of `capacity` rows shared by every token.
 struct AttentionArgs {
   const float* q;            // [m, num_heads * head_dim]
-  const float* k_cache;      // [capacity, num_kv_heads * head_dim]
-  const float* v_cache;      // [capacity, num_kv_heads * head_dim]
+  const float* k_cache;      // [num_blocks * block_size, num_kv_heads * head_dim]
+  const float* v_cache;      // same shape as k_cache
   const int32_t* positions;  // [m]
   int64_t m;
   AttentionShape shape;
   float* out;  // [m, num_heads * head_dim]
+  int64_t block_size;
+  int64_t blocks_per_seq;
+  const int32_t* block_tables;  // [num_seqs * blocks_per_seq]
+  const int32_t* token_seq;     // [m]; null: every token is in sequence 0
+
+  // Block table of token i's sequence.
+  const int32_t* TableOf(int64_t i) const {
+    return token_seq == nullptr ? block_tables : block_tables + token_seq[i] * blocks_per_seq;
+  }
 };
 
 // Runs fn over [0, n) on `pool`, or inline when pool is null.
