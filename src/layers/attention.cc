@@ -22,25 +22,29 @@ Attention::Attention(QKVParallelLinear qkv_proj, RowParallelLinear o_proj, Rotar
            "attention shape does not match this rank's q/k/v heads");
 }
 
-void Attention::Forward(const Tensor& x, std::span<const int32_t> positions, KvCacheLayer& cache,
+void Attention::Forward(const Tensor& x, const AttentionMetadata& meta, KvCacheLayer& cache,
                         AttentionBuffers& buffers, Tensor& out, ThreadPool* pool) const {
   const int64_t m = x.dim(0);
+  UC_CHECK(static_cast<int64_t>(meta.positions.size()) == m &&
+               static_cast<int64_t>(meta.slot_mapping.size()) == m,
+           "attention: %zu positions and %zu slots for %lld tokens", meta.positions.size(),
+           meta.slot_mapping.size(), static_cast<long long>(m));
   Tensor q = buffers.q.Slice(0, m);
   Tensor k = buffers.k.Slice(0, m);
   Tensor v = buffers.v.Slice(0, m);
   Tensor context = buffers.context.Slice(0, m);
   qkv_proj_.Forward(x, q, k, v, pool);
-  rotary_.Forward(positions, shape_.num_heads, q);
-  rotary_.Forward(positions, shape_.num_kv_heads, k);
+  rotary_.Forward(meta.positions, shape_.num_heads, q);
+  rotary_.Forward(meta.positions, shape_.num_kv_heads, k);
   const int64_t kv_row_bytes = k.row_bytes();
   for (int64_t i = 0; i < m; ++i) {
-    UC_CHECK(positions[i] >= 0 && positions[i] < cache.k.dim(0),
-             "position %d outside the KV cache capacity %lld", positions[i],
+    const int32_t slot = meta.slot_mapping[i];
+    UC_CHECK(slot >= 0 && slot < cache.k.dim(0), "KV slot %d outside the cache's %lld rows", slot,
              static_cast<long long>(cache.k.dim(0)));
-    std::memcpy(cache.k.row(positions[i]), k.row(i), kv_row_bytes);
-    std::memcpy(cache.v.row(positions[i]), v.row(i), kv_row_bytes);
+    std::memcpy(cache.k.row(slot), k.row(i), kv_row_bytes);
+    std::memcpy(cache.v.row(slot), v.row(i), kv_row_bytes);
   }
-  kernels::CausalAttention(q, cache.k, cache.v, positions, shape_, context, pool);
+  kernels::PagedAttention(q, cache.k, cache.v, meta.layout, meta.positions, shape_, context, pool);
   o_proj_.Forward(context, out, pool);
 }
 

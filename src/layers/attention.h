@@ -17,11 +17,21 @@
 
 namespace uc::layers {
 
-// One layer's KV cache for one sequence on this rank: row p holds the key/value of the token at
-// position p for this rank's KV heads.
+// One layer's paged KV cache on this rank: num_blocks blocks of block_size rows; row r holds
+// the key/value of the token whose slot is r, for this rank's KV heads. A contiguous cache for
+// one sequence is the special case of one block as long as the sequence.
 struct KvCacheLayer {
-  Tensor k;  // [capacity, num_kv_heads_per_rank * head_dim] F32
-  Tensor v;  // [capacity, num_kv_heads_per_rank * head_dim] F32
+  Tensor k;  // [num_blocks * block_size, num_kv_heads_per_rank * head_dim] F32
+  Tensor v;  // [num_blocks * block_size, num_kv_heads_per_rank * head_dim] F32
+};
+
+// Where a batch's tokens sit, shared by every layer of one forward call: token i is at
+// positions[i] of its sequence, its key/value go to cache row slot_mapping[i], and it attends
+// to its sequence's earlier positions through `layout` (see kernels::PagedKvLayout).
+struct AttentionMetadata {
+  std::span<const int32_t> positions;     // [m]
+  std::span<const int32_t> slot_mapping;  // [m]
+  kernels::PagedKvLayout layout;
 };
 
 // Scratch space for Attention::Forward, sized for at most `max_tokens` tokens.
@@ -42,10 +52,12 @@ class Attention {
   Attention(QKVParallelLinear qkv_proj, RowParallelLinear o_proj, Rotary rotary,
             kernels::AttentionShape shape);
 
-  // x: [m, hidden] F32; token i is at positions[i] of the sequence whose cache is `cache`.
-  // Writes k/v of the m tokens into the cache rows at their positions, then out: [m, hidden].
-  // REQUIRES: every earlier position of the sequence is already in the cache.
-  void Forward(const Tensor& x, std::span<const int32_t> positions, KvCacheLayer& cache,
+  // x: [m, hidden] F32, one row per token of the batch described by `meta`. Writes k/v of the
+  // m tokens into their cache slots, then out: [m, hidden]. Each row's result depends only on
+  // that token's sequence, never on its batch neighbours.
+  // REQUIRES: every earlier position of each token's sequence is already in the cache or
+  // earlier in this batch.
+  void Forward(const Tensor& x, const AttentionMetadata& meta, KvCacheLayer& cache,
                AttentionBuffers& buffers, Tensor& out, ThreadPool* pool) const;
 
   const kernels::AttentionShape& shape() const { return shape_; }

@@ -139,7 +139,7 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
   Tensor normed = act.normed.Slice(0, m);         // [m, hidden_size]
   kernels::AddInPlace(hidden, residual);
   input_layernorm_.Forward(residual, normed);
-  attention_.Forward(normed, ctx.positions, ctx.cache->layers[layer_index_], act.attention, hidden,
+  attention_.Forward(normed, *ctx.attention, ctx.cache->layers[layer_index_], act.attention, hidden,
                      ctx.pool);
   Tap(ctx, Site::kAttnOut, hidden);
   kernels::AddInPlace(hidden, residual);
@@ -219,15 +219,26 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint)
   return model;
 }
 
-KvCache CausalLM::NewKvCache(int capacity) const {
+KvCache CausalLM::NewKvCache(int capacity) const { return NewPagedKvCache(1, capacity); }
+
+KvCache CausalLM::NewPagedKvCache(int num_blocks, int block_size) const {
+  UC_CHECK(num_blocks >= 1 && block_size >= 1, "KV cache of %d blocks of %d slots", num_blocks,
+           block_size);
   KvCache cache;
-  cache.capacity = capacity;
+  cache.num_blocks = num_blocks;
+  cache.block_size = block_size;
   cache.layers.resize(config_.num_hidden_layers);
+  const int64_t slots = int64_t{num_blocks} * block_size;
   for (int i = parallel_.layer_start; i < parallel_.layer_end; ++i) {
-    cache.layers[i] = {Tensor::Zeros({capacity, kv_size_per_rank_}, DType::kF32),
-                       Tensor::Zeros({capacity, kv_size_per_rank_}, DType::kF32)};
+    cache.layers[i] = {Tensor::Zeros({slots, kv_size_per_rank_}, DType::kF32),
+                       Tensor::Zeros({slots, kv_size_per_rank_}, DType::kF32)};
   }
   return cache;
+}
+
+int64_t CausalLM::KvBlockBytes(int block_size) const {
+  return int64_t{2} * (parallel_.layer_end - parallel_.layer_start) * block_size *
+         kv_size_per_rank_ * static_cast<int64_t>(sizeof(float));
 }
 
 Activations& CausalLM::ActivationsFor(int64_t m) {
@@ -240,19 +251,20 @@ Activations& CausalLM::ActivationsFor(int64_t m) {
 
 bool CausalLM::has_logits() const { return parallel_.is_last_stage() && lm_head_.has_logits(); }
 
-void CausalLM::ForwardStage(std::span<const int32_t> ids, std::span<const int32_t> positions,
-                            KvCache& cache, const IntermediateTensors* input,
-                            IntermediateTensors* output, LogitsRequest request, Tensor* logits,
-                            ThreadPool* pool, ForwardHooks* hooks) {
-  const int64_t m = static_cast<int64_t>(positions.size());
-  UC_CHECK(m >= 1, "ForwardStage with no tokens");
+void CausalLM::Forward(const ForwardBatch& batch, KvCache& cache, const IntermediateTensors* input,
+                       IntermediateTensors* output, Tensor* logits, ThreadPool* pool,
+                       ForwardHooks* hooks) {
+  const int64_t m = static_cast<int64_t>(batch.positions.size());
+  UC_CHECK(m >= 1, "a forward call with no tokens");
+  UC_CHECK(static_cast<int64_t>(batch.slot_mapping.size()) == m, "%zu slots for %lld tokens",
+           batch.slot_mapping.size(), static_cast<long long>(m));
   Activations& act = ActivationsFor(m);
   Tensor hidden = act.hidden_states.Slice(0, m);
   Tensor residual = act.residual.Slice(0, m);
   if (parallel_.is_first_stage()) {
-    UC_CHECK(static_cast<int64_t>(ids.size()) == m, "%zu ids for %lld positions", ids.size(),
-             static_cast<long long>(m));
-    embed_tokens_.Forward(ids, hidden);
+    UC_CHECK(static_cast<int64_t>(batch.ids.size()) == m, "%zu ids for %lld positions",
+             batch.ids.size(), static_cast<long long>(m));
+    embed_tokens_.Forward(batch.ids, hidden);
     std::memset(residual.raw(), 0, static_cast<size_t>(residual.nbytes()));
   } else {
     UC_CHECK(input != nullptr && input->hidden_states.dim(0) == m && input->residual.dim(0) == m,
@@ -261,7 +273,8 @@ void CausalLM::ForwardStage(std::span<const int32_t> ids, std::span<const int32_
     std::memcpy(hidden.raw(), input->hidden_states.raw(), static_cast<size_t>(hidden.nbytes()));
     std::memcpy(residual.raw(), input->residual.raw(), static_cast<size_t>(residual.nbytes()));
   }
-  const ForwardContext ctx{positions, &cache, hooks, pool};
+  const layers::AttentionMetadata meta{batch.positions, batch.slot_mapping, batch.layout};
+  const ForwardContext ctx{batch.positions, &meta, &cache, hooks, pool};
   for (int i = parallel_.layer_start; i < parallel_.layer_end; ++i) {
     std::get<DecoderLayer>(layers_[i]).Forward(ctx, act, m);
   }
@@ -271,30 +284,58 @@ void CausalLM::ForwardStage(std::span<const int32_t> ids, std::span<const int32_
     output->residual = residual.Clone();
     return;
   }
-  Finish(positions, m, request, logits, pool, hooks);
+  Finish(batch, logits, pool, hooks);
 }
 
-// Final norm over the residual stream and the LM head, for the last token or all of them.
-void CausalLM::Finish(std::span<const int32_t> positions, int64_t m, LogitsRequest request,
-                      Tensor* logits, ThreadPool* pool, ForwardHooks* hooks) {
-  if (request == LogitsRequest::kNone) return;
+// Final norm over the residual stream and the LM head, for the rows that want logits.
+void CausalLM::Finish(const ForwardBatch& batch, Tensor* logits, ThreadPool* pool,
+                      ForwardHooks* hooks) {
+  const int64_t n = static_cast<int64_t>(batch.logit_rows.size());
+  if (n == 0) return;
   Activations& act = *activations_;
-  const int64_t first = request == LogitsRequest::kAll ? 0 : m - 1;
-  Tensor stream = act.residual.Slice(first, m);
-  kernels::AddInPlace(act.hidden_states.Slice(first, m), stream);
-  Tensor normed = act.normed.Slice(first, m);
+  const int64_t h = config_.hidden_size;
+  Tensor stream = act.tap.Slice(0, n);
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t r = batch.logit_rows[j];
+    UC_CHECK(r >= 0 && r < static_cast<int64_t>(batch.positions.size()) &&
+                 (j == 0 || r > batch.logit_rows[j - 1]),
+             "logit rows must ascend within the batch; row %d", r);
+    float* out = stream.data<float>() + j * h;
+    const float* res = act.residual.data<float>() + int64_t{r} * h;
+    const float* hid = act.hidden_states.data<float>() + int64_t{r} * h;
+    for (int64_t k = 0; k < h; ++k) out[k] = res[k] + hid[k];
+    positions[j] = batch.positions[r];
+  }
+  Tensor normed = act.normed.Slice(0, n);
   norm_.Forward(stream, normed);
   const TapPoint final_point{config_.num_hidden_layers, Site::kFinalNorm};
-  if (hooks != nullptr && hooks->Wants(final_point)) {
-    hooks->Observe(final_point, positions.subspan(first), normed);
-  }
+  if (hooks != nullptr && hooks->Wants(final_point)) hooks->Observe(final_point, positions, normed);
   Tensor unused;
   Tensor& out = logits != nullptr ? *logits : unused;
   if (lm_head_.has_logits()) {
-    UC_CHECK(logits != nullptr && out.dim(0) == m - first && out.dim(1) == config_.vocab_size,
-             "logits must be [%lld, %d]", static_cast<long long>(m - first), config_.vocab_size);
+    UC_CHECK(logits != nullptr && out.dim(0) == n && out.dim(1) == config_.vocab_size,
+             "logits must be [%lld, %d]", static_cast<long long>(n), config_.vocab_size);
   }
   lm_head_.Forward(normed, out, pool);
+}
+
+void CausalLM::ForwardStage(std::span<const int32_t> ids, std::span<const int32_t> positions,
+                            KvCache& cache, const IntermediateTensors* input,
+                            IntermediateTensors* output, LogitsRequest request, Tensor* logits,
+                            ThreadPool* pool, ForwardHooks* hooks) {
+  UC_CHECK(cache.num_blocks == 1, "ForwardStage runs one sequence in a contiguous cache");
+  const int64_t m = static_cast<int64_t>(positions.size());
+  std::vector<int32_t> rows;
+  if (request == LogitsRequest::kLast) rows.push_back(static_cast<int32_t>(m - 1));
+  if (request == LogitsRequest::kAll) {
+    for (int64_t i = 0; i < m; ++i) rows.push_back(static_cast<int32_t>(i));
+  }
+  static constexpr int32_t kOneBlock[1] = {0};
+  const std::vector<int32_t> token_seq(static_cast<size_t>(m), 0);
+  const ForwardBatch batch{ids, positions, positions,
+                           kernels::PagedKvLayout{cache.block_size, 1, kOneBlock, token_seq}, rows};
+  Forward(batch, cache, input, output, logits, pool, hooks);
 }
 
 void CausalLM::Forward(std::span<const int32_t> ids, std::span<const int32_t> positions,

@@ -50,10 +50,25 @@ struct IntermediateTensors {
   Tensor residual;       // [m, hidden_size] F32
 };
 
-// Per-sequence KV cache on this rank: entries for the owned layers only (others are empty).
+// The KV cache on this rank: num_blocks blocks of block_size slots, for the owned layers only
+// (the others are empty). Paged for the engine (many sequences, block tables from the
+// scheduler); one block as long as the sequence for a single contiguous sequence.
 struct KvCache {
-  int capacity = 0;
-  std::vector<layers::KvCacheLayer> layers;  // [num_hidden_layers]
+  int num_blocks = 0;
+  int block_size = 0;
+  std::vector<layers::KvCacheLayer> layers;                 // [num_hidden_layers]
+  int capacity() const { return num_blocks * block_size; }  // slots
+};
+
+// One forward call over a batch of tokens from one or many sequences (the same on every rank of
+// a step). Token i is ids[i] (first stage) at positions[i], its KV goes to slot_mapping[i], and
+// it attends through `layout`. The last stage computes logits for the rows in logit_rows.
+struct ForwardBatch {
+  std::span<const int32_t> ids;           // [m] (read on the first stage)
+  std::span<const int32_t> positions;     // [m]
+  std::span<const int32_t> slot_mapping;  // [m]
+  kernels::PagedKvLayout layout;
+  std::span<const int32_t> logit_rows;  // ascending rows of [0, m); may be empty
 };
 
 // Which logits a forward call produces on the last stage.
@@ -75,6 +90,7 @@ struct Activations {
 // The part of a forward call every layer needs.
 struct ForwardContext {
   std::span<const int32_t> positions;  // [m]
+  const layers::AttentionMetadata* attention = nullptr;
   KvCache* cache = nullptr;
   ForwardHooks* hooks = nullptr;  // may be null
   ThreadPool* pool = nullptr;     // may be null
@@ -116,8 +132,22 @@ class CausalLM {
 
   const ModelConfig& config() const { return config_; }
   const ParallelContext& parallel() const { return parallel_; }
-  // A zeroed cache for sequences of up to `capacity` positions (owned layers only).
+  // A zeroed contiguous cache for one sequence of up to `capacity` positions (owned layers).
   KvCache NewKvCache(int capacity) const;
+  // A zeroed paged cache of num_blocks blocks of block_size slots (owned layers only).
+  KvCache NewPagedKvCache(int num_blocks, int block_size) const;
+  // Bytes one KV block takes on this rank (K and V, owned layers, F32).
+  int64_t KvBlockBytes(int block_size) const;
+  // Elements of K (or V) per token per layer on this rank.
+  int64_t kv_size_per_rank() const { return kv_size_per_rank_; }
+
+  // Runs this stage over a batch of tokens of many sequences sharing the paged `cache`.
+  // First stage: reads batch.ids; other stages read `input`. Not last stage: fills `output`.
+  // Last stage: writes `logits` [batch.logit_rows.size(), vocab_size] where has_logits().
+  // Every row's result depends only on its own sequence, not on the rest of the batch.
+  void Forward(const ForwardBatch& batch, KvCache& cache, const IntermediateTensors* input,
+               IntermediateTensors* output, Tensor* logits, ThreadPool* pool,
+               ForwardHooks* hooks = nullptr);
 
   // Runs this stage over tokens ids[i] at positions[i] (consecutive, continuing what `cache`
   // holds). First stage: reads `ids`; other stages read `input` (the previous stage's output).
@@ -142,8 +172,7 @@ class CausalLM {
  private:
   CausalLM() = default;
   Activations& ActivationsFor(int64_t m);
-  void Finish(std::span<const int32_t> positions, int64_t m, LogitsRequest request, Tensor* logits,
-              ThreadPool* pool, ForwardHooks* hooks);
+  void Finish(const ForwardBatch& batch, Tensor* logits, ThreadPool* pool, ForwardHooks* hooks);
 
   ModelConfig config_;
   ParallelContext parallel_;
