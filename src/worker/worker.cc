@@ -1,67 +1,19 @@
 #include "worker/worker.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include "base/logging.h"
+#include "worker/byte_codec.h"
 
 namespace uc::worker {
 namespace {
+using internal::ByteReader;
+using internal::ByteWriter;
 
 constexpr int kResultTag = 101;
 constexpr int kAckTag = 102;
-
-class ByteWriter {
- public:
-  template <typename T>
-  void Put(const T& v) {
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
-  }
-  void PutInts(const std::vector<int32_t>& v) {
-    Put<uint32_t>(static_cast<uint32_t>(v.size()));
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
-  }
-  void PutString(const std::string& s) {
-    Put<uint32_t>(static_cast<uint32_t>(s.size()));
-    out_ += s;
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class ByteReader {
- public:
-  explicit ByteReader(const std::string& in) : in_(in) {}
-  template <typename T>
-  bool Get(T& v) {
-    if (pos_ + sizeof(T) > in_.size()) return false;
-    std::memcpy(&v, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool GetInts(std::vector<int32_t>& v) {
-    uint32_t n = 0;
-    if (!Get(n) || pos_ + size_t{n} * sizeof(int32_t) > in_.size()) return false;
-    v.resize(n);
-    std::memcpy(v.data(), in_.data() + pos_, n * sizeof(int32_t));
-    pos_ += n * sizeof(int32_t);
-    return true;
-  }
-  bool GetString(std::string& s) {
-    uint32_t n = 0;
-    if (!Get(n) || pos_ + n > in_.size()) return false;
-    s.assign(in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool done() const { return pos_ == in_.size(); }
-
- private:
-  const std::string& in_;
-  size_t pos_ = 0;
-};
 
 }  // namespace
 
@@ -78,6 +30,9 @@ std::string StepCommand::Serialize() const {
   w.PutInts(ids);
   w.PutInts(positions);
   w.Put(output);
+  w.Put(num_blocks);
+  w.Put(block_size);
+  w.PutString(payload);
   return w.Take();
 }
 
@@ -89,7 +44,8 @@ StatusOr<StepCommand> StepCommand::Parse(const std::string& bytes) {
   const bool ok = r.Get(c.kind) && r.Get(c.capacity) && r.Get(c.params.temperature) &&
                   r.Get(c.params.top_k) && r.Get(c.params.top_p) && r.Get(c.params.min_p) &&
                   r.Get(has_seed) && r.Get(seed) && r.GetInts(c.ids) && r.GetInts(c.positions) &&
-                  r.Get(c.output) && r.done();
+                  r.Get(c.output) && r.Get(c.num_blocks) && r.Get(c.block_size) &&
+                  r.GetString(c.payload) && r.done();
   if (!ok) return InvalidArgumentError("malformed step command");
   if (has_seed) c.params.seed = seed;
   return c;
@@ -161,13 +117,8 @@ void Worker::WatchStep(distributed::GroupCoordinator& group, int waiting_for) {
 
 void Worker::Forward(const StepCommand& command, StepResult& result, bool& has_result) {
   const models::ParallelContext& parallel = model_->parallel();
-  distributed::GroupCoordinator& pp = state_->pp_group();
   models::IntermediateTensors input, output;
-  if (!parallel.is_first_stage()) {
-    std::map<std::string, Tensor> received = pp.RecvTensorDict(pp.rank_in_group() - 1);
-    input.hidden_states = received["hidden_states"];
-    input.residual = received["residual"];
-  }
+  RecvFromPreviousStage(input);
   const bool all_logits = command.output == StepCommand::Output::kAllLogits;
   const int64_t m = static_cast<int64_t>(command.positions.size());
   Tensor logits;
@@ -181,10 +132,7 @@ void Worker::Forward(const StepCommand& command, StepResult& result, bool& has_r
   model_->ForwardStage(command.ids, command.positions, cache_,
                        parallel.is_first_stage() ? nullptr : &input, &output, request,
                        model_->has_logits() && want_logits ? &logits : nullptr, pool_);
-  if (!parallel.is_last_stage()) {
-    pp.SendTensorDict({{"hidden_states", output.hidden_states}, {"residual", output.residual}},
-                      pp.rank_in_group() + 1);
-  }
+  SendToNextStage(output);
   if (!is_result_rank() || !want_logits) return;
   has_result = true;
   if (command.output == StepCommand::Output::kSample) {
@@ -193,6 +141,105 @@ void Worker::Forward(const StepCommand& command, StepResult& result, bool& has_r
   } else {
     result.logits = logits;
   }
+}
+
+void Worker::RecvFromPreviousStage(models::IntermediateTensors& input) {
+  if (model_->parallel().is_first_stage()) return;
+  distributed::GroupCoordinator& pp = state_->pp_group();
+  std::map<std::string, Tensor> received = pp.RecvTensorDict(pp.rank_in_group() - 1);
+  input.hidden_states = received["hidden_states"];
+  input.residual = received["residual"];
+}
+
+void Worker::SendToNextStage(const models::IntermediateTensors& output) {
+  if (model_->parallel().is_last_stage()) return;
+  distributed::GroupCoordinator& pp = state_->pp_group();
+  pp.SendTensorDict({{"hidden_states", output.hidden_states}, {"residual", output.residual}},
+                    pp.rank_in_group() + 1);
+}
+
+// Every rank lays the batch out the same way from the same SchedulerOutput: sequence s's
+// tokens are rows [offset_s, offset_s + n_s), in the order scheduled.
+void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, bool& has_result) {
+  for (uint64_t id : output.finished_seq_ids) samplers_.erase(id);
+  if (output.scheduled.empty()) return;
+  UC_CHECK(paged_cache_.num_blocks > 0, "engine step before the KV cache was initialized");
+  const int bs = paged_cache_.block_size;
+  int blocks_per_seq = 1;
+  for (const ScheduledSequence& s : output.scheduled) {
+    blocks_per_seq = std::max(blocks_per_seq, static_cast<int>(s.block_table.size()));
+  }
+  const int32_t m = output.total_tokens();
+  std::vector<int32_t> ids, positions, slots, token_seq, tables, logit_rows;
+  ids.reserve(m);
+  positions.reserve(m);
+  slots.reserve(m);
+  token_seq.reserve(m);
+  tables.assign(output.scheduled.size() * blocks_per_seq, 0);
+  for (size_t si = 0; si < output.scheduled.size(); ++si) {
+    const ScheduledSequence& s = output.scheduled[si];
+    UC_CHECK(s.num_tokens() >= 1 &&
+                 static_cast<int64_t>(s.block_table.size()) * bs >= int64_t{s.end_pos()},
+             "sequence %llu: %d tokens from position %d with %zu blocks of %d",
+             static_cast<unsigned long long>(s.seq_id), s.num_tokens(), s.start_pos,
+             s.block_table.size(), bs);
+    std::copy(s.block_table.begin(), s.block_table.end(), tables.begin() + si * blocks_per_seq);
+    for (int32_t j = 0; j < s.num_tokens(); ++j) {
+      const int32_t p = s.start_pos + j;
+      ids.push_back(s.token_ids[j]);
+      positions.push_back(p);
+      slots.push_back(s.block_table[p / bs] * bs + p % bs);
+      token_seq.push_back(static_cast<int32_t>(si));
+    }
+    if (s.sample) logit_rows.push_back(static_cast<int32_t>(ids.size()) - 1);
+    if (s.new_params.has_value() && is_result_rank()) {
+      samplers_[s.seq_id] = std::make_unique<Sampler>(*s.new_params);
+    }
+  }
+  const models::ForwardBatch batch{ids, positions, slots,
+                                   kernels::PagedKvLayout{bs, blocks_per_seq, tables, token_seq},
+                                   logit_rows};
+  models::IntermediateTensors input, stage_output;
+  RecvFromPreviousStage(input);
+  Tensor logits;
+  const int64_t rows = static_cast<int64_t>(logit_rows.size());
+  if (model_->has_logits() && rows > 0) {
+    logits = Tensor::Empty({rows, model_->config().vocab_size}, DType::kF32);
+  }
+  model_->Forward(batch, paged_cache_, &input, &stage_output, logits.defined() ? &logits : nullptr,
+                  pool_);
+  SendToNextStage(stage_output);
+  if (!is_result_rank() || rows == 0) return;
+  has_result = true;
+  const int64_t vocab = model_->config().vocab_size;
+  int64_t row = 0;
+  for (const ScheduledSequence& s : output.scheduled) {
+    if (!s.sample) continue;
+    auto it = samplers_.find(s.seq_id);
+    UC_CHECK(it != samplers_.end(), "sequence %llu sampled before its parameters arrived",
+             static_cast<unsigned long long>(s.seq_id));
+    result.tokens.push_back(
+        it->second->Sample({logits.data<float>() + row * vocab, static_cast<size_t>(vocab)}));
+    ++row;
+  }
+}
+
+void Worker::InitializeCache(int num_blocks, int block_size) {
+  StepCommand command;
+  command.kind = StepCommand::Kind::kInitCache;
+  command.num_blocks = num_blocks;
+  command.block_size = block_size;
+  Run(command);
+}
+
+std::vector<int32_t> Worker::ExecuteModel(const SchedulerOutput& output) {
+  StepCommand command;
+  command.kind = StepCommand::Kind::kExecute;
+  command.payload = output.Serialize();
+  command.output =
+      output.num_sampled() > 0 ? StepCommand::Output::kSample : StepCommand::Output::kNone;
+  command.capacity = output.num_sampled();
+  return Run(command).tokens;
 }
 
 std::optional<StepResult> Worker::Execute(const StepCommand& command) {
@@ -206,6 +253,18 @@ std::optional<StepResult> Worker::Execute(const StepCommand& command) {
     case StepCommand::Kind::kForward:
       Forward(command, result, has_result);
       break;
+    case StepCommand::Kind::kInitCache:
+      paged_cache_ = models::KvCache();
+      paged_cache_ = model_->NewPagedKvCache(command.num_blocks, command.block_size);
+      samplers_.clear();
+      break;
+    case StepCommand::Kind::kExecute: {
+      StatusOr<SchedulerOutput> output = SchedulerOutput::Parse(command.payload);
+      UC_CHECK(output.ok(), "rank %d: %s", state_->world_group().rank(),
+               output.status().ToString().c_str());
+      ExecuteBatch(*output, result, has_result);
+      break;
+    }
     case StepCommand::Kind::kShutdown:
       break;
   }
@@ -225,6 +284,12 @@ StepResult Worker::Run(const StepCommand& command) {
   if (world.world_size() == 1) return local.value_or(StepResult());
   StepResult result = local.value_or(StepResult());
   distributed::ProcessGroup& pg = *world.process_group();
+  if (command.kind == StepCommand::Kind::kExecute && result_rank_ != 0 &&
+      command.output == StepCommand::Output::kSample) {
+    WatchStep(world, result_rank_);
+    result.tokens.resize(static_cast<size_t>(command.capacity));
+    pg.Recv(result.tokens.data(), result.tokens.size() * sizeof(int32_t), result_rank_, kResultTag);
+  }
   if (command.kind == StepCommand::Kind::kForward && result_rank_ != 0 &&
       command.output != StepCommand::Output::kNone) {
     WatchStep(world, result_rank_);
@@ -261,7 +326,9 @@ void Worker::Loop() {
     UC_CHECK(command.ok(), "rank %d: %s", world.rank(), command.status().ToString().c_str());
     ++step_;
     std::optional<StepResult> result = Execute(*command);
-    if (result.has_value() && command->kind == StepCommand::Kind::kForward) {
+    if (result.has_value() && command->kind == StepCommand::Kind::kExecute) {
+      pg.Send(result->tokens.data(), result->tokens.size() * sizeof(int32_t), 0, kResultTag);
+    } else if (result.has_value() && command->kind == StepCommand::Kind::kForward) {
       if (command->output == StepCommand::Output::kSample) {
         pg.Send(&result->token, sizeof(result->token), 0, kResultTag);
       } else {

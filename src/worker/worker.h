@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -25,12 +26,19 @@
 #include "models/llama_model.h"
 #include "worker/sampler.h"
 #include "worker/sampling_params.h"
+#include "worker/scheduler_output.h"
 
 namespace uc::worker {
 
 // What rank 0 asks of every rank for one step.
 struct StepCommand {
-  enum class Kind : uint8_t { kStartSequence = 1, kForward = 2, kShutdown = 3 };
+  enum class Kind : uint8_t {
+    kStartSequence = 1,  // one contiguous sequence (Generator)
+    kForward = 2,
+    kShutdown = 3,
+    kInitCache = 4,  // the paged KV cache for the engine: num_blocks of block_size slots
+    kExecute = 5,    // one engine step: `payload` is a serialized SchedulerOutput
+  };
   // kNone: a prefill chunk that is not the last; nothing comes back.
   enum class Output : uint8_t { kSample = 0, kLastLogits = 1, kAllLogits = 2, kNone = 3 };
   Kind kind = Kind::kForward;
@@ -41,14 +49,20 @@ struct StepCommand {
   std::vector<int32_t> ids;        // [m]
   std::vector<int32_t> positions;  // [m]
   Output output = Output::kSample;
+  // kInitCache.
+  int32_t num_blocks = 0;
+  int32_t block_size = 0;
+  // kExecute.
+  std::string payload;
 
   std::string Serialize() const;
   static StatusOr<StepCommand> Parse(const std::string& bytes);
 };
 
 struct StepResult {
-  int32_t token = -1;  // kSample
-  Tensor logits;       // kLastLogits: [1, vocab_size]; kAllLogits: [m, vocab_size]
+  std::vector<int32_t> tokens;  // kExecute: one per sampled sequence, in batch order
+  int32_t token = -1;           // kSample
+  Tensor logits;                // kLastLogits: [1, vocab_size]; kAllLogits: [m, vocab_size]
 };
 
 // Where one rank sits, as reported to the driver at start-up.
@@ -75,6 +89,18 @@ class Worker {
 
   // Driver only: sends `command` to every rank, runs this rank's part and returns the result.
   StepResult Run(const StepCommand& command);
+  // Driver only: allocates the engine's paged KV cache (num_blocks × block_size slots of the
+  // owned layers) on every rank. Replaces any earlier one.
+  void InitializeCache(int num_blocks, int block_size);
+  // Driver only: one engine step. Broadcasts `output` to every rank; each rank builds the same
+  // batch (the scheduled sequences' tokens concatenated in order), runs its stage over the
+  // paged cache, and drops the state of output.finished_seq_ids. Returns the sampled ids, one per
+  // sequence with `sample` set, in batch order (sampled on the last stage with each sequence's
+  // own sampler, so a seed gives the same tokens whatever the batch).
+  std::vector<int32_t> ExecuteModel(const SchedulerOutput& output);
+  // The engine's paged cache on this rank (empty before InitializeCache).
+  const models::KvCache& paged_cache() const { return paged_cache_; }
+
   // Non-driver ranks: executes commands until kShutdown.
   void Loop();
   // Driver only: ends every rank's Loop(). Idempotent.
@@ -84,6 +110,10 @@ class Worker {
   // This rank's part of a step; the last stage's TP rank 0 returns the result.
   std::optional<StepResult> Execute(const StepCommand& command);
   void Forward(const StepCommand& command, StepResult& result, bool& has_result);
+  void ExecuteBatch(const SchedulerOutput& output, StepResult& result, bool& has_result);
+  // The previous stage's tensors (or nothing on the first stage); sends ours to the next.
+  void RecvFromPreviousStage(models::IntermediateTensors& input);
+  void SendToNextStage(const models::IntermediateTensors& output);
   void WatchStep(distributed::GroupCoordinator& group, int waiting_for);
   bool is_result_rank() const;
 
@@ -95,6 +125,8 @@ class Worker {
   int result_rank_ = 0;  // world rank of the last stage's TP rank 0
   models::KvCache cache_;
   std::unique_ptr<Sampler> sampler_;
+  models::KvCache paged_cache_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers_;  // result rank only
   int64_t step_ = 0;
   bool shut_down_ = false;
 };

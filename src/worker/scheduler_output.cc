@@ -1,0 +1,111 @@
+#include "worker/scheduler_output.h"
+
+#include "worker/byte_codec.h"
+
+namespace uc::worker {
+namespace {
+
+using internal::ByteReader;
+using internal::ByteWriter;
+
+constexpr uint32_t kMagic = 0x55435330;  // "UCS0"
+
+void PutParams(ByteWriter& w, const SamplingParams& p) {
+  w.Put(p.temperature);
+  w.Put(p.top_k);
+  w.Put(p.top_p);
+  w.Put(p.min_p);
+  w.Put<uint8_t>(p.seed.has_value());
+  w.Put<uint64_t>(p.seed.value_or(0));
+}
+
+bool GetParams(ByteReader& r, SamplingParams& p) {
+  uint8_t has_seed = 0;
+  uint64_t seed = 0;
+  if (!(r.Get(p.temperature) && r.Get(p.top_k) && r.Get(p.top_p) && r.Get(p.min_p) &&
+        r.Get(has_seed) && r.Get(seed))) {
+    return false;
+  }
+  if (has_seed) p.seed = seed;
+  return true;
+}
+
+void PutIds(ByteWriter& w, const std::vector<uint64_t>& ids) {
+  w.Put<uint32_t>(static_cast<uint32_t>(ids.size()));
+  for (uint64_t id : ids) w.Put(id);
+}
+
+bool GetIds(ByteReader& r, std::vector<uint64_t>& ids) {
+  uint32_t n = 0;
+  if (!r.Get(n)) return false;
+  ids.resize(0);
+  for (uint32_t i = 0; i < n; ++i) {
+    uint64_t id = 0;
+    if (!r.Get(id)) return false;
+    ids.push_back(id);
+  }
+  return true;
+}
+
+}  // namespace
+
+int32_t SchedulerOutput::total_tokens() const {
+  int32_t total = 0;
+  for (const ScheduledSequence& s : scheduled) total += s.num_tokens();
+  return total;
+}
+
+int32_t SchedulerOutput::num_sampled() const {
+  int32_t n = 0;
+  for (const ScheduledSequence& s : scheduled) n += s.sample ? 1 : 0;
+  return n;
+}
+
+std::string SchedulerOutput::Serialize() const {
+  ByteWriter w;
+  w.Put(kMagic);
+  w.Put(step);
+  w.Put<uint32_t>(static_cast<uint32_t>(scheduled.size()));
+  for (const ScheduledSequence& s : scheduled) {
+    w.Put(s.seq_id);
+    w.PutInts(s.token_ids);
+    w.Put(s.start_pos);
+    w.PutInts(s.block_table);
+    w.Put(s.num_prompt_tokens);
+    w.Put<uint8_t>(s.sample);
+    w.Put<uint8_t>(s.new_params.has_value());
+    if (s.new_params.has_value()) PutParams(w, *s.new_params);
+  }
+  PutIds(w, finished_seq_ids);
+  PutIds(w, preempted_seq_ids);
+  return w.Take();
+}
+
+StatusOr<SchedulerOutput> SchedulerOutput::Parse(const std::string& bytes) {
+  SchedulerOutput out;
+  ByteReader r(bytes);
+  uint32_t magic = 0, n = 0;
+  if (!r.Get(magic) || magic != kMagic || !r.Get(out.step) || !r.Get(n)) {
+    return InvalidArgumentError("malformed scheduler output (header)");
+  }
+  for (uint32_t i = 0; i < n; ++i) {
+    ScheduledSequence s;
+    uint8_t sample = 0, has_params = 0;
+    bool ok = r.Get(s.seq_id) && r.GetInts(s.token_ids) && r.Get(s.start_pos) &&
+              r.GetInts(s.block_table) && r.Get(s.num_prompt_tokens) && r.Get(sample) &&
+              r.Get(has_params);
+    if (ok && has_params) {
+      s.new_params.emplace();
+      ok = GetParams(r, *s.new_params);
+    }
+    if (!ok) return InvalidArgumentError("malformed scheduler output (sequence)");
+    s.sample = sample != 0;
+    out.scheduled.push_back(std::move(s));
+  }
+  if (!GetIds(r, out.finished_seq_ids) || !GetIds(r, out.preempted_seq_ids) || !r.done()) {
+    return InvalidArgumentError("malformed scheduler output (ids)");
+  }
+  return out;
+}
+
+}  // namespace uc::worker

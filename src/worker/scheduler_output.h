@@ -1,0 +1,57 @@
+// File: scheduler_output.h
+// -----------------------------------------------------------------------------
+// SchedulerOutput: what the one scheduler (engine/scheduler.h) decides for one step, and the one
+// message the driver broadcasts to every rank each step. Every rank builds the same batch from
+// it: the scheduled sequences' tokens are concatenated in order, so batch row r maps to one
+// (sequence, position) on every rank and stage. Plain value types; Serialize/Parse are exact
+// inverses.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "worker/sampling_params.h"
+
+namespace uc::worker {
+
+// One sequence's part of a step.
+struct ScheduledSequence {
+  uint64_t seq_id = 0;
+  // Tokens run this step, at positions start_pos, start_pos + 1, ... of the sequence. For a
+  // prefill chunk (or a recompute after preemption) several; for a decode step one.
+  std::vector<int32_t> token_ids;
+  int32_t start_pos = 0;  // = tokens of this sequence already in the KV cache
+  // KV blocks of the sequence, covering at least positions [0, start_pos + token_ids.size()).
+  std::vector<int32_t> block_table;
+  int32_t num_prompt_tokens = 0;  // positions < this are prompt, the rest generated
+  // True when this step reaches the end of the sequence's known tokens: the last stage samples
+  // one new token for it. False for a prefill chunk that is not the last.
+  bool sample = false;
+  // Set the first time a sequence is scheduled (and only then): how the last stage samples it.
+  std::optional<SamplingParams> new_params;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t end_pos() const { return start_pos + num_tokens(); }
+};
+
+struct SchedulerOutput {
+  int64_t step = 0;
+  std::vector<ScheduledSequence> scheduled;  // batch order
+  // Sequences finished or aborted since the previous step: every rank drops their state
+  // (samplers). Their KV blocks are already back on the scheduler's free list.
+  std::vector<uint64_t> finished_seq_ids;
+  // Sequences preempted this step (KV freed; they will be recomputed). Informational.
+  std::vector<uint64_t> preempted_seq_ids;
+
+  int32_t total_tokens() const;
+  int32_t num_sampled() const;
+  bool empty() const { return scheduled.empty() && finished_seq_ids.empty(); }
+
+  std::string Serialize() const;
+  static StatusOr<SchedulerOutput> Parse(const std::string& bytes);
+};
+
+}  // namespace uc::worker
