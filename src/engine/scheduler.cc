@@ -1,0 +1,220 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "base/check.h"
+
+namespace uc::engine {
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockManager* block_manager)
+    : config_(config), blocks_(block_manager) {
+  UC_CHECK(block_manager != nullptr, "Scheduler needs a BlockManager");
+  UC_CHECK(config.max_num_seqs >= 1, "max_num_seqs is %d", config.max_num_seqs);
+  UC_CHECK(config.max_num_batched_tokens >= 1, "max_num_batched_tokens is %d",
+           config.max_num_batched_tokens);
+  UC_CHECK(config.max_prefill_chunk >= 1, "max_prefill_chunk is %d", config.max_prefill_chunk);
+  UC_CHECK(config.max_model_len >= 1, "max_model_len is %d", config.max_model_len);
+}
+
+Status Scheduler::AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
+                              const worker::SamplingParams& params) {
+  if (seqs_.count(seq_id) != 0) {
+    return InvalidArgumentError("sequence id " + std::to_string(seq_id) + " is already in use");
+  }
+  if (prompt_ids.empty()) {
+    return InvalidArgumentError("sequence " + std::to_string(seq_id) +
+                                ": the prompt is empty; it needs at least one token");
+  }
+  const int num_prompt = static_cast<int>(prompt_ids.size());
+  if (prompt_ids.size() >= static_cast<size_t>(config_.max_model_len)) {
+    return InvalidArgumentError(
+        "sequence " + std::to_string(seq_id) + ": prompt has " + std::to_string(prompt_ids.size()) +
+        " tokens; the context (max_model_len) is " + std::to_string(config_.max_model_len) +
+        ", leaving no room to generate");
+  }
+  if (blocks_->BlocksFor(num_prompt) > blocks_->num_blocks()) {
+    return InvalidArgumentError("sequence " + std::to_string(seq_id) + ": prompt has " +
+                                std::to_string(num_prompt) + " tokens, needing " +
+                                std::to_string(blocks_->BlocksFor(num_prompt)) + " KV blocks of " +
+                                std::to_string(blocks_->block_size()) + " tokens; the cache has " +
+                                std::to_string(blocks_->num_blocks()));
+  }
+  auto seq = std::make_unique<Sequence>();
+  seq->seq_id = seq_id;
+  seq->arrival = next_arrival_++;
+  seq->token_ids = std::move(prompt_ids);
+  seq->num_prompt_tokens = num_prompt;
+  seq->params = params;
+  waiting_.push_back(seq.get());
+  seqs_.emplace(seq_id, std::move(seq));
+  return OkStatus();
+}
+
+worker::SchedulerOutput Scheduler::Schedule() {
+  worker::SchedulerOutput out;
+  out.step = step_++;
+  out.finished_seq_ids = std::move(finished_since_last_);
+  finished_since_last_.clear();
+  for (const uint64_t id : out.finished_seq_ids) seqs_.erase(id);
+
+  int budget = config_.max_num_batched_tokens;
+  bool preempted = false;
+  // 1. Running sequences, oldest first. Victims are taken from the back (the newest), so a
+  // sequence already scheduled this step never loses its blocks, and the oldest one only
+  // yields when it is alone -- where it always fits (CheckSchedulable).
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* seq = running_[i];
+    CheckSchedulable(*seq);
+    const int n = ChunkSize(*seq, budget);
+    const int end = seq->num_computed_tokens + n;
+    bool fits = blocks_->Allocate(seq->block_table, end);
+    while (!fits && running_.back() != seq) {
+      Preempt(running_.back(), out);
+      preempted = true;
+      fits = blocks_->Allocate(seq->block_table, end);
+    }
+    if (!fits) {  // `seq` is the newest running sequence: it yields its own blocks
+      Preempt(seq, out);
+      preempted = true;
+      break;
+    }
+    AddChunk(seq, n, out);
+    budget -= n;
+    ++i;
+  }
+
+  // 2. Waiting sequences in FCFS order. After a preemption the cache is short, and admitting
+  // new work would only lead to preempting it again.
+  while (!preempted && !waiting_.empty() && budget > 0 && num_running() < config_.max_num_seqs) {
+    Sequence* seq = waiting_.front();
+    CheckSchedulable(*seq);
+    const int n = ChunkSize(*seq, budget);
+    if (!blocks_->Allocate(seq->block_table, n)) break;  // never skip the head
+    waiting_.pop_front();
+    seq->status = SequenceStatus::kRunning;
+    const auto pos =
+        std::upper_bound(running_.begin(), running_.end(), seq->arrival,
+                         [](int64_t arrival, const Sequence* s) { return arrival < s->arrival; });
+    running_.insert(pos, seq);
+    AddChunk(seq, n, out);
+    budget -= n;
+  }
+  return out;
+}
+
+void Scheduler::AppendToken(uint64_t seq_id, int32_t token) {
+  Sequence* seq = Find(seq_id);
+  UC_CHECK(seq != nullptr && seq->status == SequenceStatus::kRunning,
+           "AppendToken(%llu): not a running sequence", static_cast<unsigned long long>(seq_id));
+  UC_CHECK(seq->awaiting_token, "AppendToken(%llu): it was not scheduled with sample set",
+           static_cast<unsigned long long>(seq_id));
+  UC_CHECK(seq->num_tokens() < config_.max_model_len,
+           "AppendToken(%llu): the sequence already holds max_model_len (%d) tokens",
+           static_cast<unsigned long long>(seq_id), config_.max_model_len);
+  seq->token_ids.push_back(token);
+  seq->awaiting_token = false;
+}
+
+bool Scheduler::Finish(uint64_t seq_id) {
+  Sequence* seq = Find(seq_id);
+  if (seq == nullptr || seq->status == SequenceStatus::kFinished) return false;
+  if (seq->status == SequenceStatus::kRunning) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+  }
+  blocks_->Free(seq->block_table);
+  seq->status = SequenceStatus::kFinished;
+  seq->awaiting_token = false;
+  finished_since_last_.push_back(seq_id);
+  return true;
+}
+
+StatusOr<SequenceInfo> Scheduler::Info(uint64_t seq_id) const {
+  const Sequence* seq = Find(seq_id);
+  if (seq == nullptr || seq->status == SequenceStatus::kFinished) {
+    return NotFoundError("no unfinished sequence with id " + std::to_string(seq_id));
+  }
+  SequenceInfo info;
+  info.seq_id = seq->seq_id;
+  info.status = seq->status;
+  info.num_prompt_tokens = seq->num_prompt_tokens;
+  info.num_tokens = seq->num_tokens();
+  info.num_computed_tokens = seq->num_computed_tokens;
+  info.num_preemptions = seq->num_preemptions;
+  info.block_table = seq->block_table;
+  return info;
+}
+
+void Scheduler::Preempt(Sequence* seq, worker::SchedulerOutput& out) {
+  running_.erase(std::find(running_.begin(), running_.end(), seq));
+  blocks_->Free(seq->block_table);
+  seq->num_computed_tokens = 0;
+  seq->status = SequenceStatus::kPreempted;
+  ++seq->num_preemptions;
+  ++num_preemptions_;
+  out.preempted_seq_ids.push_back(seq->seq_id);
+  InsertWaiting(seq);
+}
+
+void Scheduler::InsertWaiting(Sequence* seq) {
+  const auto pos =
+      std::upper_bound(waiting_.begin(), waiting_.end(), seq->arrival,
+                       [](int64_t arrival, const Sequence* s) { return arrival < s->arrival; });
+  waiting_.insert(pos, seq);
+}
+
+int Scheduler::ChunkSize(const Sequence& seq, int budget) const {
+  const int remaining = seq.num_tokens() - seq.num_computed_tokens;
+  return std::min({remaining, config_.max_prefill_chunk, budget});
+}
+
+void Scheduler::AddChunk(Sequence* seq, int num_tokens, worker::SchedulerOutput& out) {
+  const int start = seq->num_computed_tokens;
+  const int end = start + num_tokens;
+  UC_CHECK(num_tokens >= 1 && end <= seq->num_tokens(), "chunk of %d tokens", num_tokens);
+  UC_CHECK(end <= config_.max_model_len, "sequence %llu: position %d >= max_model_len %d",
+           static_cast<unsigned long long>(seq->seq_id), end - 1, config_.max_model_len);
+  UC_CHECK(static_cast<int>(seq->block_table.size()) >= blocks_->BlocksFor(end),
+           "block table does not cover %d tokens", end);
+  worker::ScheduledSequence s;
+  s.seq_id = seq->seq_id;
+  s.token_ids.assign(seq->token_ids.begin() + start, seq->token_ids.begin() + end);
+  s.start_pos = start;
+  s.block_table = seq->block_table;
+  s.num_prompt_tokens = seq->num_prompt_tokens;
+  s.sample = end == seq->num_tokens();
+  if (!seq->params_sent) {
+    s.new_params = seq->params;
+    seq->params_sent = true;
+  }
+  seq->num_computed_tokens = end;
+  seq->awaiting_token = s.sample;
+  out.scheduled.push_back(std::move(s));
+}
+
+Scheduler::Sequence* Scheduler::Find(uint64_t seq_id) const {
+  const auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::CheckSchedulable(const Sequence& seq) const {
+  const auto id = static_cast<unsigned long long>(seq.seq_id);
+  UC_CHECK(!seq.awaiting_token,
+           "sequence %llu sampled a token in the previous step but got neither AppendToken nor "
+           "Finish",
+           id);
+  UC_CHECK(seq.num_computed_tokens < seq.num_tokens(), "sequence %llu has nothing to compute", id);
+  UC_CHECK(seq.num_tokens() < config_.max_model_len,
+           "sequence %llu holds max_model_len (%d) tokens and can generate no more; the engine "
+           "must Finish it",
+           id, config_.max_model_len);
+  UC_CHECK(blocks_->BlocksFor(seq.num_tokens()) <= blocks_->num_blocks(),
+           "sequence %llu holds %d tokens, more than the whole KV cache (%d blocks of %d); the "
+           "engine must Finish it before it outgrows the cache",
+           id, seq.num_tokens(), blocks_->num_blocks(), blocks_->block_size());
+}
+
+}  // namespace uc::engine

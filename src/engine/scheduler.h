@@ -1,0 +1,141 @@
+// File: scheduler.h
+// -----------------------------------------------------------------------------
+// Scheduler: the one scheduler of a deployment (vLLM v1's unified token-budget scheduler).
+// Each step it decides which sequences run and how many of their tokens, within
+// `max_num_seqs` and `max_num_batched_tokens`, and returns a SchedulerOutput that every rank
+// executes.
+//
+// Policy, in order each step:
+//   1. Running sequences, oldest first. Each gets the tokens it has not computed yet (one for a
+//      decode step; a chunk of at most `max_prefill_chunk` for a prompt being prefilled), as far
+//      as the token budget allows. When its KV blocks cannot grow, the newest running sequence
+//      is preempted (blocks freed, its computed tokens forgotten, back to the front of the
+//      waiting queue to be recomputed later) until it fits — or it is itself the newest and is
+//      preempted.
+//   2. If nothing was preempted this step: waiting sequences in FCFS order (preempted ones
+//      first, by arrival) while there is budget, a sequence slot and KV blocks for the chunk.
+//      The queue head is never skipped for a later request, so no request starves.
+// A recomputed sequence runs prompt + generated tokens as prefill; the last chunk samples the
+// next new token. A sequence whose chunk reaches the end of its known tokens has `sample` set;
+// the engine then calls AppendToken with the sampled id (and Finish when it stops).
+//
+// Testable without a model: it only sees token ids. Thread-compatible: one thread (the engine
+// loop) calls every method.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/block_manager.h"
+#include "worker/sampling_params.h"
+#include "worker/scheduler_output.h"
+
+namespace uc::engine {
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;             // sequences in one step at most
+  int max_num_batched_tokens = 512;  // tokens in one step at most, all sequences together
+  int max_prefill_chunk = 256;       // prompt tokens of one sequence in one step at most
+  int max_model_len = 2048;          // positions one sequence may reach
+};
+
+enum class SequenceStatus { kWaiting, kRunning, kPreempted, kFinished };
+
+// Read-only view of one sequence, for the engine and tests.
+struct SequenceInfo {
+  uint64_t seq_id = 0;
+  SequenceStatus status = SequenceStatus::kWaiting;
+  int num_prompt_tokens = 0;
+  int num_tokens = 0;           // prompt + generated
+  int num_computed_tokens = 0;  // in the KV cache
+  int num_preemptions = 0;
+  std::vector<int32_t> block_table;
+};
+
+class Scheduler {
+ public:
+  // REQUIRES: every config field >= 1; block_manager outlives the scheduler and no one else
+  // allocates from it.
+  Scheduler(const SchedulerConfig& config, BlockManager* block_manager);
+
+  // Queues a new sequence. `params` is sent to the ranks with its first scheduled chunk.
+  // InvalidArgument (nothing queued) when: seq_id is already known (unfinished, or finished
+  // but not yet reported in an output's finished_seq_ids); prompt_ids is empty;
+  // prompt_ids.size() >= max_model_len; the prompt alone needs more KV blocks than exist.
+  Status AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
+                     const worker::SamplingParams& params);
+
+  // Decides the next step. Sequences finished (Finish: a stop or an abort) since the previous
+  // call are listed in finished_seq_ids. May return an output with nothing scheduled (nothing
+  // to do, or nothing fits).
+  worker::SchedulerOutput Schedule();
+
+  // Schedule() counts every scheduled token as computed (the ranks run the whole output before
+  // the next call). After execution, the engine reports the new token of each sequence whose
+  // chunk had `sample` set. REQUIRES: seq_id was scheduled with sample in the last output.
+  // REQUIRES (checked by the next Schedule()): every sequence that had `sample` set gets
+  // AppendToken or Finish before the next Schedule(); the engine Finishes a sequence once it
+  // holds max_model_len tokens (no position >= max_model_len is ever scheduled), and before
+  // its tokens outgrow the whole cache (num_blocks * block_size; moot when the cache holds
+  // max_model_len tokens), since such a sequence could never be scheduled again.
+  void AppendToken(uint64_t seq_id, int32_t token);
+  // Ends a running/waiting/preempted sequence (stop condition, or abort): its blocks go back
+  // to the free list now, and the next output tells the ranks. Returns false if unknown or
+  // already finished. Finished ids stay reserved until the next Schedule() reports them.
+  bool Finish(uint64_t seq_id);
+
+  bool HasUnfinished() const { return !waiting_.empty() || !running_.empty(); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }
+  const SchedulerConfig& config() const { return config_; }
+  const BlockManager& block_manager() const { return *blocks_; }
+  // NotFound for an unknown or finished id.
+  StatusOr<SequenceInfo> Info(uint64_t seq_id) const;
+
+ private:
+  // Defined here (not only declared) so the implicit destructor compiles where it is used.
+  struct Sequence {
+    uint64_t seq_id = 0;
+    int64_t arrival = 0;             // order of AddSequence calls
+    std::vector<int32_t> token_ids;  // prompt, then generated tokens
+    int num_prompt_tokens = 0;
+    int num_computed_tokens = 0;  // in the KV cache; counted when scheduled
+    std::vector<int32_t> block_table;
+    SequenceStatus status = SequenceStatus::kWaiting;
+    int num_preemptions = 0;
+    worker::SamplingParams params;
+    bool params_sent = false;     // new_params went out with its first chunk
+    bool awaiting_token = false;  // scheduled with sample; AppendToken or Finish comes next
+    int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  };
+
+  // Frees `seq`'s blocks, removes it from running_ and puts it at the right place of the
+  // waiting queue; records it in out.preempted_seq_ids.
+  void Preempt(Sequence* seq, worker::SchedulerOutput& out);
+  void InsertWaiting(Sequence* seq);
+  // Tokens `seq` runs this step: what it has not computed, capped by the chunk and `budget`.
+  int ChunkSize(const Sequence& seq, int budget) const;
+  // Appends `seq`'s next `num_tokens` tokens to `out` and counts them as computed.
+  // REQUIRES: its block table already covers them.
+  void AddChunk(Sequence* seq, int num_tokens, worker::SchedulerOutput& out);
+  Sequence* Find(uint64_t seq_id) const;  // null when unknown
+  // Checks the engine kept its side of the contract (see AppendToken) for `seq`.
+  void CheckSchedulable(const Sequence& seq) const;
+
+  SchedulerConfig config_;
+  BlockManager* blocks_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  std::deque<Sequence*> waiting_;   // arrival order (preempted ones re-inserted by arrival)
+  std::vector<Sequence*> running_;  // arrival order
+  std::vector<uint64_t> finished_since_last_;
+  int64_t next_arrival_ = 0;
+  int64_t step_ = 0;
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace uc::engine
