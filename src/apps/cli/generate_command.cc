@@ -9,6 +9,9 @@
 #include "distributed/mpi/mpi_runtime.h"
 #include "engine/deployment.h"
 #include "engine/generator.h"
+#include "engine/llm.h"
+#include "engine/prompts_file.h"
+#include "io/json_file.h"
 
 namespace uc::cli {
 namespace {
@@ -21,6 +24,9 @@ struct GenerateOptions {
   std::string model;
   std::string tokenizer;
   std::string prompt;
+  std::string prompts_file;
+  engine::EngineOptions engine;
+  std::string kv_cache_memory = "1GiB";
   worker::SamplingParams sampling;
   int64_t seed = -1;
   bool json = false;
@@ -44,14 +50,9 @@ nlohmann::json ResultToJson(const engine::GenerationResult& r) {
   };
 }
 
-// Sets up this rank's share of the deployment. Under MPI every rank gets here; the non-driver
-// ranks serve steps until the driver shuts them down, and return.
-StatusOr<std::unique_ptr<engine::Generator>> OpenGenerator(GenerateOptions& o, bool* served) {
-  *served = false;
-  const int world = o.tensor_parallel_size * o.pipeline_parallel_size;
-  if (world == 1 && !distributed::LaunchedUnderMpi()) {
-    return engine::Generator::Open(o.generator);
-  }
+// Sets up this rank's share of a multi-rank deployment. Under MPI every rank gets here; the
+// non-driver ranks serve steps until the driver shuts them down, and return null.
+StatusOr<std::unique_ptr<engine::Deployment>> OpenDeployment(GenerateOptions& o) {
   UC_RETURN_IF_ERROR(distributed::MpiRuntime::Init(nullptr, nullptr));
   distributed::MpiBackend backend;
   engine::DeploymentOptions d;
@@ -64,10 +65,37 @@ StatusOr<std::unique_ptr<engine::Generator>> OpenGenerator(GenerateOptions& o, b
                       engine::Deployment::Create(d, &backend));
   if (!deployment->is_driver()) {
     deployment->worker().Loop();
+    return std::unique_ptr<engine::Deployment>();
+  }
+  return deployment;
+}
+
+bool SingleProcess(const GenerateOptions& o) {
+  return o.tensor_parallel_size * o.pipeline_parallel_size == 1 && !distributed::LaunchedUnderMpi();
+}
+
+StatusOr<std::unique_ptr<engine::Generator>> OpenGenerator(GenerateOptions& o, bool* served) {
+  *served = false;
+  if (SingleProcess(o)) return engine::Generator::Open(o.generator);
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment, OpenDeployment(o));
+  if (deployment == nullptr) {
     *served = true;
     return std::unique_ptr<engine::Generator>();
   }
   return engine::Generator::OpenDriver(o.generator, std::move(deployment));
+}
+
+StatusOr<std::unique_ptr<engine::LLM>> OpenLLM(GenerateOptions& o, bool* served) {
+  *served = false;
+  if (SingleProcess(o)) return engine::LLM::Open(o.engine);
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment, OpenDeployment(o));
+  if (deployment == nullptr) {
+    *served = true;
+    return std::unique_ptr<engine::LLM>();
+  }
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::LLMEngine> engine,
+                      engine::LLMEngine::OpenDriver(o.engine, std::move(deployment)));
+  return std::make_unique<engine::LLM>(std::move(engine));
 }
 
 // Ends MPI (when it was started) and passes `code` through.
@@ -76,10 +104,86 @@ int Finish(int code) {
   return code;
 }
 
+nlohmann::json OutputToJson(const engine::RequestOutput& r) {
+  nlohmann::json j = {
+      {"id", r.request_id},
+      {"prompt_ids", r.prompt_ids},
+      {"ids", r.output_ids},
+      {"text", r.text},
+      {"finish_reason", std::string(engine::FinishReasonName(r.finish_reason))},
+      {"stop_reason", r.stop_reason},
+      {"usage",
+       {{"prompt_tokens", r.prompt_ids.size()}, {"completion_tokens", r.output_ids.size()}}},
+      {"metrics",
+       {{"time_to_first_token_seconds", r.metrics.time_to_first_token()},
+        {"latency_seconds", r.metrics.finish_seconds - r.metrics.arrival_seconds},
+        {"preemptions", r.metrics.num_preemptions}}},
+  };
+  if (r.abort.has_value()) j["abort"] = {{"by", r.abort->by}, {"reason", r.abort->reason}};
+  return j;
+}
+
+// Runs every prompt of a JSONL file through the batched engine; prints each result as it
+// finishes. Exit 1 when the file is malformed (nothing runs) or any request was rejected (the
+// others still run).
+int RunPrompts(GenerateOptions& o) {
+  StatusOr<std::vector<engine::GenerateRequest>> requests =
+      engine::ReadPromptsFile(o.prompts_file, o.sampling);
+  const bool rank0 =
+      !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
+  if (!requests.ok()) {
+    if (rank0) std::fprintf(stderr, "error: %s\n", requests.status().message().c_str());
+    return Finish(kExitFailure);
+  }
+  bool served = false;
+  StatusOr<std::unique_ptr<engine::LLM>> llm = OpenLLM(o, &served);
+  const bool driver =
+      !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
+  if (!llm.ok()) {
+    if (driver) std::fprintf(stderr, "error: %s\n", llm.status().message().c_str());
+    return Finish(kExitFailure);
+  }
+  if (served) return Finish(kExitOk);
+  int rejected = 0;
+  (*llm)->Generate(*requests, [&](const engine::GenerateResult& result) {
+    if (!result.status.ok()) {
+      ++rejected;
+      std::fprintf(stderr, "error: %s: request '%s': %s\n", o.prompts_file.c_str(),
+                   result.id.c_str(), result.status.message().c_str());
+      if (o.json) {
+        std::cout << nlohmann::json{{"id", result.id}, {"error", result.status.message()}}.dump()
+                  << std::endl;
+      }
+      return;
+    }
+    if (o.json) {
+      std::cout << OutputToJson(result.output).dump() << std::endl;
+    } else {
+      std::printf("[%s] %s\n[%s: %zu tokens, %s]\n\n", result.id.c_str(),
+                  result.output.text.c_str(), result.id.c_str(), result.output.output_ids.size(),
+                  result.output.stop_reason.c_str());
+      std::fflush(stdout);
+    }
+  });
+  llm->reset();  // shuts the other ranks down
+  return Finish(rejected == 0 ? kExitOk : kExitFailure);
+}
+
 int RunGenerate(GenerateOptions& o) {
   o.generator.model_path = o.model;
+  o.engine.model_path = o.model;
+  o.engine.num_threads = o.generator.num_threads;
+  o.engine.max_model_len = o.generator.max_model_len;
+  if (!o.tokenizer.empty()) o.engine.tokenizer_path = o.tokenizer;
+  StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
+  if (!kv_bytes.ok()) {
+    std::fprintf(stderr, "error: --kv-cache-memory: %s\n", kv_bytes.status().message().c_str());
+    return Finish(kExitUsage);
+  }
+  o.engine.kv_cache_bytes = *kv_bytes;
   if (!o.tokenizer.empty()) o.generator.tokenizer_path = o.tokenizer;
   if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
+  if (!o.prompts_file.empty()) return RunPrompts(o);
   bool served = false;
   StatusOr<std::unique_ptr<engine::Generator>> gen = OpenGenerator(o, &served);
   const bool rank0 =
@@ -120,7 +224,8 @@ int RunGenerate(GenerateOptions& o) {
 
 void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
   auto options = std::make_shared<GenerateOptions>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text for one prompt");
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate text for one prompt, or for many at once (--prompts FILE.jsonl)");
   cmd->add_option("--tensor-parallel-size,--tp", options->tensor_parallel_size,
                   "Ranks that split every layer (tensor parallelism)")
       ->check(CLI::PositiveNumber)
@@ -137,7 +242,32 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
       ->required();
   cmd->add_option("--tokenizer", options->tokenizer,
                   "Tokenizer file (default: the one that comes with the model)");
-  cmd->add_option("--prompt,-p", options->prompt, "Prompt text")->required();
+  CLI::Option* prompt = cmd->add_option("--prompt,-p", options->prompt, "Prompt text");
+  CLI::Option* prompts =
+      cmd->add_option("--prompts", options->prompts_file,
+                      "JSONL file: one object per line with `id`, `prompt` (or `prompt_ids`) "
+                      "and optional sampling fields; all are served together by continuous "
+                      "batching")
+          ->check(CLI::ExistingFile);
+  prompt->excludes(prompts);
+  cmd->add_option("--max-num-seqs", options->engine.max_num_seqs,
+                  "Requests in one batch at most (--prompts)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", options->engine.max_num_batched_tokens,
+                  "Tokens in one step at most, all requests together (--prompts)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", options->engine.max_prefill_chunk,
+                  "Prompt tokens of one request per step at most (chunked prefill)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--block-size", options->engine.block_size, "KV cache block size in tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-memory", options->kv_cache_memory,
+                  "KV cache memory per rank, e.g. 512MiB, 2GiB (--prompts)")
+      ->capture_default_str();
   cmd->add_option("--max-tokens,-n", options->sampling.max_tokens, "Tokens to generate at most")
       ->capture_default_str();
   cmd->add_option("--temperature,-t", options->sampling.temperature,
@@ -158,8 +288,12 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--max-model-len", options->generator.max_model_len,
                   "Context length (default: the model's)");
   cmd->add_flag("--json", options->json,
-                "Print one JSON object: ids, text, finish reason and timings");
-  cmd->callback([options, argc, argv] {
+                "Print one JSON object: ids, text, finish reason and timings (with --prompts: "
+                "one line per prompt, as each finishes)");
+  cmd->callback([options, argc, argv, prompt, prompts] {
+    if (prompt->count() == 0 && prompts->count() == 0) {
+      throw CLI::RequiredError("--prompt or --prompts");
+    }
     const int world = options->tensor_parallel_size * options->pipeline_parallel_size;
     if (world > 1 && !distributed::LaunchedUnderMpi()) {
       const Status status = ReexecUnderMpirun(world, argc, argv);  // returns only on failure

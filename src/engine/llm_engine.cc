@@ -1,0 +1,358 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "base/logging.h"
+#include "engine/stop_matcher.h"
+#include "tokenizer/incremental_decoder.h"
+
+namespace uc::engine {
+namespace {
+
+bool Contains(const std::vector<int32_t>& ids, int32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+std::string Mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+}  // namespace
+
+// Everything the driver keeps about one request between AddRequest and its final output.
+struct LLMEngine::RequestState {
+  std::string id;
+  uint64_t seq_id = 0;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;
+  worker::SamplingParams params;
+  int budget = 0;  // tokens it may generate: max_tokens, capped by the context
+  std::unique_ptr<tokenizer::IncrementalDecoder> decoder;
+  std::unique_ptr<StopMatcher> stops;
+  FinishReason finish_reason = FinishReason::kLength;
+  std::string stop_reason;
+  std::optional<AbortInfo> abort;
+  RequestMetrics metrics;
+};
+
+StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested) {
+  if (requested < 0) {
+    return InvalidArgumentError("max_model_len must be >= 0, got " + std::to_string(requested));
+  }
+  int len = requested > 0 ? requested : config.max_position_embeddings;
+  if (len > config.max_position_embeddings) {
+    UC_LOG(WARNING) << "max_model_len " << len << " exceeds the model's max_position_embeddings "
+                    << config.max_position_embeddings;
+  }
+  if (config.sliding_window > 0 && len > config.sliding_window) {
+    // The attention kernels attend to the whole prefix; within the window that is exact.
+    UC_LOG(WARNING) << "sliding_window " << config.sliding_window
+                    << " is not implemented: context limited to " << config.sliding_window
+                    << " tokens";
+    len = config.sliding_window;
+  }
+  return len;
+}
+
+StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
+  DeploymentOptions deployment_options;
+  deployment_options.model_path = options.model_path;
+  deployment_options.num_threads = options.num_threads;
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<Deployment> deployment,
+                      Deployment::Create(deployment_options));
+  return OpenDriver(options, std::move(deployment));
+}
+
+StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::OpenDriver(const EngineOptions& options,
+                                                           std::unique_ptr<Deployment> deployment) {
+  UC_CHECK(deployment != nullptr && deployment->is_driver(), "OpenDriver needs rank 0");
+  std::unique_ptr<LLMEngine> engine(new LLMEngine());
+  engine->deployment_ = std::move(deployment);
+  const Status status = engine->Init(options);
+  if (!status.ok()) {
+    engine->deployment_->worker().Shutdown();
+    return status;
+  }
+  return engine;
+}
+
+LLMEngine::~LLMEngine() {
+  if (deployment_ != nullptr) deployment_->worker().Shutdown();
+}
+
+Status LLMEngine::Init(const EngineOptions& options) {
+  options_ = options;
+  start_ = std::chrono::steady_clock::now();
+  for (const auto& [name, value] : {std::pair{"max_num_seqs", options.max_num_seqs},
+                                    {"max_num_batched_tokens", options.max_num_batched_tokens},
+                                    {"max_prefill_chunk", options.max_prefill_chunk},
+                                    {"block_size", options.block_size}}) {
+    if (value < 1) {
+      return InvalidArgumentError(std::string(name) + " must be >= 1, got " +
+                                  std::to_string(value));
+    }
+  }
+  UC_ASSIGN_OR_RETURN(tokenizer_,
+                      LoadTokenizerFor(deployment_->checkpoint(), options.tokenizer_path));
+  if (tokenizer_->vocab_size() > config().vocab_size) {
+    return InvalidArgumentError(options.model_path.string() + ": tokenizer has " +
+                                std::to_string(tokenizer_->vocab_size()) +
+                                " tokens but the model's vocab_size is " +
+                                std::to_string(config().vocab_size));
+  }
+  UC_ASSIGN_OR_RETURN(max_model_len_, ResolveMaxModelLen(config(), options.max_model_len));
+  for (int id : config().eos_token_ids) eos_ids_.push_back(id);
+  for (int32_t id : tokenizer_->stop_ids()) eos_ids_.push_back(id);
+  return InitKvCache();
+}
+
+// Sizes the paged cache from the budget: the rank with the most layers per block decides.
+Status LLMEngine::InitKvCache() {
+  worker::Worker& worker = deployment_->worker();
+  const int bs = options_.block_size;
+  int max_layers = 1;
+  for (const worker::RankInfo& r : worker.ranks()) {
+    max_layers = std::max(max_layers, r.layer_end - r.layer_start);
+  }
+  const int64_t block_bytes = int64_t{2} * max_layers * bs *
+                              deployment_->model().kv_size_per_rank() *
+                              static_cast<int64_t>(sizeof(float));
+  const int64_t blocks_per_seq = (max_model_len_ + bs - 1) / bs;
+  const int64_t useful = blocks_per_seq * options_.max_num_seqs;
+  const int64_t num_blocks = options_.num_kv_blocks > 0
+                                 ? options_.num_kv_blocks
+                                 : std::min(options_.kv_cache_bytes / block_bytes, useful);
+  if (num_blocks < blocks_per_seq) {
+    if (options_.num_kv_blocks > 0) {
+      return InvalidArgumentError(std::to_string(num_blocks) + " KV blocks of " +
+                                  std::to_string(bs) + " tokens cannot hold one sequence of " +
+                                  "max_model_len " + std::to_string(max_model_len_));
+    }
+    return InvalidArgumentError(
+        "the KV cache budget of " + Mib(options_.kv_cache_bytes) + " per rank holds " +
+        std::to_string(num_blocks * bs) + " tokens, less than one sequence of max_model_len " +
+        std::to_string(max_model_len_) + " (" + Mib(blocks_per_seq * block_bytes) +
+        "); raise --kv-cache-memory or lower --max-model-len");
+  }
+  worker.InitializeCache(static_cast<int>(num_blocks), bs);
+  blocks_ = std::make_unique<BlockManager>(static_cast<int>(num_blocks), bs);
+  SchedulerConfig sc;
+  sc.max_num_seqs = options_.max_num_seqs;
+  sc.max_num_batched_tokens = options_.max_num_batched_tokens;
+  sc.max_prefill_chunk = options_.max_prefill_chunk;
+  sc.max_model_len = max_model_len_;
+  scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get());
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "KV cache: %lld blocks of %d tokens (%s per rank); maximum concurrency %.2f "
+                "requests of %d tokens",
+                static_cast<long long>(num_blocks), bs, Mib(num_blocks * block_bytes).c_str(),
+                static_cast<double>(num_blocks) / static_cast<double>(blocks_per_seq),
+                max_model_len_);
+  UC_LOG(INFO) << line;
+  return OkStatus();
+}
+
+double LLMEngine::Now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+StatusOr<std::vector<int32_t>> LLMEngine::Tokenize(const Prompt& prompt) const {
+  if (const auto* text = std::get_if<std::string>(&prompt.value)) {
+    return tokenizer_->Encode(*text, tokenizer_->add_bos_token(), /*parse_special=*/true);
+  }
+  return std::get<std::vector<int32_t>>(prompt.value);
+}
+
+Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt,
+                             const worker::SamplingParams& params) {
+  if (request_id.empty()) return InvalidArgumentError("request id must not be empty");
+  UC_RETURN_IF_ERROR(params.Validate().Annotate("request '" + request_id + "'"));
+  if (params.max_tokens < 1) {
+    return InvalidArgumentError("request '" + request_id + "': max_tokens must be >= 1, got " +
+                                std::to_string(params.max_tokens));
+  }
+  for (int32_t id : params.stop_token_ids) {
+    if (id < 0 || id >= config().vocab_size) {
+      return InvalidArgumentError("request '" + request_id + "': stop_token_ids has " +
+                                  std::to_string(id) + ", outside the vocabulary [0, " +
+                                  std::to_string(config().vocab_size) + ")");
+    }
+  }
+  UC_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Tokenize(prompt));
+  if (ids.empty()) {
+    return InvalidArgumentError("request '" + request_id +
+                                "': the prompt has no tokens (this tokenizer adds no BOS)");
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= config().vocab_size) {
+      return InvalidArgumentError("request '" + request_id + "': prompt token " +
+                                  std::to_string(i) + " has id " + std::to_string(ids[i]) +
+                                  ", outside the vocabulary [0, " +
+                                  std::to_string(config().vocab_size) + ")");
+    }
+  }
+  const int prompt_len = static_cast<int>(ids.size());
+  if (prompt_len >= max_model_len_) {
+    return InvalidArgumentError(
+        "request '" + request_id + "': the prompt has " + std::to_string(prompt_len) +
+        " tokens; the context (max_model_len) is " + std::to_string(max_model_len_) +
+        ", which leaves no room to generate");
+  }
+  auto r = std::make_unique<RequestState>();
+  r->id = request_id;
+  r->prompt_ids = std::move(ids);
+  r->params = params;
+  r->budget = std::min(params.max_tokens, max_model_len_ - prompt_len);
+  r->stop_reason = r->budget < params.max_tokens ? "max_model_len" : "max_tokens";
+  const bool at_start = prompt_len == 1 && r->prompt_ids[0] == tokenizer_->bos_id();
+  r->decoder = std::make_unique<tokenizer::IncrementalDecoder>(*tokenizer_, at_start);
+  r->stops = std::make_unique<StopMatcher>(params.stop);
+  r->metrics.arrival_seconds = Now();
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  if (ids_in_use_.count(request_id) != 0) {
+    return InvalidArgumentError("request id '" + request_id + "' is already in use");
+  }
+  r->seq_id = next_seq_id_++;
+  ids_in_use_[request_id] = r->seq_id;
+  new_requests_.push_back(std::move(r));
+  return OkStatus();
+}
+
+bool LLMEngine::Abort(const std::string& request_id, AbortInfo info) {
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  if (ids_in_use_.count(request_id) == 0) return false;
+  aborts_.emplace_back(request_id, std::move(info));
+  return true;
+}
+
+bool LLMEngine::HasUnfinished() const {
+  std::lock_guard<std::mutex> lock(inbox_mu_);
+  return !new_requests_.empty() || !aborts_.empty() || !requests_.empty();
+}
+
+// Moves queued requests into the scheduler and applies queued aborts.
+void LLMEngine::DrainInbox(std::vector<RequestOutput>& outputs) {
+  std::deque<std::unique_ptr<RequestState>> added;
+  std::vector<std::pair<std::string, AbortInfo>> aborts;
+  std::unordered_map<std::string, uint64_t> ids;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    added.swap(new_requests_);
+    aborts.swap(aborts_);
+    ids = ids_in_use_;
+  }
+  for (std::unique_ptr<RequestState>& r : added) {
+    // AddRequest checked everything the scheduler checks, against the same limits.
+    const Status status = scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params);
+    UC_CHECK(status.ok(), "%s", status.ToString().c_str());
+    const uint64_t seq_id = r->seq_id;
+    requests_[seq_id] = std::move(r);
+  }
+  for (auto& [id, info] : aborts) {
+    auto it = ids.find(id);
+    if (it == ids.end()) continue;
+    auto req = requests_.find(it->second);
+    if (req == requests_.end()) continue;  // finished meanwhile
+    RequestState& r = *req->second;
+    r.finish_reason = FinishReason::kAbort;
+    r.stop_reason = "abort";
+    r.abort = std::move(info);
+    RequestOutput out;
+    FinishRequest(r, out);
+    outputs.push_back(std::move(out));
+  }
+}
+
+std::vector<RequestOutput> LLMEngine::Step() {
+  std::vector<RequestOutput> outputs;
+  DrainInbox(outputs);
+  worker::SchedulerOutput plan = scheduler_->Schedule();
+  if (plan.empty()) return outputs;
+  ++stats_.num_steps;
+  for (const worker::ScheduledSequence& s : plan.scheduled) {
+    const int32_t prompt_part =
+        std::max(0, std::min(s.end_pos(), s.num_prompt_tokens) - s.start_pos);
+    stats_.prompt_tokens_computed += prompt_part;
+  }
+  for (uint64_t id : plan.preempted_seq_ids) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) ++it->second->metrics.num_preemptions;
+  }
+  const std::vector<int32_t> tokens = deployment_->worker().ExecuteModel(plan);
+  UC_CHECK(static_cast<int32_t>(tokens.size()) == plan.num_sampled(),
+           "%zu tokens for %d sampled sequences", tokens.size(), plan.num_sampled());
+  size_t next = 0;
+  for (const worker::ScheduledSequence& s : plan.scheduled) {
+    if (!s.sample) continue;
+    const int32_t token = tokens[next++];
+    auto it = requests_.find(s.seq_id);
+    UC_CHECK(it != requests_.end(), "sampled an unknown sequence %llu",
+             static_cast<unsigned long long>(s.seq_id));
+    RequestOutput out;
+    ProcessToken(*it->second, token, out);
+    outputs.push_back(std::move(out));
+  }
+  return outputs;
+}
+
+bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out) {
+  scheduler_->AppendToken(r.seq_id, token);
+  ++stats_.generated_tokens;
+  if (r.output_ids.empty()) r.metrics.first_token_seconds = Now();
+  r.output_ids.push_back(token);
+  out.request_id = r.id;
+  out.new_token_ids = {token};
+  const bool is_eos = !r.params.ignore_eos && Contains(eos_ids_, token);
+  const bool is_stop_id = Contains(r.params.stop_token_ids, token);
+  std::string text = (is_eos || is_stop_id) ? r.decoder->Flush() : r.decoder->Add(token);
+  out.new_text = r.stops->Push(text);
+  bool done = false;
+  if (is_eos || is_stop_id || r.stops->stopped()) {
+    r.finish_reason = FinishReason::kStop;
+    r.stop_reason = r.stops->stopped() ? "stop:" + r.stops->matched()
+                    : is_stop_id       ? "stop_token:" + std::to_string(token)
+                                       : "eos";
+    done = true;
+  }
+  if (static_cast<int>(r.output_ids.size()) >= r.budget) done = true;
+  if (!done) return false;
+  if (!r.stops->stopped()) out.new_text += r.stops->Push(r.decoder->Flush()) + r.stops->Flush();
+  FinishRequest(r, out);
+  return true;
+}
+
+// Frees the request's blocks (the next step tells the ranks) and fills its final output.
+void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
+  scheduler_->Finish(r.seq_id);
+  r.metrics.finish_seconds = Now();
+  out.request_id = r.id;
+  out.finished = true;
+  out.prompt_ids = std::move(r.prompt_ids);
+  out.output_ids = std::move(r.output_ids);
+  out.text = r.stops->released();
+  out.finish_reason = r.finish_reason;
+  out.stop_reason = r.stop_reason;
+  out.abort = r.abort;
+  out.metrics = r.metrics;
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    ids_in_use_.erase(r.id);
+  }
+  requests_.erase(r.seq_id);  // destroys r
+}
+
+EngineStats LLMEngine::stats() const {
+  EngineStats s = stats_;
+  s.num_running = scheduler_->num_running();
+  s.num_waiting = scheduler_->num_waiting();
+  s.num_kv_blocks = blocks_->num_blocks();
+  s.num_free_kv_blocks = blocks_->num_free_blocks();
+  s.num_preemptions = scheduler_->num_preemptions();
+  return s;
+}
+
+}  // namespace uc::engine

@@ -1,0 +1,180 @@
+// File: llm_engine.h
+// -----------------------------------------------------------------------------
+// LLMEngine: the serving core (DESIGN.md "One scheduler"). One engine runs on world rank 0 of a
+// deployment and drives every rank. Each Step() is schedule -> execute -> update:
+//   1. the Scheduler picks this step's sequences and tokens (continuous batching, chunked
+//      prefill, preemption by recompute when KV blocks run out);
+//   2. the driver broadcasts that SchedulerOutput once to every rank; every rank builds the same
+//      batch over its paged KV cache and the last pipeline stage samples;
+//   3. the engine appends the sampled ids, detokenizes incrementally, applies EOS / stop ids /
+//      stop strings / max_tokens / the context limit, and reports what changed.
+//
+//   UC_ASSIGN_OR_RETURN(auto engine, LLMEngine::Open({.model_path = "models/stories260K"}));
+//   UC_RETURN_IF_ERROR(engine->AddRequest("a", Prompt::Text("Once upon a time"), params));
+//   while (engine->HasUnfinished()) for (auto& out : engine->Step()) ...;
+//
+// The KV cache is sized by a memory budget per rank (`kv_cache_bytes`); the block count and the
+// concurrency it allows are logged at start-up.
+//
+// Thread-safety: AddRequest and Abort may be called from any thread (they queue work for the
+// next step); Step and the accessors are for the one engine thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/block_manager.h"
+#include "engine/deployment.h"
+#include "engine/generator.h"
+#include "engine/scheduler.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/sampling_params.h"
+
+namespace uc::engine {
+
+struct EngineOptions {
+  std::filesystem::path model_path;
+  std::optional<std::filesystem::path> tokenizer_path;  // default: found beside the model
+  int num_threads = 0;    // per rank; 0: the cores available / ranks on this host
+  int max_model_len = 0;  // context length; 0: the model's max_position_embeddings
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 512;
+  int max_prefill_chunk = 256;
+  int block_size = 16;  // KV slots per block
+  // KV cache memory per rank. The cache never grows past max_num_seqs full-length sequences.
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  // When > 0: exactly this many KV blocks on every rank, whatever the budget (tests, tuning).
+  int num_kv_blocks = 0;
+};
+
+// A prompt as text (tokenized with the model's tokenizer, BOS as it prescribes) or as ids.
+struct Prompt {
+  std::variant<std::string, std::vector<int32_t>> value;
+  static Prompt Text(std::string text) { return {std::move(text)}; }
+  static Prompt Ids(std::vector<int32_t> ids) { return {std::move(ids)}; }
+};
+
+// Who ended a request early, and why (finish_reason kAbort).
+struct AbortInfo {
+  std::string by;      // e.g. "client", "probe:<point>", "shutdown"
+  std::string reason;  // free text
+};
+
+struct RequestMetrics {
+  double arrival_seconds = 0.0;      // engine clock
+  double first_token_seconds = 0.0;  // 0 until the first token
+  double finish_seconds = 0.0;
+  int num_preemptions = 0;
+  double time_to_first_token() const {
+    return first_token_seconds > 0 ? first_token_seconds - arrival_seconds : 0.0;
+  }
+};
+
+// What changed for one request in one step.
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;  // sampled this step (0 or 1)
+  std::string new_text;                // text released this step (complete UTF-8)
+  bool finished = false;
+  // Set when finished:
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;  // every generated id, including a final EOS / stop id
+  std::string text;                 // the generated text, without any stop string
+  FinishReason finish_reason = FinishReason::kLength;
+  std::string stop_reason;  // "eos", "stop_token:<id>", "stop:<string>", "max_tokens", ...
+  std::optional<AbortInfo> abort;
+  RequestMetrics metrics;
+};
+
+struct EngineStats {
+  int num_running = 0;
+  int num_waiting = 0;
+  int num_kv_blocks = 0;
+  int num_free_kv_blocks = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_steps = 0;
+  int64_t prompt_tokens_computed = 0;  // including recomputation
+  int64_t generated_tokens = 0;
+};
+
+// Resolves the context length from the model's limits (max_position_embeddings, a sliding
+// window that is not implemented) and a requested value (0: the model's).
+StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested);
+
+class LLMEngine {
+ public:
+  // One process: loads the model and its tokenizer.
+  static StatusOr<std::unique_ptr<LLMEngine>> Open(const EngineOptions& options);
+  // The driver (world rank 0) of a multi-rank deployment; the other ranks run
+  // deployment->worker().Loop(). Takes ownership of the deployment.
+  static StatusOr<std::unique_ptr<LLMEngine>> OpenDriver(const EngineOptions& options,
+                                                         std::unique_ptr<Deployment> deployment);
+  ~LLMEngine();  // shuts the ranks down
+
+  // Validates and queues a request. InvalidArgument (nothing queued, nothing else disturbed)
+  // when the id is empty or in use, the prompt has no tokens, an id is outside the vocabulary,
+  // the prompt leaves no room to generate within max_model_len, or a sampling parameter is
+  // impossible (the message names the field).
+  Status AddRequest(const std::string& request_id, const Prompt& prompt,
+                    const worker::SamplingParams& params);
+  // Ends a request at the next step (waiting, running or preempted); its final output has
+  // finish_reason kAbort and `abort` set. False when the id is unknown or already finished.
+  bool Abort(const std::string& request_id, AbortInfo info = {"client", "aborted"});
+
+  // One schedule -> execute -> update step. Returns the outputs of requests that produced a
+  // token or finished (aborted ones included).
+  std::vector<RequestOutput> Step();
+  // True while any request is queued, running or waiting.
+  bool HasUnfinished() const;
+
+  EngineStats stats() const;
+  const Scheduler& scheduler() const { return *scheduler_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const models::ModelConfig& config() const { return deployment_->checkpoint().config; }
+  Deployment& deployment() { return *deployment_; }
+  int max_model_len() const { return max_model_len_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct RequestState;
+  LLMEngine() = default;
+  Status Init(const EngineOptions& options);
+  Status InitKvCache();
+  StatusOr<std::vector<int32_t>> Tokenize(const Prompt& prompt) const;
+  void DrainInbox(std::vector<RequestOutput>& outputs);
+  // Applies one sampled token; true when the request finished.
+  bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out);
+  void FinishRequest(RequestState& r, RequestOutput& out);
+  double Now() const;
+
+  EngineOptions options_;
+  std::unique_ptr<Deployment> deployment_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  int max_model_len_ = 0;
+  std::vector<int32_t> eos_ids_;
+  std::chrono::steady_clock::time_point start_;
+
+  mutable std::mutex inbox_mu_;  // guards the three fields below
+  std::deque<std::unique_ptr<RequestState>> new_requests_;
+  std::vector<std::pair<std::string, AbortInfo>> aborts_;
+  std::unordered_map<std::string, uint64_t> ids_in_use_;  // request id -> seq id, until finished
+
+  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;  // engine thread
+  uint64_t next_seq_id_ = 1;
+  EngineStats stats_;
+};
+
+}  // namespace uc::engine

@@ -1,0 +1,33 @@
+// File: prompts_file.h
+// -----------------------------------------------------------------------------
+// The JSONL prompt files of `undercurrent generate --prompts` (and later `capture`): one JSON
+// object per line with
+//   id          string or integer (required, unique)
+//   prompt      string — or prompt_ids, an array of token ids (exactly one of the two)
+//   max_tokens, temperature, top_k, top_p, min_p, seed, stop (string or array of strings),
+//   stop_token_ids, ignore_eos   optional; default to the command line's values
+//   label       optional, any JSON value (kept for datasets; ignored by generate)
+// Blank lines are skipped. Every problem in the file is reported at once, each as
+// `FILE:LINE: ...` naming the field, with the nearest known field for a misspelt one.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "engine/llm.h"
+
+namespace uc::engine {
+
+StatusOr<std::vector<GenerateRequest>> ReadPromptsFile(const std::filesystem::path& path,
+                                                       const worker::SamplingParams& defaults);
+// Parses the same lines from memory; `name` is used in messages.
+StatusOr<std::vector<GenerateRequest>> ParsePrompts(std::string_view text, const std::string& name,
+                                                    const worker::SamplingParams& defaults);
+
+// "512MiB", "2GiB", "1.5G", "1000000" (bytes) -> bytes. InvalidArgument otherwise.
+StatusOr<int64_t> ParseByteSize(std::string_view text);
+
+}  // namespace uc::engine
