@@ -1,0 +1,117 @@
+// Continuous batching across ranks: run under `mpiexec -n T*P` with `--tp T --pp P
+// [--kv-blocks N]`. Rank 0 drives one engine over the deployment; 32 concurrent requests of
+// mixed prompt lengths (several longer than a prefill chunk) must give exactly what each gives
+// run alone in one process (the one-request Generator). With --kv-blocks small the KV cache
+// cannot hold them all and preemption by recompute must happen — with the same result. Then an
+// abort mid-generation ends the request at the next step and returns its blocks.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/batching_workload.h"
+#include "common/test_util.h"
+#include "distributed/mpi/mpi_runtime.h"
+#include "engine/deployment.h"
+#include "engine/llm.h"
+#include "engine/llm_engine.h"
+
+namespace uc {
+namespace {
+
+struct Args {
+  int tp = 1, pp = 1, kv_blocks = 0;
+};
+
+Args ParseArgs() {
+  Args a;
+  const std::vector<std::string> argv = ::testing::internal::GetArgvs();
+  for (size_t i = 1; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--tp") a.tp = std::stoi(argv[i + 1]);
+    if (argv[i] == "--pp") a.pp = std::stoi(argv[i + 1]);
+    if (argv[i] == "--kv-blocks") a.kv_blocks = std::stoi(argv[i + 1]);
+  }
+  return a;
+}
+
+void CheckAbort(engine::LLMEngine& engine) {
+  const int total = engine.stats().num_kv_blocks;
+  worker::SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 100;
+  p.ignore_eos = true;
+  ASSERT_TRUE(engine.AddRequest("long", engine::Prompt::Text("Once upon a time"), p).ok());
+  ASSERT_TRUE(engine.AddRequest("short", engine::Prompt::Text("The cat"), p).ok());
+  int generated = 0;
+  while (generated < 10) {
+    for (const engine::RequestOutput& out : engine.Step()) {
+      if (out.request_id == "long") generated += static_cast<int>(out.new_token_ids.size());
+    }
+  }
+  const int free_before = engine.stats().num_free_kv_blocks;
+  ASSERT_TRUE(engine.Abort("long", {"test", "stop now"}));
+  bool aborted = false;
+  for (const engine::RequestOutput& out : engine.Step()) {
+    if (out.request_id != "long") continue;
+    EXPECT_TRUE(out.new_token_ids.empty()) << "a token after the abort";
+    EXPECT_TRUE(out.finished);
+    EXPECT_EQ(out.finish_reason, engine::FinishReason::kAbort);
+    EXPECT_EQ(out.output_ids.size(), 10u);
+    aborted = true;
+  }
+  EXPECT_TRUE(aborted);
+  EXPECT_GT(engine.stats().num_free_kv_blocks, free_before);
+  while (engine.HasUnfinished()) engine.Step();
+  EXPECT_EQ(engine.stats().num_free_kv_blocks, total);
+}
+
+TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
+  const Args args = ParseArgs();
+  engine::DeploymentOptions options;
+  options.model_path = std::string(UC_SOURCE_DIR) + "/models/stories260K";
+  options.tensor_parallel_size = args.tp;
+  options.pipeline_parallel_size = args.pp;
+  options.num_threads = 1;
+  options.step_timeout_seconds = 60;
+  distributed::MpiBackend backend;
+  auto deployment = engine::Deployment::Create(options, &backend);
+  ASSERT_TRUE(deployment.ok()) << deployment.status().ToString();
+  if (!(*deployment)->is_driver()) {
+    (*deployment)->worker().Loop();
+    return;
+  }
+  engine::EngineOptions engine_options;
+  engine_options.model_path = options.model_path;
+  engine_options.max_model_len = 256;
+  engine_options.max_num_seqs = 32;
+  engine_options.max_num_batched_tokens = 96;
+  engine_options.max_prefill_chunk = 16;
+  engine_options.num_kv_blocks = args.kv_blocks;
+  auto engine = engine::LLMEngine::OpenDriver(engine_options, std::move(deployment).value());
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  engine::LLM llm(std::move(engine).value());
+
+  engine::GeneratorOptions solo_options;
+  solo_options.model_path = options.model_path;
+  solo_options.num_threads = 1;
+  auto solo = engine::Generator::Open(solo_options);
+  ASSERT_TRUE(solo.ok()) << solo.status().ToString();
+  const std::vector<engine::GenerateRequest> requests = testing::BatchingWorkload(32);
+  const auto alone = testing::RunAlone(**solo, requests);
+  const auto batched = llm.Generate(requests);
+  testing::ExpectSameAsAlone(batched, alone);
+  const engine::EngineStats stats = llm.engine().stats();
+  std::printf("tp %d pp %d: %lld steps, %lld tokens, %lld preemptions, %d KV blocks\n", args.tp,
+              args.pp, static_cast<long long>(stats.num_steps),
+              static_cast<long long>(stats.generated_tokens),
+              static_cast<long long>(stats.num_preemptions), stats.num_kv_blocks);
+  if (args.kv_blocks > 0) {
+    EXPECT_GT(stats.num_preemptions, 0) << "the small KV cache should force preemption";
+  } else {
+    EXPECT_EQ(stats.num_preemptions, 0);
+  }
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+  CheckAbort(llm.engine());
+}
+
+}  // namespace
+}  // namespace uc
