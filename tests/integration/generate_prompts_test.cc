@@ -1,0 +1,127 @@
+// `undercurrent generate --prompts FILE.jsonl` through the real binary: one JSON line per
+// prompt as each finishes, equal to running each prompt on its own with --prompt; a malformed
+// file is refused before anything runs, with every problem named by line and field; a request
+// the engine rejects gets its own error line while the others complete (exit 1).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "common/test_util.h"
+
+namespace uc {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int exit_code;
+  std::string output;
+};
+
+fs::path WriteFile(const std::string& name, const std::string& text) {
+  const fs::path path = testing::ScratchDir("generate_prompts") / name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+CliResult RunCli(const std::string& args) {
+  CliResult r;
+  r.exit_code =
+      testing::RunCommand(testing::CliBinary().string() + " generate --model '" +
+                              std::string(UC_SOURCE_DIR) + "/models/stories260K' " + args + " 2>&1",
+                          &r.output);
+  return r;
+}
+
+// The JSON lines of the output, by id (log lines skipped).
+std::map<std::string, nlohmann::json> JsonLines(const std::string& output) {
+  std::map<std::string, nlohmann::json> lines;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const nlohmann::json j = nlohmann::json::parse(line);
+    lines[j["id"].get<std::string>()] = j;
+  }
+  return lines;
+}
+
+TEST(GeneratePromptsTest, EachLineEqualsTheSamePromptAlone) {
+  const fs::path file = WriteFile("ok.jsonl",
+                                  R"({"id": "a", "prompt": "Once upon a time", "max_tokens": 30}
+{"id": 7, "prompt": "The little dog", "max_tokens": 20, "temperature": 0.8, "seed": 5}
+
+{"id": "c", "prompt_ids": [1, 403, 407], "max_tokens": 12, "stop": ["park"], "label": 1}
+)");
+  const CliResult r = RunCli("--prompts '" + file.string() + "' --temperature 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = JsonLines(r.output);
+  ASSERT_EQ(lines.size(), 3u) << r.output;
+  EXPECT_EQ(lines.at("c")["prompt_ids"], nlohmann::json({1, 403, 407}));
+  EXPECT_EQ(lines.at("c")["usage"]["completion_tokens"], lines.at("c")["ids"].size());
+  const std::map<std::string, std::string> alone = {
+      {"a", "--prompt 'Once upon a time' --max-tokens 30 --temperature 0"},
+      {"7", "--prompt 'The little dog' --max-tokens 20 --temperature 0.8 --seed 5"}};
+  for (const auto& [id, args] : alone) {
+    const CliResult one = RunCli(args + " --json");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    const nlohmann::json j = nlohmann::json::parse(one.output.substr(one.output.find('{')));
+    EXPECT_EQ(lines.at(id)["ids"], j["ids"]) << id;
+    EXPECT_EQ(lines.at(id)["text"], j["text"]) << id;
+    EXPECT_EQ(lines.at(id)["finish_reason"], j["finish_reason"]) << id;
+  }
+}
+
+TEST(GeneratePromptsTest, MalformedFileIsRefusedWithEveryProblemNamed) {
+  const fs::path file = WriteFile("bad.jsonl", R"({"id": "a", "prompt": "x"}
+{"id": "b", "promt": "x"}
+not json
+{"id": "c", "prompt": "x", "max_tokens": "ten"}
+{"id": "a", "prompt": "y"}
+[1, 2]
+)");
+  const CliResult r = RunCli("--prompts '" + file.string() + "' --json");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const std::string name = file.string();
+  for (const std::string& s :
+       {name + ":2: unknown field 'promt' (did you mean 'prompt'?)",
+        name + ":2: give exactly one of 'prompt'", name + ":3: not valid JSON",
+        name + ":4: field 'max_tokens': must be an integer",
+        name + ":5: id 'a' appears more than once", name + ":6: expected a JSON object"}) {
+    EXPECT_NE(r.output.find(s), std::string::npos) << "missing '" << s << "' in:\n" << r.output;
+  }
+  EXPECT_EQ(r.output.find("{\"finish_reason\""), std::string::npos) << "nothing should run";
+}
+
+TEST(GeneratePromptsTest, RejectedRequestGetsAnErrorLineAndTheOthersRun) {
+  std::string long_ids = "1";
+  for (int i = 0; i < 600; ++i) long_ids += ", 42";
+  const fs::path file =
+      WriteFile("mixed.jsonl",
+                "{\"id\": \"ok\", \"prompt\": \"Once\", \"max_tokens\": 8}\n"
+                "{\"id\": \"long\", \"prompt_ids\": [" +
+                    long_ids +
+                    "]}\n"
+                    "{\"id\": \"cold\", \"prompt\": \"x\", \"temperature\": -2}\n");
+  const CliResult r = RunCli("--prompts '" + file.string() + "' --json");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  const auto lines = JsonLines(r.output);
+  ASSERT_EQ(lines.size(), 3u) << r.output;
+  EXPECT_EQ(lines.at("ok")["ids"].size(), 8u);
+  EXPECT_NE(lines.at("long")["error"].get<std::string>().find("max_model_len"), std::string::npos);
+  EXPECT_NE(lines.at("cold")["error"].get<std::string>().find("temperature"), std::string::npos);
+}
+
+TEST(GeneratePromptsTest, BadEngineFlagsAreUsageErrors) {
+  const fs::path file = WriteFile("one.jsonl", "{\"id\": 1, \"prompt\": \"a\"}\n");
+  EXPECT_EQ(RunCli("--prompts '" + file.string() + "' --kv-cache-memory lots").exit_code, 2);
+  const CliResult tiny = RunCli("--prompts '" + file.string() + "' --kv-cache-memory 64KiB");
+  EXPECT_EQ(tiny.exit_code, 1) << tiny.output;
+  EXPECT_NE(tiny.output.find("--kv-cache-memory"), std::string::npos) << tiny.output;
+  EXPECT_EQ(RunCli("--prompts missing.jsonl").exit_code, 2);
+  EXPECT_EQ(RunCli("--max-tokens 2").exit_code, 2) << "neither --prompt nor --prompts";
+}
+
+}  // namespace
+}  // namespace uc
