@@ -36,6 +36,7 @@ struct LLMEngine::RequestState {
   std::string stop_reason;
   std::optional<AbortInfo> abort;
   RequestMetrics metrics;
+  bool final_feed = false;  // done; its last token runs through the model once more
 };
 
 StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested) {
@@ -250,6 +251,7 @@ void LLMEngine::DrainInbox(std::vector<RequestOutput>& outputs) {
     const Status status = scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params);
     UC_CHECK(status.ok(), "%s", status.ToString().c_str());
     const uint64_t seq_id = r->seq_id;
+    if (observer_ != nullptr) observer_->OnRequestAdded(seq_id, r->id, r->prompt_ids);
     requests_[seq_id] = std::move(r);
   }
   for (auto& [id, info] : aborts) {
@@ -257,12 +259,12 @@ void LLMEngine::DrainInbox(std::vector<RequestOutput>& outputs) {
     if (it == ids.end()) continue;
     auto req = requests_.find(it->second);
     if (req == requests_.end()) continue;  // finished meanwhile
-    RequestState& r = *req->second;
-    r.finish_reason = FinishReason::kAbort;
-    r.stop_reason = "abort";
-    r.abort = std::move(info);
     RequestOutput out;
-    FinishRequest(r, out);
+    if (req->second->final_feed) {
+      FinishRequest(*req->second, out);  // every token is out already: keep its reason
+    } else {
+      AbortRequest(*req->second, std::move(info), out);
+    }
     outputs.push_back(std::move(out));
   }
 }
@@ -282,16 +284,40 @@ std::vector<RequestOutput> LLMEngine::Step() {
     auto it = requests_.find(id);
     if (it != requests_.end()) ++it->second->metrics.num_preemptions;
   }
-  const std::vector<int32_t> tokens = deployment_->worker().ExecuteModel(plan);
+  if (observer_ != nullptr && !plan.scheduled.empty()) plan.capture = observer_->PlanCapture(plan);
+  std::vector<Tensor> captured;
+  const std::vector<int32_t> tokens = deployment_->worker().ExecuteModel(plan, &captured);
   UC_CHECK(static_cast<int32_t>(tokens.size()) == plan.num_sampled(),
            "%zu tokens for %d sampled sequences", tokens.size(), plan.num_sampled());
+  // Probes see this step's activations before any token it sampled is returned.
+  std::vector<StopRequest> stops;
+  if (observer_ != nullptr && !plan.scheduled.empty()) {
+    stops = observer_->OnStepExecuted(plan, captured);
+  }
+  for (StopRequest& stop : stops) {
+    auto it = requests_.find(stop.seq_id);
+    if (it == requests_.end() || it->second->final_feed) continue;  // all tokens are out
+    RequestOutput out;
+    AbortRequest(*it->second, std::move(stop.info), out);
+    outputs.push_back(std::move(out));
+  }
   size_t next = 0;
   for (const worker::ScheduledSequence& s : plan.scheduled) {
-    if (!s.sample) continue;
-    const int32_t token = tokens[next++];
     auto it = requests_.find(s.seq_id);
-    UC_CHECK(it != requests_.end(), "sampled an unknown sequence %llu",
-             static_cast<unsigned long long>(s.seq_id));
+    if (!s.sample) {
+      // A final feed that has now run: the request is complete.
+      if (it != requests_.end() && it->second->final_feed && s.end_pos() > 0) {
+        const auto info = scheduler_->Info(s.seq_id);
+        if (info.ok() && info->num_computed_tokens == info->num_tokens) {
+          RequestOutput out;
+          FinishRequest(*it->second, out);
+          outputs.push_back(std::move(out));
+        }
+      }
+      continue;
+    }
+    const int32_t token = tokens[next++];
+    if (it == requests_.end()) continue;  // stopped by a probe in this very step
     RequestOutput out;
     ProcessToken(*it->second, token, out);
     outputs.push_back(std::move(out));
@@ -300,7 +326,6 @@ std::vector<RequestOutput> LLMEngine::Step() {
 }
 
 bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out) {
-  scheduler_->AppendToken(r.seq_id, token);
   ++stats_.generated_tokens;
   if (r.output_ids.empty()) r.metrics.first_token_seconds = Now();
   r.output_ids.push_back(token);
@@ -319,15 +344,37 @@ bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out)
     done = true;
   }
   if (static_cast<int>(r.output_ids.size()) >= r.budget) done = true;
-  if (!done) return false;
+  if (!done) {
+    scheduler_->AppendToken(r.seq_id, token);
+    return false;
+  }
   if (!r.stops->stopped()) out.new_text += r.stops->Push(r.decoder->Flush()) + r.stops->Flush();
+  if (observer_ != nullptr &&
+      observer_->WantsFinalToken(r.seq_id, static_cast<int64_t>(r.output_ids.size()))) {
+    // Finished once its last token has run through the model for the probes.
+    scheduler_->AppendFinalToken(r.seq_id, token);
+    r.final_feed = true;
+    return false;
+  }
+  scheduler_->AppendToken(r.seq_id, token);
   FinishRequest(r, out);
   return true;
+}
+
+void LLMEngine::AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out) {
+  r.finish_reason = FinishReason::kAbort;
+  r.stop_reason = info.by == "probe" ? "probe:" + info.point : "abort";
+  r.abort = std::move(info);
+  FinishRequest(r, out);
 }
 
 // Frees the request's blocks (the next step tells the ranks) and fills its final output.
 void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
   scheduler_->Finish(r.seq_id);
+  if (observer_ != nullptr) {
+    observer_->OnRequestFinished(r.seq_id, static_cast<int64_t>(r.output_ids.size()),
+                                 r.finish_reason == FinishReason::kAbort);
+  }
   r.metrics.finish_seconds = Now();
   out.request_id = r.id;
   out.finished = true;

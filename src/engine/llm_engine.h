@@ -38,6 +38,7 @@
 #include "engine/deployment.h"
 #include "engine/generator.h"
 #include "engine/scheduler.h"
+#include "engine/step_observer.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/sampling_params.h"
 
@@ -63,12 +64,6 @@ struct Prompt {
   std::variant<std::string, std::vector<int32_t>> value;
   static Prompt Text(std::string text) { return {std::move(text)}; }
   static Prompt Ids(std::vector<int32_t> ids) { return {std::move(ids)}; }
-};
-
-// Who ended a request early, and why (finish_reason kAbort).
-struct AbortInfo {
-  std::string by;      // e.g. "client", "probe:<point>", "shutdown"
-  std::string reason;  // free text
 };
 
 struct RequestMetrics {
@@ -130,7 +125,11 @@ class LLMEngine {
                     const worker::SamplingParams& params);
   // Ends a request at the next step (waiting, running or preempted); its final output has
   // finish_reason kAbort and `abort` set. False when the id is unknown or already finished.
-  bool Abort(const std::string& request_id, AbortInfo info = {"client", "aborted"});
+  bool Abort(const std::string& request_id, AbortInfo info = AbortInfo("client", "aborted"));
+
+  // Installs the probing layer (may be null). Call before the first AddRequest; the observer
+  // must outlive the engine's last Step.
+  void SetObserver(StepObserver* observer) { observer_ = observer; }
 
   // One schedule -> execute -> update step. Returns the outputs of requests that produced a
   // token or finished (aborted ones included).
@@ -155,6 +154,8 @@ class LLMEngine {
   void DrainInbox(std::vector<RequestOutput>& outputs);
   // Applies one sampled token; true when the request finished.
   bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out);
+  // Stops `r` because `info` says so (a probe or a client), dropping nothing already returned.
+  void AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out);
   void FinishRequest(RequestState& r, RequestOutput& out);
   double Now() const;
 
@@ -175,6 +176,7 @@ class LLMEngine {
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;  // engine thread
   uint64_t next_seq_id_ = 1;
   EngineStats stats_;
+  StepObserver* observer_ = nullptr;
 };
 
 }  // namespace uc::engine

@@ -117,6 +117,11 @@ void Scheduler::AppendToken(uint64_t seq_id, int32_t token) {
   seq->awaiting_token = false;
 }
 
+void Scheduler::AppendFinalToken(uint64_t seq_id, int32_t token) {
+  AppendToken(seq_id, token);
+  Find(seq_id)->final_feed = true;
+}
+
 bool Scheduler::Finish(uint64_t seq_id) {
   Sequence* seq = Find(seq_id);
   if (seq == nullptr || seq->status == SequenceStatus::kFinished) return false;
@@ -185,7 +190,7 @@ void Scheduler::AddChunk(Sequence* seq, int num_tokens, worker::SchedulerOutput&
   s.start_pos = start;
   s.block_table = seq->block_table;
   s.num_prompt_tokens = seq->num_prompt_tokens;
-  s.sample = end == seq->num_tokens();
+  s.sample = end == seq->num_tokens() && !seq->final_feed;
   if (!seq->params_sent) {
     s.new_params = seq->params;
     seq->params_sent = true;
@@ -207,7 +212,7 @@ void Scheduler::CheckSchedulable(const Sequence& seq) const {
            "Finish",
            id);
   UC_CHECK(seq.num_computed_tokens < seq.num_tokens(), "sequence %llu has nothing to compute", id);
-  UC_CHECK(seq.num_tokens() < config_.max_model_len,
+  UC_CHECK(seq.num_tokens() < config_.max_model_len || seq.final_feed,
            "sequence %llu holds max_model_len (%d) tokens and can generate no more; the engine "
            "must Finish it",
            id, config_.max_model_len);

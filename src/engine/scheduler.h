@@ -87,6 +87,11 @@ class Scheduler {
   // to the free list now, and the next output tells the ranks. Returns false if unknown or
   // already finished. Finished ids stay reserved until the next Schedule() reports them.
   bool Finish(uint64_t seq_id);
+  // Like AppendToken for a sequence that is done generating but whose last token must still
+  // run through the model once (for probes that want its activation): the next chunk covers
+  // it with `sample` unset, after which the engine calls Finish. The token may be the one that
+  // reaches max_model_len.
+  void AppendFinalToken(uint64_t seq_id, int32_t token);
 
   bool HasUnfinished() const { return !waiting_.empty() || !running_.empty(); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
@@ -111,6 +116,7 @@ class Scheduler {
     worker::SamplingParams params;
     bool params_sent = false;     // new_params went out with its first chunk
     bool awaiting_token = false;  // scheduled with sample; AppendToken or Finish comes next
+    bool final_feed = false;      // its last token runs once more, without sampling
     int num_tokens() const { return static_cast<int>(token_ids.size()); }
   };
 

@@ -287,30 +287,52 @@ void CausalLM::Forward(const ForwardBatch& batch, KvCache& cache, const Intermed
   Finish(batch, logits, pool, hooks);
 }
 
-// Final norm over the residual stream and the LM head, for the rows that want logits.
+// Final norm over the residual stream and the LM head, for the rows that want logits. When a
+// probe wants the final norm, every row is normed and observed, and the logit rows are picked
+// from that (each row's values are the same either way).
 void CausalLM::Finish(const ForwardBatch& batch, Tensor* logits, ThreadPool* pool,
                       ForwardHooks* hooks) {
   const int64_t n = static_cast<int64_t>(batch.logit_rows.size());
-  if (n == 0) return;
+  const TapPoint final_point{config_.num_hidden_layers, Site::kFinalNorm};
+  const bool tap = hooks != nullptr && hooks->Wants(final_point);
+  if (n == 0 && !tap) return;
   Activations& act = *activations_;
   const int64_t h = config_.hidden_size;
-  Tensor stream = act.tap.Slice(0, n);
-  std::vector<int32_t> positions(static_cast<size_t>(n));
+  const int64_t m = static_cast<int64_t>(batch.positions.size());
   for (int64_t j = 0; j < n; ++j) {
     const int32_t r = batch.logit_rows[j];
-    UC_CHECK(r >= 0 && r < static_cast<int64_t>(batch.positions.size()) &&
-                 (j == 0 || r > batch.logit_rows[j - 1]),
+    UC_CHECK(r >= 0 && r < m && (j == 0 || r > batch.logit_rows[j - 1]),
              "logit rows must ascend within the batch; row %d", r);
-    float* out = stream.data<float>() + j * h;
-    const float* res = act.residual.data<float>() + int64_t{r} * h;
-    const float* hid = act.hidden_states.data<float>() + int64_t{r} * h;
-    for (int64_t k = 0; k < h; ++k) out[k] = res[k] + hid[k];
-    positions[j] = batch.positions[r];
   }
-  Tensor normed = act.normed.Slice(0, n);
-  norm_.Forward(stream, normed);
-  const TapPoint final_point{config_.num_hidden_layers, Site::kFinalNorm};
-  if (hooks != nullptr && hooks->Wants(final_point)) hooks->Observe(final_point, positions, normed);
+  // stream[j] = residual + hidden of row rows[j]; normed = RMSNorm(stream).
+  auto norm_rows = [&](std::span<const int32_t> rows) {
+    const int64_t count = static_cast<int64_t>(rows.size());
+    Tensor stream = act.tap.Slice(0, count);
+    for (int64_t j = 0; j < count; ++j) {
+      float* out = stream.data<float>() + j * h;
+      const float* res = act.residual.data<float>() + int64_t{rows[j]} * h;
+      const float* hid = act.hidden_states.data<float>() + int64_t{rows[j]} * h;
+      for (int64_t k = 0; k < h; ++k) out[k] = res[k] + hid[k];
+    }
+    Tensor normed = act.normed.Slice(0, count);
+    norm_.Forward(stream, normed);
+    return normed;
+  };
+  Tensor normed;
+  if (tap) {
+    std::vector<int32_t> all(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) all[i] = static_cast<int32_t>(i);
+    Tensor every = norm_rows(all);
+    hooks->Observe(final_point, batch.positions, every);
+    if (n == 0) return;
+    normed = act.tap.Slice(0, n);  // the stream is no longer needed: gather the logit rows
+    for (int64_t j = 0; j < n; ++j) {
+      std::memcpy(normed.row(j), every.row(batch.logit_rows[j]),
+                  static_cast<size_t>(h) * sizeof(float));
+    }
+  } else {
+    normed = norm_rows(batch.logit_rows);
+  }
   Tensor unused;
   Tensor& out = logits != nullptr ? *logits : unused;
   if (lm_head_.has_logits()) {

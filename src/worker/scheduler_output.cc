@@ -78,6 +78,13 @@ std::string SchedulerOutput::Serialize() const {
   }
   PutIds(w, finished_seq_ids);
   PutIds(w, preempted_seq_ids);
+  w.Put<uint32_t>(static_cast<uint32_t>(capture.size()));
+  for (const CaptureItem& c : capture) {
+    w.Put(c.layer);
+    w.Put(c.site);
+    w.PutInts(c.rows);
+  }
+  w.Put<uint8_t>(compare_tp_replicas);
   return w.Take();
 }
 
@@ -102,9 +109,20 @@ StatusOr<SchedulerOutput> SchedulerOutput::Parse(const std::string& bytes) {
     s.sample = sample != 0;
     out.scheduled.push_back(std::move(s));
   }
-  if (!GetIds(r, out.finished_seq_ids) || !GetIds(r, out.preempted_seq_ids) || !r.done()) {
+  uint32_t items = 0;
+  if (!GetIds(r, out.finished_seq_ids) || !GetIds(r, out.preempted_seq_ids) || !r.Get(items)) {
     return InvalidArgumentError("malformed scheduler output (ids)");
   }
+  for (uint32_t i = 0; i < items; ++i) {
+    CaptureItem c;
+    if (!r.Get(c.layer) || !r.Get(c.site) || !r.GetInts(c.rows)) {
+      return InvalidArgumentError("malformed scheduler output (capture)");
+    }
+    out.capture.push_back(std::move(c));
+  }
+  uint8_t compare = 0;
+  if (!r.Get(compare) || !r.done()) return InvalidArgumentError("malformed scheduler output");
+  out.compare_tp_replicas = compare != 0;
   return out;
 }
 

@@ -37,6 +37,15 @@ struct ScheduledSequence {
   int32_t end_pos() const { return start_pos + num_tokens(); }
 };
 
+// Rows of one tap point a probe wants this step: the activation of batch rows `rows` at
+// (layer, site). Only the rank that owns the layer (TP rank 0 of its stage, or every TP rank
+// with compare_tp_replicas) copies them; nothing else is copied.
+struct CaptureItem {
+  int32_t layer = 0;          // global decoder layer; num_hidden_layers for the final norm
+  uint8_t site = 0;           // models::Site
+  std::vector<int32_t> rows;  // ascending batch rows
+};
+
 struct SchedulerOutput {
   int64_t step = 0;
   std::vector<ScheduledSequence> scheduled;  // batch order
@@ -45,6 +54,10 @@ struct SchedulerOutput {
   std::vector<uint64_t> finished_seq_ids;
   // Sequences preempted this step (KV freed; they will be recomputed). Informational.
   std::vector<uint64_t> preempted_seq_ids;
+  // Activations to capture this step (empty: nothing is copied).
+  std::vector<CaptureItem> capture;
+  // Debug: every TP rank captures and the driver checks the replicas are identical.
+  bool compare_tp_replicas = false;
 
   int32_t total_tokens() const;
   int32_t num_sampled() const;

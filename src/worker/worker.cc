@@ -14,6 +14,51 @@ using internal::ByteWriter;
 
 constexpr int kResultTag = 101;
 constexpr int kAckTag = 102;
+constexpr int kCaptureTag = 103;
+
+// Copies the rows a step's capture items ask for, for the items this rank owns; nothing else.
+class CaptureHooks : public models::ForwardHooks {
+ public:
+  CaptureHooks(const std::vector<CaptureItem>& items, std::vector<bool> owned, int64_t hidden)
+      : items_(items), owned_(std::move(owned)), captured_(items.size()) {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (!owned_[i]) continue;
+      captured_[i] =
+          Tensor::Empty({static_cast<int64_t>(items_[i].rows.size()), hidden}, DType::kF32);
+    }
+  }
+  bool Wants(models::TapPoint point) const override {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (owned_[i] && Same(items_[i], point)) return true;
+    }
+    return false;
+  }
+  void Observe(models::TapPoint point, std::span<const int32_t> positions,
+               const Tensor& activation) override {
+    for (size_t i = 0; i < items_.size(); ++i) {
+      if (!owned_[i] || !Same(items_[i], point)) continue;
+      Tensor& out = captured_[i];
+      for (size_t j = 0; j < items_[i].rows.size(); ++j) {
+        const int32_t r = items_[i].rows[j];
+        UC_CHECK(r >= 0 && r < activation.dim(0) && r < static_cast<int64_t>(positions.size()),
+                 "capture row %d outside a batch of %lld", r,
+                 static_cast<long long>(activation.dim(0)));
+        std::memcpy(out.row(static_cast<int64_t>(j)), activation.row(r),
+                    static_cast<size_t>(out.row_bytes()));
+      }
+    }
+  }
+  std::vector<Tensor>& captured() { return captured_; }
+
+ private:
+  static bool Same(const CaptureItem& item, models::TapPoint point) {
+    return item.layer == point.layer && item.site == static_cast<uint8_t>(point.site);
+  }
+
+  const std::vector<CaptureItem>& items_;
+  std::vector<bool> owned_;
+  std::vector<Tensor> captured_;
+};
 
 }  // namespace
 
@@ -206,9 +251,23 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
   if (model_->has_logits() && rows > 0) {
     logits = Tensor::Empty({rows, model_->config().vocab_size}, DType::kF32);
   }
+  const int me = state_->world_group().rank();
+  std::vector<bool> owned(output.capture.size(), false);
+  bool any_owned = false;
+  for (size_t i = 0; i < output.capture.size(); ++i) {
+    const std::vector<int> ranks = CaptureRanks(output.capture[i], output.compare_tp_replicas);
+    owned[i] = std::find(ranks.begin(), ranks.end(), me) != ranks.end();
+    any_owned = any_owned || owned[i];
+  }
+  std::optional<CaptureHooks> hooks;
+  if (any_owned) hooks.emplace(output.capture, owned, model_->config().hidden_size);
   model_->Forward(batch, paged_cache_, &input, &stage_output, logits.defined() ? &logits : nullptr,
-                  pool_);
+                  pool_, hooks.has_value() ? &*hooks : nullptr);
   SendToNextStage(stage_output);
+  if (hooks.has_value()) {
+    result.captured = std::move(hooks->captured());
+    has_result = true;
+  }
   if (!is_result_rank() || rows == 0) return;
   has_result = true;
   const int64_t vocab = model_->config().vocab_size;
@@ -232,14 +291,97 @@ void Worker::InitializeCache(int num_blocks, int block_size) {
   Run(command);
 }
 
-std::vector<int32_t> Worker::ExecuteModel(const SchedulerOutput& output) {
+std::vector<int32_t> Worker::ExecuteModel(const SchedulerOutput& output,
+                                          std::vector<Tensor>* captured) {
   StepCommand command;
   command.kind = StepCommand::Kind::kExecute;
   command.payload = output.Serialize();
   command.output =
       output.num_sampled() > 0 ? StepCommand::Output::kSample : StepCommand::Output::kNone;
   command.capacity = output.num_sampled();
-  return Run(command).tokens;
+  executing_ = &output;
+  StepResult result = Run(command);
+  executing_ = nullptr;
+  if (captured != nullptr) {
+    *captured = std::move(result.captured);
+    captured->resize(output.capture.size());
+  }
+  return std::move(result.tokens);
+}
+
+std::vector<int> Worker::CaptureRanks(const CaptureItem& item, bool all_tp) const {
+  const int num_layers = model_->config().num_hidden_layers;
+  const bool final_norm = item.site == static_cast<uint8_t>(models::Site::kFinalNorm);
+  UC_CHECK(final_norm ? item.layer == num_layers : (item.layer >= 0 && item.layer < num_layers),
+           "capture of layer %d (site %d) in a model of %d layers", item.layer, item.site,
+           num_layers);
+  const int last_stage = state_->config().pipeline_parallel_size - 1;
+  std::vector<int> ranks;
+  for (const RankInfo& r : ranks_) {
+    const bool owns = final_norm ? r.pp_rank == last_stage
+                                 : (r.layer_start <= item.layer && item.layer < r.layer_end);
+    if (owns && (r.tp_rank == 0 || all_tp)) ranks.push_back(r.rank);
+  }
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [&](int a, int b) { return ranks_[a].tp_rank < ranks_[b].tp_rank; });
+  return ranks;
+}
+
+// Receives, from every other capturing rank, its items concatenated in plan order. Keeps TP
+// rank 0's copy; when comparing replicas, the others must equal it bit for bit.
+void Worker::GatherCaptures(const SchedulerOutput& output, StepResult& result) {
+  const int64_t hidden = model_->config().hidden_size;
+  const size_t n = output.capture.size();
+  result.captured.resize(n);
+  std::vector<std::vector<int>> owners(n);
+  for (size_t i = 0; i < n; ++i) {
+    owners[i] = CaptureRanks(output.capture[i], output.compare_tp_replicas);
+  }
+  distributed::GroupCoordinator& world = state_->world_group();
+  distributed::ProcessGroup& pg = *world.process_group();
+  // Ranks ascend, and TP rank 0 of a stage has the lowest world rank of that stage, so the
+  // primary copy of each item arrives before its replicas.
+  for (int r = 1; r < world.world_size(); ++r) {
+    std::vector<size_t> items;
+    int64_t floats = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (std::find(owners[i].begin(), owners[i].end(), r) == owners[i].end()) continue;
+      items.push_back(i);
+      floats += static_cast<int64_t>(output.capture[i].rows.size()) * hidden;
+    }
+    if (items.empty()) continue;
+    std::vector<float> buffer(static_cast<size_t>(floats));
+    WatchStep(world, r);
+    pg.Recv(buffer.data(), static_cast<int64_t>(buffer.size() * sizeof(float)), r, kCaptureTag);
+    const float* p = buffer.data();
+    for (size_t i : items) {
+      const int64_t rows = static_cast<int64_t>(output.capture[i].rows.size());
+      Tensor t = Tensor::Empty({rows, hidden}, DType::kF32);
+      std::memcpy(t.raw(), p, static_cast<size_t>(t.nbytes()));
+      p += rows * hidden;
+      if (owners[i].front() == r) {
+        result.captured[i] = std::move(t);
+        continue;
+      }
+      const Tensor& primary = result.captured[i];
+      UC_CHECK(primary.defined() &&
+                   std::memcmp(t.raw(), primary.raw(), static_cast<size_t>(t.nbytes())) == 0,
+               "TP replicas disagree: layer %d site %d captured on %s differs from %s",
+               output.capture[i].layer, output.capture[i].site, ranks_[r].Describe().c_str(),
+               ranks_[owners[i].front()].Describe().c_str());
+    }
+  }
+}
+
+void Worker::SendCaptures(const StepResult& result, distributed::ProcessGroup& pg) {
+  std::vector<float> buffer;
+  for (const Tensor& t : result.captured) {
+    if (!t.defined()) continue;
+    buffer.insert(buffer.end(), t.data<float>(), t.data<float>() + t.numel());
+  }
+  if (!buffer.empty()) {
+    pg.Send(buffer.data(), static_cast<int64_t>(buffer.size() * sizeof(float)), 0, kCaptureTag);
+  }
 }
 
 std::optional<StepResult> Worker::Execute(const StepCommand& command) {
@@ -290,6 +432,10 @@ StepResult Worker::Run(const StepCommand& command) {
     result.tokens.resize(static_cast<size_t>(command.capacity));
     pg.Recv(result.tokens.data(), result.tokens.size() * sizeof(int32_t), result_rank_, kResultTag);
   }
+  if (command.kind == StepCommand::Kind::kExecute && executing_ != nullptr &&
+      !executing_->capture.empty()) {
+    GatherCaptures(*executing_, result);
+  }
   if (command.kind == StepCommand::Kind::kForward && result_rank_ != 0 &&
       command.output != StepCommand::Output::kNone) {
     WatchStep(world, result_rank_);
@@ -327,7 +473,10 @@ void Worker::Loop() {
     ++step_;
     std::optional<StepResult> result = Execute(*command);
     if (result.has_value() && command->kind == StepCommand::Kind::kExecute) {
-      pg.Send(result->tokens.data(), result->tokens.size() * sizeof(int32_t), 0, kResultTag);
+      if (!result->tokens.empty()) {
+        pg.Send(result->tokens.data(), result->tokens.size() * sizeof(int32_t), 0, kResultTag);
+      }
+      SendCaptures(*result, pg);
     } else if (result.has_value() && command->kind == StepCommand::Kind::kForward) {
       if (command->output == StepCommand::Output::kSample) {
         pg.Send(&result->token, sizeof(result->token), 0, kResultTag);

@@ -61,8 +61,11 @@ struct StepCommand {
 
 struct StepResult {
   std::vector<int32_t> tokens;  // kExecute: one per sampled sequence, in batch order
-  int32_t token = -1;           // kSample
-  Tensor logits;                // kLastLogits: [1, vocab_size]; kAllLogits: [m, vocab_size]
+  // kExecute, driver: one tensor per SchedulerOutput::capture item, [rows, hidden_size] F32,
+  // gathered from the rank that owns the item's layer.
+  std::vector<Tensor> captured;
+  int32_t token = -1;  // kSample
+  Tensor logits;       // kLastLogits: [1, vocab_size]; kAllLogits: [m, vocab_size]
 };
 
 // Where one rank sits, as reported to the driver at start-up.
@@ -97,7 +100,11 @@ class Worker {
   // paged cache, and drops the state of output.finished_seq_ids. Returns the sampled ids, one per
   // sequence with `sample` set, in batch order (sampled on the last stage with each sequence's
   // own sampler, so a seed gives the same tokens whatever the batch).
-  std::vector<int32_t> ExecuteModel(const SchedulerOutput& output);
+  // Activations the output's capture items asked for come back in `captured` (one tensor per
+  // item); with compare_tp_replicas every TP replica is checked bit for bit and a difference
+  // is a fatal error naming the layer and ranks.
+  std::vector<int32_t> ExecuteModel(const SchedulerOutput& output,
+                                    std::vector<Tensor>* captured = nullptr);
   // The engine's paged cache on this rank (empty before InitializeCache).
   const models::KvCache& paged_cache() const { return paged_cache_; }
 
@@ -116,6 +123,15 @@ class Worker {
   void SendToNextStage(const models::IntermediateTensors& output);
   void WatchStep(distributed::GroupCoordinator& group, int waiting_for);
   bool is_result_rank() const;
+  // World ranks that capture `item` (TP rank 0 of the owning stage first; every TP rank of
+  // that stage when `all_tp`).
+  std::vector<int> CaptureRanks(const CaptureItem& item, bool all_tp) const;
+  // Driver: receives the other ranks' captures of `output` into result.captured.
+  void GatherCaptures(const SchedulerOutput& output, StepResult& result);
+  // Non-driver ranks: sends this rank's captured items (plan order) to the driver.
+  static void SendCaptures(const StepResult& result, distributed::ProcessGroup& pg);
+  // Driver-side copy of the last kExecute output (so Run can gather its captures).
+  const SchedulerOutput* executing_ = nullptr;
 
   models::CausalLM* model_;
   distributed::ParallelState* state_;
