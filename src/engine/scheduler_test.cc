@@ -160,6 +160,27 @@ TEST(SchedulerTest, SingleRequestPrefillsThenDecodes) {
   EXPECT_TRUE(scheduler.Schedule().finished_seq_ids.empty());  // reported once
 }
 
+// A finished sequence whose last token must still run through the model (for probes): the
+// final feed is one chunk without sampling, allowed even at max_model_len.
+TEST(SchedulerTest, FinalTokenRunsOnceWithoutSampling) {
+  BlockManager blocks(/*num_blocks=*/4, /*block_size=*/4);
+  Scheduler scheduler(Config(4, 64, 64, /*max_model_len=*/8), &blocks);
+  ASSERT_TRUE(scheduler.AddSequence(1, Prompt(6, 100), Params(2)).ok());
+  ASSERT_TRUE(scheduler.Schedule().scheduled[0].sample);
+  scheduler.AppendToken(1, 900);
+  const SchedulerOutput decode = scheduler.Schedule();
+  ASSERT_TRUE(decode.scheduled[0].sample);
+  scheduler.AppendFinalToken(1, 901);  // the 8th token: max_model_len reached
+  const SchedulerOutput feed = scheduler.Schedule();
+  ASSERT_EQ(feed.scheduled.size(), 1u);
+  EXPECT_EQ(feed.scheduled[0].token_ids, (Tokens{901}));
+  EXPECT_EQ(feed.scheduled[0].start_pos, 7);
+  EXPECT_FALSE(feed.scheduled[0].sample);
+  EXPECT_EQ(scheduler.Info(1)->num_computed_tokens, 8);
+  EXPECT_TRUE(scheduler.Finish(1));
+  EXPECT_EQ(blocks.num_free_blocks(), 4);
+}
+
 TEST(SchedulerTest, LongPromptIsPrefilledInChunks) {
   BlockManager blocks(/*num_blocks=*/8, /*block_size=*/4);
   Scheduler scheduler(Config(4, 64, /*max_prefill_chunk=*/4, 128), &blocks);

@@ -1,0 +1,76 @@
+#include "worker/scheduler_output.h"
+
+#include <gtest/gtest.h>
+
+namespace uc::worker {
+namespace {
+
+SchedulerOutput Example() {
+  SchedulerOutput out;
+  out.step = 42;
+  ScheduledSequence a;
+  a.seq_id = 7;
+  a.token_ids = {1, 2, 3};
+  a.start_pos = 16;
+  a.block_table = {5, 9};
+  a.num_prompt_tokens = 12;
+  a.sample = true;
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 40;
+  p.top_p = 0.9f;
+  p.min_p = 0.05f;
+  p.seed = 1234567890123ull;
+  a.new_params = p;
+  ScheduledSequence b;
+  b.seq_id = 8;
+  b.token_ids = {4};
+  b.start_pos = 0;
+  b.block_table = {3};
+  out.scheduled = {a, b};
+  out.finished_seq_ids = {1, 2};
+  out.preempted_seq_ids = {9};
+  out.capture = {{3, 2, {0, 2}}, {5, 3, {3}}};
+  out.compare_tp_replicas = true;
+  return out;
+}
+
+TEST(SchedulerOutputTest, SerializeParseRoundTrip) {
+  const SchedulerOutput in = Example();
+  StatusOr<SchedulerOutput> out = SchedulerOutput::Parse(in.Serialize());
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ(out->step, 42);
+  ASSERT_EQ(out->scheduled.size(), 2u);
+  EXPECT_EQ(out->scheduled[0].token_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(out->scheduled[0].start_pos, 16);
+  EXPECT_EQ(out->scheduled[0].end_pos(), 19);
+  EXPECT_EQ(out->scheduled[0].block_table, (std::vector<int32_t>{5, 9}));
+  EXPECT_EQ(out->scheduled[0].num_prompt_tokens, 12);
+  EXPECT_TRUE(out->scheduled[0].sample);
+  ASSERT_TRUE(out->scheduled[0].new_params.has_value());
+  EXPECT_EQ(out->scheduled[0].new_params->temperature, 0.7f);
+  EXPECT_EQ(out->scheduled[0].new_params->top_k, 40);
+  EXPECT_EQ(out->scheduled[0].new_params->seed, 1234567890123ull);
+  EXPECT_FALSE(out->scheduled[1].new_params.has_value());
+  EXPECT_FALSE(out->scheduled[1].sample);
+  EXPECT_EQ(out->finished_seq_ids, (std::vector<uint64_t>{1, 2}));
+  EXPECT_EQ(out->preempted_seq_ids, (std::vector<uint64_t>{9}));
+  ASSERT_EQ(out->capture.size(), 2u);
+  EXPECT_EQ(out->capture[0].layer, 3);
+  EXPECT_EQ(out->capture[0].site, 2);
+  EXPECT_EQ(out->capture[0].rows, (std::vector<int32_t>{0, 2}));
+  EXPECT_TRUE(out->compare_tp_replicas);
+  EXPECT_EQ(out->total_tokens(), 4);
+  EXPECT_EQ(out->num_sampled(), 1);
+}
+
+TEST(SchedulerOutputTest, TruncatedOrPaddedMessagesAreRefused) {
+  const std::string bytes = Example().Serialize();
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_FALSE(SchedulerOutput::Parse(bytes.substr(0, cut)).ok()) << "cut at " << cut;
+  }
+  EXPECT_FALSE(SchedulerOutput::Parse(bytes + "x").ok());
+}
+
+}  // namespace
+}  // namespace uc::worker
