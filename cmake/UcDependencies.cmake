@@ -3,6 +3,7 @@ find_package(Threads REQUIRED)
 find_package(MPI REQUIRED COMPONENTS C)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 REQUIRED)
+find_package(yaml-cpp REQUIRED)  # the probe spec format
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 if(UC_BUILD_TESTS)

@@ -3,6 +3,8 @@
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/generate_command.h"
+#include "apps/cli/schema_command.h"
+#include "apps/cli/validate_command.h"
 
 #ifndef UC_VERSION
 #define UC_VERSION "0.0.0"
@@ -13,6 +15,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("undercurrent ") + UC_VERSION);
   app.require_subcommand(1);
   uc::cli::AddGenerateCommand(app, argc, argv);
+  uc::cli::AddValidateCommand(app);
+  uc::cli::AddSchemaCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -1,0 +1,90 @@
+#include "apps/cli/validate_command.h"
+
+#include <iostream>
+#include <memory>
+
+#include "apps/cli/exit_codes.h"
+
+namespace uc::cli {
+namespace {
+
+std::string Plural(size_t n, const std::string& word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+}  // namespace
+
+nlohmann::json SpecFileResult::ToJson() const {
+  return {{"path", path},
+          {"valid", valid},
+          {"extraction_points",
+           extraction_points.has_value() ? nlohmann::json(*extraction_points) : nullptr},
+          {"errors", errors},
+          {"warnings", warnings}};
+}
+
+std::string SpecFileResult::ToText() const {
+  std::string out;
+  if (valid) {
+    out = path + ": OK (" + Plural(extraction_points.value_or(0), "extraction point") + ")\n";
+  } else {
+    out = path + ": ERROR " + Plural(errors.size(), "issue") + "\n";
+    for (const std::string& e : errors) out += "  - " + e + "\n";
+  }
+  for (const std::string& w : warnings) out += "  warning: " + w + "\n";
+  return out;
+}
+
+SpecFileResult ValidateSpecFile(const std::string& path, bool strict,
+                                const SpecCheck& extra_check) {
+  SpecFileResult result;
+  result.path = path;
+  probe::SpecReport report = probe::CheckSpecFile(path);
+  if (!report.spec.has_value()) {
+    result.errors = std::move(report.problems);
+    return result;
+  }
+  const probe::Spec& spec = *report.spec;
+  result.extraction_points = static_cast<int>(spec.extraction_points.size());
+  std::vector<std::string>& warnings_go_to = strict ? result.errors : result.warnings;
+  warnings_go_to.insert(warnings_go_to.end(), spec.warnings.begin(), spec.warnings.end());
+  if (extra_check) {
+    for (std::string& problem : extra_check(spec)) result.errors.push_back(std::move(problem));
+  }
+  result.valid = result.errors.empty();
+  return result;
+}
+
+int RunValidate(const ValidateOptions& options) {
+  std::vector<SpecFileResult> results;
+  bool all_valid = true;
+  for (const std::string& path : options.specs) {
+    results.push_back(ValidateSpecFile(path, options.strict, options.extra_check));
+    all_valid = all_valid && results.back().valid;
+  }
+  if (options.format == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const SpecFileResult& r : results) out.push_back(r.ToJson());
+    std::cout << out.dump(2) << "\n";
+  } else {
+    for (const SpecFileResult& r : results) std::cout << r.ToText();
+  }
+  std::cout.flush();
+  return all_valid ? kExitOk : kExitFailure;
+}
+
+void AddValidateCommand(CLI::App& app) {
+  auto options = std::make_shared<ValidateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "validate",
+      "Check probe-spec files (exit 0 if all are valid, 1 if any is not, 2 on a usage error)");
+  cmd->add_option("specs", options->specs, "Spec file(s) to check")->type_name("SPEC")->required();
+  cmd->add_flag("--strict", options->strict,
+                "Treat warnings (deprecated key names, duplicate keys) as errors");
+  cmd->add_option("--format", options->format, "Output format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->callback([options] { throw CLI::RuntimeError(RunValidate(*options)); });
+}
+
+}  // namespace uc::cli

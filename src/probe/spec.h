@@ -1,0 +1,117 @@
+// File: spec.h
+// -----------------------------------------------------------------------------
+// The extraction-point spec: which activations to capture (tensor type, layers, positions) and
+// which probe gets them, inline or async. The YAML format is Undercurrent v0.1's (every spec
+// file v0.1 accepts is accepted unchanged; deprecated keys `layer`, `tensor`, `every_n` too),
+// plus our extensions `overflow_policy` (async queues) and `count` (for until: fixed_count).
+//
+//   version: "1"
+//   extraction_points:
+//     - name: toxicity
+//       layers: [3, 4]
+//       tensor_type: residual_stream
+//       position: generated[*]
+//       probe_type: linear
+//       probe_kind: single_shot
+//       probe_args: {weights: probe.safetensors, threshold: 0.9}
+//
+// Parsing reports every problem at once, sorted by line, each as
+//   FILE:LINE: extraction_points[I] 'NAME'.FIELD: MESSAGE
+// with a did-you-mean for unknown keys and bad enum values; raw YAML errors never escape.
+// Model-dependent checks (layer range, probe types) happen at registration, not here.
+// Plain value types.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+#include "probe/position.h"
+
+namespace uc::probe {
+
+enum class TensorType { kResidualStream, kAttnOut, kMlpOut, kKv, kFinalNorm };
+enum class ProbeKind { kSingleShot, kTrajectory };
+enum class ExecutionMode { kInline, kAsync };
+enum class Until { kGenerationEnd, kFixedCount, kStopToken };
+enum class InterventionMode { kReject, kBlockUntilSignal };
+enum class OnTimeout { kContinue, kAbort };
+enum class OverflowPolicy { kDropOldest, kDropNewest, kBlock };
+
+// Spec spellings: "residual_stream", "single_shot", "block_until_signal", "drop_oldest", ...
+std::string_view Name(TensorType v);
+std::string_view Name(ProbeKind v);
+std::string_view Name(ExecutionMode v);
+std::string_view Name(Until v);
+std::string_view Name(InterventionMode v);
+std::string_view Name(OnTimeout v);
+std::string_view Name(OverflowPolicy v);
+
+struct InterventionPolicy {
+  InterventionMode mode = InterventionMode::kReject;
+  std::optional<int> timeout_ms;  // required for, and only with, block_until_signal
+  OnTimeout on_timeout = OnTimeout::kContinue;
+  bool operator==(const InterventionPolicy&) const = default;
+};
+
+struct ExtractionPoint {
+  std::string name;
+  std::vector<int> layers;  // as written (duplicates kept); final_norm uses num_hidden_layers
+  TensorType tensor_type = TensorType::kResidualStream;
+  PositionSelector position;
+  std::optional<int> stride;   // continuous positions only; >= 1
+  std::optional<Until> until;  // continuous positions only
+  std::optional<int> count;    // extension: matches kept at most, with until: fixed_count
+  std::string probe_type;
+  ProbeKind probe_kind = ProbeKind::kSingleShot;
+  nlohmann::json probe_args = nlohmann::json::object();
+  ExecutionMode execution_mode = ExecutionMode::kInline;
+  std::optional<int> queue_depth;                  // async only; null: router default
+  std::optional<OverflowPolicy> overflow_policy;   // extension; async only
+  std::optional<InterventionPolicy> intervention;  // null: the router's default policy
+  int line = 0;  // line of the point in its file (0 when not from a file)
+};
+
+struct Spec {
+  std::string version = "1";
+  std::vector<ExtractionPoint> extraction_points;
+  std::filesystem::path source;       // file it came from (empty for text); relative probe_args
+                                      // paths resolve against its directory
+  std::vector<std::string> warnings;  // deprecations etc., one line each, "FILE:LINE: ..."
+};
+
+// Parses a spec file (YAML or JSON). NotFound if unreadable; InvalidArgument listing every
+// problem ("N problems in the spec:\n  - FILE:LINE: extraction_points[I] 'NAME'.FIELD: MSG").
+StatusOr<Spec> ParseSpecFile(const std::filesystem::path& path);
+// Parses spec text; `name` stands for the file in messages (may be empty).
+StatusOr<Spec> ParseSpecText(std::string_view text, const std::string& name = "");
+
+// The outcome of checking a spec with its problems kept apart (ParseSpec* combine them into
+// one message), for tools that list them (`undercurrent validate`).
+struct SpecReport {
+  std::optional<Spec> spec;           // set exactly when there are no problems
+  std::vector<std::string> problems;  // one rendered line each, sorted by line
+};
+// Like ParseSpecText. Never fails; problems go in the report.
+SpecReport CheckSpecText(std::string_view text, const std::string& name = "");
+// Like ParseSpecFile; an unreadable file is one problem ("PATH: file not found; ...").
+SpecReport CheckSpecFile(const std::filesystem::path& path);
+// The one problem itself, or "N problems in the spec:" and a "\n  - PROBLEM" line for each.
+std::string CombineSpecProblems(const std::vector<std::string>& problems);
+
+// Canonical YAML: new key names only, defaults omitted, single-element layers as an int;
+// ParseSpecText(WriteSpecYaml(s)) gives an equal spec (round trip lossless in meaning).
+std::string WriteSpecYaml(const Spec& spec);
+
+// The Draft 2020-12 JSON Schema of the format (deterministic key order), with the position
+// regex, bounds, deprecated aliases and if/then encodings of the cross-field rules.
+nlohmann::json SpecJsonSchema();
+// The same schema as text, keys in reading order ($schema, $id, title, ...), 2-space indent,
+// ending in a newline: what `undercurrent schema` prints.
+std::string SpecJsonSchemaText();
+
+}  // namespace uc::probe
