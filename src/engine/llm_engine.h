@@ -143,6 +143,8 @@ class LLMEngine {
   const models::ModelConfig& config() const { return deployment_->checkpoint().config; }
   Deployment& deployment() { return *deployment_; }
   int max_model_len() const { return max_model_len_; }
+  // The ids that end a request unless ignore_eos: the model's EOS ids and the tokenizer's.
+  const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
   const EngineOptions& options() const { return options_; }
 
  private:

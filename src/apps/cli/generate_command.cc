@@ -12,6 +12,9 @@
 #include "engine/llm.h"
 #include "engine/prompts_file.h"
 #include "io/json_file.h"
+#include "probe/probing_session.h"
+#include "probe/registry.h"
+#include "probe/spec.h"
 
 namespace uc::cli {
 namespace {
@@ -25,6 +28,9 @@ struct GenerateOptions {
   std::string tokenizer;
   std::string prompt;
   std::string prompts_file;
+  std::string spec_file;
+  std::vector<std::string> probe_plugins;
+  bool compare_tp_replicas = false;
   engine::EngineOptions engine;
   std::string kv_cache_memory = "1GiB";
   worker::SamplingParams sampling;
@@ -119,8 +125,51 @@ nlohmann::json OutputToJson(const engine::RequestOutput& r) {
         {"latency_seconds", r.metrics.finish_seconds - r.metrics.arrival_seconds},
         {"preemptions", r.metrics.num_preemptions}}},
   };
-  if (r.abort.has_value()) j["abort"] = {{"by", r.abort->by}, {"reason", r.abort->reason}};
+  if (r.abort.has_value()) {
+    j["abort"] = {{"by", r.abort->by}, {"reason", r.abort->reason}};
+    if (!r.abort->point.empty()) {
+      j["abort"]["point"] = r.abort->point;
+      j["abort"]["token_pos"] = r.abort->token_pos;
+      if (r.abort->confidence.has_value()) j["abort"]["confidence"] = *r.abort->confidence;
+    }
+  }
   return j;
+}
+
+// {point: {verdict, signals, flagged, aborted}} for one request's probe results.
+nlohmann::json ProbingToJson(const probe::RequestProbeResults& results) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const probe::ProbeResult& r : results.results) {
+    int flags = 0, aborts = 0;
+    for (const probe::ProbeSignal& s : r.signal_history) {
+      flags += s.action == probe::ProbeAction::kFlag;
+      aborts += s.action == probe::ProbeAction::kAbort;
+    }
+    j[r.point] = {
+        {"verdict", r.verdict},
+        {"signals", r.signal_history.size()},
+        {"flag_signals", flags},
+        {"abort_signals", aborts},
+        {"aborted_generation", results.abort.has_value() && results.abort->point == r.point}};
+    if (!r.metadata.empty()) j[r.point]["metadata"] = r.metadata;
+  }
+  return j;
+}
+
+void PrintVerdicts(const probe::RequestProbeResults& results) {
+  for (const probe::ProbeResult& r : results.results) {
+    std::printf("  probe '%s': %s (%zu signals)\n", r.point.c_str(), r.verdict.dump().c_str(),
+                r.signal_history.size());
+  }
+  if (results.abort.has_value()) std::printf("  %s\n", results.abort->reason.c_str());
+}
+
+// Parses the spec and loads plugins; every rank does it, so a bad spec fails everywhere alike.
+StatusOr<probe::Spec> LoadSpec(const GenerateOptions& o) {
+  for (const std::string& plugin : o.probe_plugins) {
+    UC_RETURN_IF_ERROR(probe::ProbeRegistry::Global().LoadPlugin(plugin));
+  }
+  return probe::ParseSpecFile(o.spec_file);
 }
 
 // Runs every prompt of a JSONL file through the batched engine; prints each result as it
@@ -128,12 +177,24 @@ nlohmann::json OutputToJson(const engine::RequestOutput& r) {
 // others still run).
 int RunPrompts(GenerateOptions& o) {
   StatusOr<std::vector<engine::GenerateRequest>> requests =
-      engine::ReadPromptsFile(o.prompts_file, o.sampling);
+      o.prompts_file.empty()
+          ? StatusOr<std::vector<engine::GenerateRequest>>(std::vector<engine::GenerateRequest>{
+                {"prompt", engine::Prompt::Text(o.prompt), o.sampling}})
+          : engine::ReadPromptsFile(o.prompts_file, o.sampling);
   const bool rank0 =
       !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
   if (!requests.ok()) {
     if (rank0) std::fprintf(stderr, "error: %s\n", requests.status().message().c_str());
     return Finish(kExitFailure);
+  }
+  std::optional<probe::Spec> spec;
+  if (!o.spec_file.empty()) {
+    StatusOr<probe::Spec> parsed = LoadSpec(o);
+    if (!parsed.ok()) {
+      if (rank0) std::fprintf(stderr, "error: %s\n", parsed.status().message().c_str());
+      return Finish(kExitFailure);
+    }
+    spec = std::move(parsed).value();
   }
   bool served = false;
   StatusOr<std::unique_ptr<engine::LLM>> llm = OpenLLM(o, &served);
@@ -144,27 +205,56 @@ int RunPrompts(GenerateOptions& o) {
     return Finish(kExitFailure);
   }
   if (served) return Finish(kExitOk);
+  std::unique_ptr<probe::ProbingSession> session;
+  std::map<std::string, probe::RequestProbeResults> probing;
+  if (spec.has_value()) {
+    probe::ProbingOptions options;
+    options.model_name = o.model;
+    options.stop_token_ids = (*llm)->engine().eos_token_ids();
+    options.compare_tp_replicas = o.compare_tp_replicas;
+    StatusOr<std::unique_ptr<probe::ProbingSession>> created = probe::ProbingSession::Create(
+        *spec, probe::ProbeRegistry::Global(), (*llm)->engine().config(), options);
+    if (!created.ok()) {
+      std::fprintf(stderr, "error: %s\n", created.status().message().c_str());
+      llm->reset();
+      return Finish(kExitFailure);
+    }
+    session = std::move(created).value();
+    session->SetResultCallback([&probing](probe::RequestProbeResults r) {
+      const std::string id = r.request_id;
+      probing[id] = std::move(r);
+    });
+    (*llm)->engine().SetObserver(session.get());
+  }
+  const std::string source = o.prompts_file.empty() ? "--prompt" : o.prompts_file;
   int rejected = 0;
   (*llm)->Generate(*requests, [&](const engine::GenerateResult& result) {
     if (!result.status.ok()) {
       ++rejected;
-      std::fprintf(stderr, "error: %s: request '%s': %s\n", o.prompts_file.c_str(),
-                   result.id.c_str(), result.status.message().c_str());
+      std::fprintf(stderr, "error: %s: request '%s': %s\n", source.c_str(), result.id.c_str(),
+                   result.status.message().c_str());
       if (o.json) {
         std::cout << nlohmann::json{{"id", result.id}, {"error", result.status.message()}}.dump()
                   << std::endl;
       }
       return;
     }
+    auto verdicts = probing.find(result.id);
     if (o.json) {
-      std::cout << OutputToJson(result.output).dump() << std::endl;
+      nlohmann::json j = OutputToJson(result.output);
+      if (verdicts != probing.end()) j["probing"] = ProbingToJson(verdicts->second);
+      std::cout << j.dump() << std::endl;
     } else {
-      std::printf("[%s] %s\n[%s: %zu tokens, %s]\n\n", result.id.c_str(),
-                  result.output.text.c_str(), result.id.c_str(), result.output.output_ids.size(),
+      std::printf("[%s] %s\n[%s: %zu tokens, %s]\n", result.id.c_str(), result.output.text.c_str(),
+                  result.id.c_str(), result.output.output_ids.size(),
                   result.output.stop_reason.c_str());
+      if (verdicts != probing.end()) PrintVerdicts(verdicts->second);
+      std::printf("\n");
       std::fflush(stdout);
     }
+    if (verdicts != probing.end()) probing.erase(verdicts);
   });
+  (*llm)->engine().SetObserver(nullptr);
   llm->reset();  // shuts the other ranks down
   return Finish(rejected == 0 ? kExitOk : kExitFailure);
 }
@@ -183,7 +273,7 @@ int RunGenerate(GenerateOptions& o) {
   o.engine.kv_cache_bytes = *kv_bytes;
   if (!o.tokenizer.empty()) o.generator.tokenizer_path = o.tokenizer;
   if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
-  if (!o.prompts_file.empty()) return RunPrompts(o);
+  if (!o.prompts_file.empty() || !o.spec_file.empty()) return RunPrompts(o);
   bool served = false;
   StatusOr<std::unique_ptr<engine::Generator>> gen = OpenGenerator(o, &served);
   const bool rank0 =
@@ -250,6 +340,15 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
                       "batching")
           ->check(CLI::ExistingFile);
   prompt->excludes(prompts);
+  cmd->add_option("--spec", options->spec_file,
+                  "Extraction-point spec (YAML): capture activations and run probes; prints each "
+                  "point's verdict per request")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--probe-plugin", options->probe_plugins,
+                  "Shared library that registers probe types (repeatable)")
+      ->check(CLI::ExistingFile);
+  cmd->add_flag("--compare-tp-replicas", options->compare_tp_replicas,
+                "Debug: every TP rank captures and the driver fails on any difference");
   cmd->add_option("--max-num-seqs", options->engine.max_num_seqs,
                   "Requests in one batch at most (--prompts)")
       ->check(CLI::PositiveNumber)

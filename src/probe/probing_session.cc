@@ -1,0 +1,605 @@
+#include "probe/probing_session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "base/logging.h"
+#include "models/forward_hooks.h"
+
+namespace uc::probe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double WallSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string Where(const Spec& spec, const ExtractionPoint& p, int index, const char* field) {
+  std::string where;
+  if (!spec.source.empty()) where += spec.source.string() + ":";
+  if (p.line > 0) where += std::to_string(p.line) + ":";
+  if (!where.empty()) where += " ";
+  return where + "extraction_points[" + std::to_string(index) + "] '" + p.name + "'." + field +
+         ": ";
+}
+
+std::optional<models::Site> SiteOf(TensorType t) {
+  switch (t) {
+    case TensorType::kResidualStream:
+      return models::Site::kResidPost;
+    case TensorType::kAttnOut:
+      return models::Site::kAttnOut;
+    case TensorType::kMlpOut:
+      return models::Site::kMlpOut;
+    case TensorType::kFinalNorm:
+      return models::Site::kFinalNorm;
+    case TensorType::kKv:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+ProbeSignal Fallback(const ExtractionPoint& point, const InterventionPolicy& policy,
+                     const std::string& reason, const std::string& error) {
+  ProbeSignal s;
+  s.action = policy.on_timeout == OnTimeout::kAbort ? ProbeAction::kAbort : ProbeAction::kContinue;
+  s.metadata = {{"intervention_fallback", true},
+                {"reason", reason},
+                {"extraction_point_name", point.name},
+                {"timeout_ms", policy.timeout_ms.value_or(0)}};
+  if (!error.empty()) s.metadata["error"] = error;
+  s.timestamp = WallSeconds();
+  return s;
+}
+
+}  // namespace
+
+// One call of OnActivation handed to the pool, and its outcome.
+struct CallState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::optional<ProbeSignal> signal;
+  std::string error;  // non-empty: the probe threw
+};
+
+// A fixed set of threads running block_until_signal calls.
+class ProbingSession::CallPool {
+ public:
+  explicit CallPool(int threads) {
+    for (int i = 0; i < std::max(1, threads); ++i) workers_.emplace_back([this] { Run(); });
+  }
+  ~CallPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+  }
+  void Submit(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+struct ProbingSession::PointState {
+  const ExtractionPoint* point = nullptr;
+  int index = 0;
+  std::unique_ptr<ProbeType> type;
+  models::Site site = models::Site::kResidPost;
+  std::vector<int> layers;    // sorted, unique
+  InterventionPolicy policy;  // resolved
+  bool inline_point = true;
+  // generated[-k]+o: candidates start at prompt_len - k + o; the last k - o are kept.
+  int64_t ring_size = 0;
+  int64_t ring_from_prompt_end = 0;  // candidates from prompt_len + this (<= 0)
+  // Circuit breaker (block_until_signal).
+  int consecutive_failures = 0;
+  bool open = false;
+  Clock::time_point opened_at;
+
+  bool HasLayer(int layer) const { return std::binary_search(layers.begin(), layers.end(), layer); }
+};
+
+struct ProbingSession::Binding {
+  PointState* point = nullptr;
+  std::shared_ptr<Probe> probe;
+  RequestContext ctx;
+  bool done = false;                               // `until: stop_token` reached
+  std::shared_ptr<CallState> inflight;             // the last blocking call
+  std::deque<std::vector<ActivationRecord>> ring;  // generated[-k] candidates, by position
+};
+
+struct ProbingSession::RequestState {
+  std::string id;
+  uint64_t seq_id = 0;
+  int64_t prompt_len = 0;
+  std::vector<Binding> bindings;  // spec order
+  int64_t delivered_upto = 0;     // positions below were delivered (never twice)
+  int64_t fed_end = 0;            // positions below have been through the model
+  bool stopped = false;
+  int64_t stop_pos = -1;
+  std::optional<engine::AbortInfo> abort;
+};
+
+StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spec,
+                                                                 const ProbeRegistry& registry,
+                                                                 const models::ModelConfig& config,
+                                                                 ProbingOptions options) {
+  std::unique_ptr<ProbingSession> session(new ProbingSession());
+  session->spec_ = spec;
+  session->config_ = config;
+  session->options_ = std::move(options);
+  std::vector<std::string> problems;
+  const int num_layers = config.num_hidden_layers;
+  for (size_t i = 0; i < session->spec_.extraction_points.size(); ++i) {
+    const ExtractionPoint& p = session->spec_.extraction_points[i];
+    const int index = static_cast<int>(i);
+    auto state = std::make_unique<PointState>();
+    state->point = &p;
+    state->index = index;
+    const std::optional<models::Site> site = SiteOf(p.tensor_type);
+    if (!site.has_value()) {
+      problems.push_back(Where(spec, p, index, "tensor_type") +
+                         "kv is not capturable (the KV cache is paged blocks, not a per-token "
+                         "activation); use residual_stream, attn_out, mlp_out or final_norm");
+      continue;
+    }
+    state->site = *site;
+    state->layers = p.layers;
+    std::sort(state->layers.begin(), state->layers.end());
+    state->layers.erase(std::unique(state->layers.begin(), state->layers.end()),
+                        state->layers.end());
+    for (int layer : state->layers) {
+      if (p.tensor_type == TensorType::kFinalNorm && layer != num_layers) {
+        problems.push_back(Where(spec, p, index, "layers") + "final_norm is addressed as layer " +
+                           std::to_string(num_layers) + " (the number of decoder layers), got " +
+                           std::to_string(layer));
+      } else if (p.tensor_type != TensorType::kFinalNorm && layer >= num_layers) {
+        problems.push_back(Where(spec, p, index, "layers") + "layer " + std::to_string(layer) +
+                           " does not exist: the model has " + std::to_string(num_layers) +
+                           " decoder layers (0-" + std::to_string(num_layers - 1) + ")");
+      }
+    }
+    state->inline_point = p.execution_mode == ExecutionMode::kInline;
+    state->policy = p.intervention.value_or(
+        session->options_.default_intervention.value_or(InterventionPolicy{}));
+    if (!state->inline_point && state->policy.mode == InterventionMode::kBlockUntilSignal) {
+      if (!p.intervention.has_value()) state->policy = InterventionPolicy{};  // async: observe
+    }
+    if (p.position.needs_total()) {
+      const int64_t k = -p.position.index();
+      const int64_t o = p.position.offset();
+      state->ring_size = std::max<int64_t>(0, k - o);
+      state->ring_from_prompt_end = std::min<int64_t>(0, o - k);
+    }
+    ProbeEnv env;
+    env.hidden_size = config.hidden_size;
+    env.base_dir = spec.source.empty() ? std::filesystem::path() : spec.source.parent_path();
+    env.point = &p;
+    StatusOr<std::unique_ptr<ProbeType>> type = registry.Create(p, env);
+    if (!type.ok()) {
+      problems.push_back(Where(spec, p, index, "probe_type") + type.status().message());
+      continue;
+    }
+    state->type = std::move(type).value();
+    session->points_.push_back(std::move(state));
+  }
+  if (!problems.empty()) {
+    if (problems.size() == 1) return InvalidArgumentError(problems[0]);
+    std::string message = std::to_string(problems.size()) + " problems in the spec:";
+    for (const std::string& p : problems) message += "\n  - " + p;
+    return InvalidArgumentError(message);
+  }
+  session->pool_ = std::make_unique<CallPool>(session->options_.blocking_threads);
+  return session;
+}
+
+ProbingSession::~ProbingSession() {
+  // In-flight blocking calls hold their probe; the pool joins them before anything else goes.
+  pool_.reset();
+}
+
+void ProbingSession::OnRequestAdded(uint64_t seq_id, const std::string& request_id,
+                                    std::span<const int32_t> prompt_ids) {
+  auto r = std::make_unique<RequestState>();
+  r->id = request_id;
+  r->seq_id = seq_id;
+  r->prompt_len = static_cast<int64_t>(prompt_ids.size());
+  for (const std::unique_ptr<PointState>& ps : points_) {
+    Binding b;
+    b.point = ps.get();
+    b.probe = ps->type->Spawn();
+    b.ctx.request_id = request_id;
+    b.ctx.prompt_metadata = {{"model", options_.model_name}, {"prompt_len", r->prompt_len}};
+    b.ctx.point = ps->point;
+    r->bindings.push_back(std::move(b));
+  }
+  for (Binding& b : r->bindings) {
+    try {
+      b.probe->OnStart(b.ctx);
+    } catch (const std::exception& e) {
+      ++stats_.errors;
+      UC_LOG(WARNING) << "probe '" << b.point->point->name << "' OnStart threw: " << e.what();
+    }
+  }
+  requests_[seq_id] = std::move(r);
+}
+
+namespace {
+
+// The match ordinal of generated position p in a continuous selector's window, counting
+// every stride-th position from the window start.
+int64_t Ordinal(const ExtractionPoint& p, int64_t token_pos, int64_t prompt_len) {
+  const int64_t g = token_pos - prompt_len - p.position.offset();
+  const int64_t start =
+      p.position.kind() == PositionSelector::Kind::kGeneratedSlice ? p.position.start() : 0;
+  return (g - start) / p.stride.value_or(1);
+}
+
+}  // namespace
+
+// Whether binding `b` wants the activation at `token_pos` (candidates of generated[-k]
+// included).
+static bool Wants(const ProbingSession::Binding& b, int64_t token_pos, int64_t prompt_len,
+                  std::optional<int64_t> total = std::nullopt);
+
+bool Wants(const ProbingSession::Binding& b, int64_t token_pos, int64_t prompt_len,
+           std::optional<int64_t> total) {
+  const auto& ps = *b.point;
+  const ExtractionPoint& p = *ps.point;
+  if (b.done) return false;
+  if (p.position.needs_total() && !total.has_value()) {
+    return ps.ring_size > 0 && token_pos >= prompt_len + ps.ring_from_prompt_end;
+  }
+  if (!p.position.Matches(token_pos, prompt_len, p.stride.value_or(1), total)) return false;
+  if (p.position.continuous() && p.until == Until::kFixedCount && p.count.has_value()) {
+    return Ordinal(p, token_pos, prompt_len) < *p.count;
+  }
+  return true;
+}
+
+std::vector<worker::CaptureItem> ProbingSession::PlanCapture(const worker::SchedulerOutput& plan) {
+  // (layer, site) -> rows, and for each row its (request, position).
+  std::map<std::pair<int, int>, std::vector<std::pair<int32_t, RowRef>>> wanted;
+  int32_t row0 = 0;
+  for (const worker::ScheduledSequence& s : plan.scheduled) {
+    auto it = requests_.find(s.seq_id);
+    if (it != requests_.end() && !it->second->stopped) {
+      const RequestState& r = *it->second;
+      for (int64_t pos = std::max<int64_t>(s.start_pos, r.delivered_upto); pos < s.end_pos();
+           ++pos) {
+        const int32_t row = row0 + static_cast<int32_t>(pos - s.start_pos);
+        for (const Binding& b : r.bindings) {
+          if (!Wants(b, pos, r.prompt_len)) continue;
+          for (int layer : b.point->layers) {
+            auto& rows = wanted[{layer, static_cast<int>(b.point->site)}];
+            if (rows.empty() || rows.back().first != row) {
+              rows.push_back({row, RowRef{s.seq_id, pos}});
+            }
+          }
+        }
+      }
+    }
+    row0 += s.num_tokens();
+  }
+  std::vector<worker::CaptureItem> items;
+  plan_rows_.clear();
+  for (auto& [key, rows] : wanted) {
+    worker::CaptureItem item;
+    item.layer = key.first;
+    item.site = static_cast<uint8_t>(key.second);
+    std::vector<RowRef> refs;
+    for (const auto& [row, ref] : rows) {
+      item.rows.push_back(row);
+      refs.push_back(ref);
+    }
+    items.push_back(std::move(item));
+    plan_rows_.push_back(std::move(refs));
+  }
+  return items;
+}
+
+std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
+    const worker::SchedulerOutput& plan, const std::vector<Tensor>& captured) {
+  // Batch order of each request, and the token id at each scheduled position.
+  std::unordered_map<uint64_t, size_t> order;
+  for (size_t i = 0; i < plan.scheduled.size(); ++i) order[plan.scheduled[i].seq_id] = i;
+  struct Pending {
+    size_t request_order;
+    int64_t token_pos;
+    int layer;
+    size_t binding;
+    const float* values;
+    RequestState* request;
+  };
+  std::vector<Pending> pending;
+  const int64_t hidden = config_.hidden_size;
+  for (size_t i = 0; i < plan_rows_.size() && i < captured.size(); ++i) {
+    const worker::CaptureItem& item = plan.capture[i];
+    UC_CHECK(captured[i].defined() && captured[i].dim(0) == static_cast<int64_t>(item.rows.size()),
+             "capture item %zu came back with the wrong shape", i);
+    for (size_t j = 0; j < plan_rows_[i].size(); ++j) {
+      const RowRef& ref = plan_rows_[i][j];
+      auto it = requests_.find(ref.seq_id);
+      if (it == requests_.end()) continue;
+      RequestState& r = *it->second;
+      for (size_t bi = 0; bi < r.bindings.size(); ++bi) {
+        const Binding& b = r.bindings[bi];
+        if (static_cast<uint8_t>(b.point->site) != item.site || !b.point->HasLayer(item.layer) ||
+            !Wants(b, ref.token_pos, r.prompt_len)) {
+          continue;
+        }
+        pending.push_back({order.at(ref.seq_id), ref.token_pos, item.layer, bi,
+                           captured[i].data<float>() + static_cast<int64_t>(j) * hidden, &r});
+      }
+    }
+  }
+  std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return std::tie(a.request_order, a.token_pos, a.layer, a.binding) <
+           std::tie(b.request_order, b.token_pos, b.layer, b.binding);
+  });
+  // Token ids of the scheduled positions, for `until: stop_token`.
+  auto token_at = [&](size_t request_order, int64_t pos) {
+    const worker::ScheduledSequence& s = plan.scheduled[request_order];
+    return s.token_ids[static_cast<size_t>(pos - s.start_pos)];
+  };
+  std::vector<engine::StopRequest> stops;
+  const double now = WallSeconds();
+  for (const Pending& p : pending) {
+    RequestState& r = *p.request;
+    if (r.stopped && p.token_pos > r.stop_pos) continue;
+    Binding& b = r.bindings[p.binding];
+    const ExtractionPoint& point = *b.point->point;
+    const bool generated = p.token_pos >= r.prompt_len;
+    if (generated && point.until == Until::kStopToken &&
+        std::find(options_.stop_token_ids.begin(), options_.stop_token_ids.end(),
+                  token_at(p.request_order, p.token_pos)) != options_.stop_token_ids.end()) {
+      b.done = true;
+      continue;
+    }
+    ActivationRecord record;
+    record.request_id = r.id;
+    record.point = point.name;
+    record.layer = p.layer;
+    record.token_pos = p.token_pos;
+    record.is_generated = generated;
+    record.generated_index = generated ? p.token_pos - r.prompt_len : -1;
+    record.tensor_type = point.tensor_type;
+    record.values.assign(p.values, p.values + hidden);
+    record.timestamp = now;
+    if (point.position.needs_total()) {
+      if (b.ring.empty() || b.ring.back().front().token_pos != p.token_pos) {
+        b.ring.emplace_back();
+        if (static_cast<int64_t>(b.ring.size()) > b.point->ring_size) b.ring.pop_front();
+      }
+      b.ring.back().push_back(std::move(record));
+      continue;
+    }
+    const bool was_stopped = r.stopped;
+    if (Route(r, b, std::move(record)) && !was_stopped) stops.push_back({r.seq_id, *r.abort});
+  }
+  for (const worker::ScheduledSequence& s : plan.scheduled) {
+    auto it = requests_.find(s.seq_id);
+    if (it == requests_.end()) continue;
+    it->second->delivered_upto = std::max<int64_t>(it->second->delivered_upto, s.end_pos());
+    it->second->fed_end = std::max<int64_t>(it->second->fed_end, s.end_pos());
+  }
+  return stops;
+}
+
+bool ProbingSession::Route(RequestState& request, Binding& binding, ActivationRecord record) {
+  ++stats_.records_routed;
+  const int64_t pos = record.token_pos;
+  const int layer = record.layer;
+  std::optional<ProbeSignal> signal = Dispatch(binding, record);
+  if (signal.has_value() && signal->timestamp == 0.0) signal->timestamp = WallSeconds();
+  if (!signal.has_value() || !binding.point->inline_point) return false;
+  if (signal->action != ProbeAction::kAbort || request.stopped) return false;
+  ++stats_.aborts;
+  request.stopped = true;
+  request.stop_pos = pos;
+  engine::AbortInfo info("probe", "");
+  info.point = binding.point->point->name;
+  info.token_pos = pos;
+  info.confidence = signal->confidence;
+  const bool fallback = signal->metadata.contains("intervention_fallback");
+  char detail[160];
+  std::snprintf(detail, sizeof(detail), " at token %lld (layer %d%s)", static_cast<long long>(pos),
+                layer,
+                signal->confidence.has_value()
+                    ? (", confidence " + std::to_string(*signal->confidence)).c_str()
+                    : "");
+  info.reason = "extraction point '" + info.point + "' aborted generation" +
+                (fallback ? " (intervention fallback after " +
+                                signal->metadata.value("reason", std::string("timeout")) + ")"
+                          : std::string()) +
+                detail;
+  request.abort = info;
+  return true;
+}
+
+std::optional<ProbeSignal> ProbingSession::Dispatch(Binding& binding,
+                                                    const ActivationRecord& record) {
+  PointState& ps = *binding.point;
+  if (ps.inline_point && ps.policy.mode == InterventionMode::kBlockUntilSignal) {
+    return DispatchBlocking(binding, record);
+  }
+  ++stats_.inline_calls;
+  try {
+    return binding.probe->OnActivation(record);
+  } catch (const std::exception& e) {
+    ++stats_.errors;
+    UC_LOG(WARNING) << "probe '" << ps.point->name << "' threw on token " << record.token_pos
+                    << ": " << e.what();
+    if (!ps.inline_point) return std::nullopt;
+    return Fallback(*ps.point, ps.policy, "exception", e.what());
+  }
+}
+
+std::optional<ProbeSignal> ProbingSession::DispatchBlocking(Binding& binding,
+                                                            const ActivationRecord& record) {
+  PointState& ps = *binding.point;
+  const ExtractionPoint& point = *ps.point;
+  if (ps.open) {
+    const double since = std::chrono::duration<double>(Clock::now() - ps.opened_at).count();
+    if (since < options_.circuit_breaker_cooldown_seconds) {
+      ++stats_.skipped_open_breaker;
+      return std::nullopt;
+    }
+    // Half-open: this call decides.
+  }
+  auto fail = [&](const std::string& reason, const std::string& error) {
+    ++ps.consecutive_failures;
+    if (reason == "timeout") {
+      ++stats_.timeouts;
+    } else {
+      ++stats_.errors;
+    }
+    if (ps.open || ps.consecutive_failures >= options_.circuit_breaker_threshold) {
+      if (!ps.open) {
+        UC_LOG(WARNING) << "extraction point '" << point.name << "': circuit breaker open after "
+                        << ps.consecutive_failures << " consecutive failures; retrying in "
+                        << options_.circuit_breaker_cooldown_seconds << " s";
+      }
+      ps.open = true;
+      ps.opened_at = Clock::now();
+    }
+    return Fallback(point, ps.policy, reason, error);
+  };
+  if (binding.inflight != nullptr) {
+    std::lock_guard<std::mutex> lock(binding.inflight->mu);
+    if (!binding.inflight->done) return fail("timeout", "the previous call is still running");
+  }
+  auto state = std::make_shared<CallState>();
+  binding.inflight = state;
+  ++stats_.inline_calls;
+  pool_->Submit([probe = binding.probe, record, state] {
+    std::optional<ProbeSignal> signal;
+    std::string error;
+    try {
+      signal = probe->OnActivation(record);
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "exception";
+    }
+    std::lock_guard<std::mutex> lock(state->mu);
+    state->signal = std::move(signal);
+    state->error = std::move(error);
+    state->done = true;
+    state->cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(state->mu);
+  const auto timeout = std::chrono::milliseconds(ps.policy.timeout_ms.value_or(1000));
+  if (!state->cv.wait_for(lock, timeout, [&] { return state->done; })) {
+    lock.unlock();
+    return fail("timeout", "");
+  }
+  if (!state->error.empty()) {
+    const std::string error = state->error;
+    lock.unlock();
+    return fail("exception", error);
+  }
+  ps.consecutive_failures = 0;
+  ps.open = false;
+  return state->signal;
+}
+
+bool ProbingSession::WantsFinalToken(uint64_t seq_id, int64_t num_generated) {
+  auto it = requests_.find(seq_id);
+  if (it == requests_.end() || it->second->stopped) return false;
+  const RequestState& r = *it->second;
+  const int64_t final_pos = r.prompt_len + num_generated - 1;
+  for (const Binding& b : r.bindings) {
+    if (Wants(b, final_pos, r.prompt_len, num_generated)) return true;
+  }
+  return false;
+}
+
+void ProbingSession::OnRequestFinished(uint64_t seq_id, int64_t num_generated, bool aborted) {
+  auto it = requests_.find(seq_id);
+  if (it == requests_.end()) return;
+  std::unique_ptr<RequestState> r = std::move(it->second);
+  requests_.erase(it);
+  // generated[-k]: resolved now that the number of generated tokens is final.
+  if (!r->stopped) {
+    for (Binding& b : r->bindings) {
+      const ExtractionPoint& p = *b.point->point;
+      if (!p.position.needs_total()) continue;
+      for (std::vector<ActivationRecord>& records : b.ring) {
+        if (records.empty() || records.front().token_pos >= r->fed_end ||
+            !p.position.Matches(records.front().token_pos, r->prompt_len, 1, num_generated)) {
+          continue;
+        }
+        for (ActivationRecord& record : records) {
+          if (Route(*r, b, std::move(record)) || r->stopped) break;
+        }
+      }
+    }
+  }
+  (void)aborted;
+  RequestProbeResults out;
+  out.request_id = r->id;
+  out.abort = r->abort;
+  for (Binding& b : r->bindings) {
+    if (b.inflight != nullptr) {
+      // Never run OnEnd while OnActivation may still be running on the pool.
+      std::unique_lock<std::mutex> lock(b.inflight->mu);
+      b.inflight->cv.wait_for(lock, std::chrono::seconds(5), [&] { return b.inflight->done; });
+      if (!b.inflight->done) {
+        ProbeResult result;
+        result.request_id = r->id;
+        result.point = b.point->point->name;
+        result.metadata = {{"error", "the probe was still running when the request ended"}};
+        out.results.push_back(std::move(result));
+        continue;
+      }
+    }
+    try {
+      ProbeResult result = b.probe->OnEnd(b.ctx);
+      result.request_id = r->id;
+      result.point = b.point->point->name;
+      out.results.push_back(std::move(result));
+    } catch (const std::exception& e) {
+      ++stats_.errors;
+      ProbeResult result;
+      result.request_id = r->id;
+      result.point = b.point->point->name;
+      result.metadata = {{"error", std::string("on_end threw: ") + e.what()}};
+      out.results.push_back(std::move(result));
+    }
+  }
+  if (on_result_) on_result_(std::move(out));
+}
+
+}  // namespace uc::probe
