@@ -155,6 +155,32 @@ TEST_F(SpecCliTest, JsonReport) {
   EXPECT_EQ(strict[0]["errors"].size(), 1u);
 }
 
+TEST_F(SpecCliTest, CheckProbesResolvesEveryProbeType) {
+  const std::string spec = Write("probes.yaml", R"(version: "1"
+extraction_points:
+  - {name: a, layers: 1, tensor_type: residual_stream, position: "prompt[-1]",
+     probe_type: linaer, probe_kind: single_shot}
+  - {name: b, layers: 1, tensor_type: residual_stream, position: "generated[*]",
+     probe_type: ema, probe_kind: single_shot}
+  - {name: c, layers: 1, tensor_type: residual_stream, position: "generated[*]",
+     probe_type: running_mean, probe_kind: trajectory}
+)");
+  EXPECT_EQ(RunCli("validate " + spec).exit_code, 0) << "without the flag, names are not checked";
+  const CliResult r = RunCli("validate --check-probes " + spec);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find(spec + ":3: extraction_points[0] 'a'.probe_type: unknown probe_type "
+                                 "'linaer' (did you mean 'linear'?)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(spec + ":5: extraction_points[1] 'b'.probe_type: probe_type 'ema' is "
+                                 "trajectory but the point says single_shot"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("'c'"), std::string::npos) << r.output;
+  EXPECT_EQ(RunCli("validate --probe-plugin " + spec + " " + spec).exit_code, 2)
+      << "--probe-plugin needs --check-probes";
+}
+
 TEST_F(SpecCliTest, UsageErrorsExitTwo) {
   const std::string good = Write("good.yaml", kGood);
   EXPECT_EQ(RunCli("validate").exit_code, 2);

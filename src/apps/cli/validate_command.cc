@@ -4,12 +4,34 @@
 #include <memory>
 
 #include "apps/cli/exit_codes.h"
+#include "probe/registry.h"
 
 namespace uc::cli {
 namespace {
 
 std::string Plural(size_t n, const std::string& word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
+
+// --check-probes: every probe_type is registered (built-ins, plugins) with the point's kind.
+std::vector<std::string> CheckProbes(const probe::Spec& spec) {
+  std::vector<std::string> problems;
+  const probe::ProbeRegistry& registry = probe::ProbeRegistry::Global();
+  for (size_t i = 0; i < spec.extraction_points.size(); ++i) {
+    const probe::ExtractionPoint& p = spec.extraction_points[i];
+    std::string where = spec.source.string();
+    if (p.line > 0) where += ":" + std::to_string(p.line);
+    where += ": extraction_points[" + std::to_string(i) + "] '" + p.name + "'.probe_type: ";
+    StatusOr<probe::ProbeKind> kind = registry.KindOf(p.probe_type);
+    if (!kind.ok()) {
+      problems.push_back(where + kind.status().message());
+    } else if (*kind != p.probe_kind) {
+      problems.push_back(where + "probe_type '" + p.probe_type + "' is " +
+                         std::string(probe::Name(*kind)) + " but the point says " +
+                         std::string(probe::Name(p.probe_kind)));
+    }
+  }
+  return problems;
 }
 
 }  // namespace
@@ -84,7 +106,29 @@ void AddValidateCommand(CLI::App& app) {
   cmd->add_option("--format", options->format, "Output format")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  cmd->callback([options] { throw CLI::RuntimeError(RunValidate(*options)); });
+  auto check_probes = std::make_shared<bool>(false);
+  auto plugins = std::make_shared<std::vector<std::string>>();
+  cmd->add_flag("--check-probes", *check_probes,
+                "Also check that every probe_type is registered (built-ins and --probe-plugin "
+                "libraries) with the point's probe_kind");
+  CLI::Option* plugin_option =
+      cmd->add_option("--probe-plugin", *plugins,
+                      "Shared library registering probe types, for --check-probes (repeatable)")
+          ->check(CLI::ExistingFile);
+  cmd->callback([options, check_probes, plugins, plugin_option] {
+    if (plugin_option->count() > 0 && !*check_probes) {
+      throw CLI::ValidationError("--probe-plugin", "needs --check-probes");
+    }
+    for (const std::string& plugin : *plugins) {
+      const Status status = probe::ProbeRegistry::Global().LoadPlugin(plugin);
+      if (!status.ok()) {
+        std::cerr << "error: " << status.message() << "\n";
+        throw CLI::RuntimeError(kExitFailure);
+      }
+    }
+    if (*check_probes) options->extra_check = CheckProbes;
+    throw CLI::RuntimeError(RunValidate(*options));
+  });
 }
 
 }  // namespace uc::cli

@@ -1,6 +1,7 @@
 // File: validate_command.h
 // -----------------------------------------------------------------------------
-// `undercurrent validate SPEC... [--strict] [--format text|json]`: checks probe-spec files for
+// `undercurrent validate SPEC... [--strict] [--check-probes [--probe-plugin LIB]...]
+// [--format text|json]`: checks probe-spec files for
 // CI. Exit 0 when every file is valid, 1 when any is not, 2 on a usage error. Output as
 // Undercurrent v0.1's: text
 //   probes.yaml: OK (2 extraction points)
