@@ -45,6 +45,33 @@ double GenerationTimings::decode_tokens_per_second() const {
   return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0.0;
 }
 
+StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested) {
+  if (requested < 0) {
+    return InvalidArgumentError("max_model_len must be >= 0, got " + std::to_string(requested));
+  }
+  int len = requested > 0 ? requested : config.max_position_embeddings;
+  if (len > config.max_position_embeddings) {
+    UC_LOG(WARNING) << "max_model_len " << len << " exceeds the model's max_position_embeddings "
+                    << config.max_position_embeddings;
+  }
+  if (config.sliding_window > 0 && len > config.sliding_window) {
+    // The attention kernels attend to the whole prefix; within the window that is exact.
+    UC_LOG(WARNING) << "sliding_window " << config.sliding_window
+                    << " is not implemented: context limited to " << config.sliding_window
+                    << " tokens";
+    len = config.sliding_window;
+  }
+  return len;
+}
+
+Status CheckTokenizerFits(const tokenizer::Tokenizer& tokenizer, const models::ModelConfig& config,
+                          const std::filesystem::path& model_path) {
+  if (tokenizer.vocab_size() <= config.vocab_size) return OkStatus();
+  return InvalidArgumentError(
+      model_path.string() + ": tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+      " tokens but the model's vocab_size is " + std::to_string(config.vocab_size));
+}
+
 StatusOr<std::unique_ptr<tokenizer::Tokenizer>> LoadTokenizerFor(
     const models::Checkpoint& checkpoint, const std::optional<fs::path>& override_path) {
   if (override_path.has_value()) {
@@ -107,30 +134,8 @@ Generator::~Generator() {
 Status Generator::Init(const GeneratorOptions& options) {
   UC_ASSIGN_OR_RETURN(tokenizer_, LoadTokenizerFor(checkpoint(), options.tokenizer_path));
   const models::ModelConfig& config = this->config();
-  if (tokenizer_->vocab_size() > config.vocab_size) {
-    return InvalidArgumentError(options.model_path.string() + ": tokenizer has " +
-                                std::to_string(tokenizer_->vocab_size()) +
-                                " tokens but the model's vocab_size is " +
-                                std::to_string(config.vocab_size));
-  }
-  if (options.max_model_len < 0) {
-    return InvalidArgumentError("max_model_len must be >= 0, got " +
-                                std::to_string(options.max_model_len));
-  }
-  max_model_len_ =
-      options.max_model_len > 0 ? options.max_model_len : config.max_position_embeddings;
-  if (max_model_len_ > config.max_position_embeddings) {
-    UC_LOG(WARNING) << "max_model_len " << max_model_len_
-                    << " exceeds the model's max_position_embeddings "
-                    << config.max_position_embeddings;
-  }
-  if (config.sliding_window > 0 && max_model_len_ > config.sliding_window) {
-    // The attention kernels attend to the whole prefix; within the window that is exact.
-    UC_LOG(WARNING) << "sliding_window " << config.sliding_window
-                    << " is not implemented: context limited to " << config.sliding_window
-                    << " tokens";
-    max_model_len_ = config.sliding_window;
-  }
+  UC_RETURN_IF_ERROR(CheckTokenizerFits(*tokenizer_, config, options.model_path));
+  UC_ASSIGN_OR_RETURN(max_model_len_, ResolveMaxModelLen(config, options.max_model_len));
   prefill_chunk_ = std::max(1, options.prefill_chunk);
   return OkStatus();
 }

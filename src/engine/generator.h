@@ -108,6 +108,14 @@ class Generator {
   int prefill_chunk_ = 256;
 };
 
+// Resolves the context length from the model's limits (max_position_embeddings, a sliding
+// window that is not implemented) and a requested value (0: the model's).
+StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested);
+
+// InvalidArgument (naming `model_path`) when the tokenizer has more tokens than the model.
+Status CheckTokenizerFits(const tokenizer::Tokenizer& tokenizer, const models::ModelConfig& config,
+                          const std::filesystem::path& model_path);
+
 // Loads the tokenizer that belongs to `checkpoint`: GGUF metadata; tokenizer.json or
 // tokenizer.model in a Hugging Face directory; for llama2.c, tokenizer.bin or
 // tok<vocab_size>.bin beside the .bin. `override_path` wins when given.

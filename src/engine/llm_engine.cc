@@ -39,25 +39,6 @@ struct LLMEngine::RequestState {
   bool final_feed = false;  // done; its last token runs through the model once more
 };
 
-StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested) {
-  if (requested < 0) {
-    return InvalidArgumentError("max_model_len must be >= 0, got " + std::to_string(requested));
-  }
-  int len = requested > 0 ? requested : config.max_position_embeddings;
-  if (len > config.max_position_embeddings) {
-    UC_LOG(WARNING) << "max_model_len " << len << " exceeds the model's max_position_embeddings "
-                    << config.max_position_embeddings;
-  }
-  if (config.sliding_window > 0 && len > config.sliding_window) {
-    // The attention kernels attend to the whole prefix; within the window that is exact.
-    UC_LOG(WARNING) << "sliding_window " << config.sliding_window
-                    << " is not implemented: context limited to " << config.sliding_window
-                    << " tokens";
-    len = config.sliding_window;
-  }
-  return len;
-}
-
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
   DeploymentOptions deployment_options;
   deployment_options.model_path = options.model_path;
@@ -98,12 +79,7 @@ Status LLMEngine::Init(const EngineOptions& options) {
   }
   UC_ASSIGN_OR_RETURN(tokenizer_,
                       LoadTokenizerFor(deployment_->checkpoint(), options.tokenizer_path));
-  if (tokenizer_->vocab_size() > config().vocab_size) {
-    return InvalidArgumentError(options.model_path.string() + ": tokenizer has " +
-                                std::to_string(tokenizer_->vocab_size()) +
-                                " tokens but the model's vocab_size is " +
-                                std::to_string(config().vocab_size));
-  }
+  UC_RETURN_IF_ERROR(CheckTokenizerFits(*tokenizer_, config(), options.model_path));
   UC_ASSIGN_OR_RETURN(max_model_len_, ResolveMaxModelLen(config(), options.max_model_len));
   for (int id : config().eos_token_ids) eos_ids_.push_back(id);
   for (int32_t id : tokenizer_->stop_ids()) eos_ids_.push_back(id);

@@ -103,10 +103,6 @@ struct EngineStats {
   int64_t generated_tokens = 0;
 };
 
-// Resolves the context length from the model's limits (max_position_embeddings, a sliding
-// window that is not implemented) and a requested value (0: the model's).
-StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested);
-
 class LLMEngine {
  public:
   // One process: loads the model and its tokenizer.
