@@ -8,6 +8,8 @@
 #include <set>
 #include <sstream>
 
+#include "base/did_you_mean.h"
+
 namespace uc::engine {
 namespace {
 
@@ -17,32 +19,8 @@ constexpr const char* kFields[] = {
     "id",    "prompt", "prompt_ids", "max_tokens", "temperature",    "top_k",     "top_p",
     "min_p", "seed",   "stop",       "label",      "stop_token_ids", "ignore_eos"};
 
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string Suggest(const std::string& key) {
-  std::string best;
-  size_t best_distance = 3;  // suggest only close matches
-  for (const char* field : kFields) {
-    const size_t d = EditDistance(key, field);
-    if (d < best_distance) {
-      best_distance = d;
-      best = field;
-    }
-  }
-  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+  return DidYouMean(key, std::vector<std::string>(std::begin(kFields), std::end(kFields)));
 }
 
 // Reads one line's object into `request`; appends problems to `errors` prefixed by `where`.

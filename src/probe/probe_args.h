@@ -19,22 +19,16 @@
 #include <string_view>
 #include <vector>
 
+#include "base/did_you_mean.h"
 #include "base/status.h"
 #include "probe/probe.h"
 
 namespace uc::probe {
 
-// Levenshtein distance (insertions, deletions, substitutions).
-size_t EditDistance(std::string_view a, std::string_view b);
-
-// Up to `max_matches` of the `candidates` nearest to `name` (all at the same, smallest edit
-// distance, sorted by name), or none when that distance exceeds max(2, |name| / 3).
-std::vector<std::string> ClosestMatches(std::string_view name,
-                                        const std::vector<std::string>& candidates,
-                                        size_t max_matches = 3);
-
-// " (did you mean 'a' or 'b'?)" for the closest matches, or "" when none is close.
-std::string DidYouMean(std::string_view name, const std::vector<std::string>& candidates);
+using uc::ClosestMatches;
+using uc::DidYouMean;
+using uc::EditDistance;
+using uc::JoinQuoted;
 
 class ProbeArgs {
  public:
