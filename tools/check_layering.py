@@ -16,12 +16,13 @@ ALLOWED = {
     "io": {"tensor"},
     "distributed": {"tensor"},
     "tokenizer": {"io"},
+    "chat": {"io"},
     "layers": {"kernels", "distributed"},
     "models": {"layers", "io"},
     "worker": {"models", "distributed"},
     "engine": {"worker", "tokenizer"},
     "probe": {"engine", "models", "io"},
-    "apps": {"probe", "engine"},
+    "apps": {"probe", "engine", "chat"},
 }
 
 
