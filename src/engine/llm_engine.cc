@@ -246,6 +246,19 @@ void LLMEngine::DrainInbox(std::vector<RequestOutput>& outputs) {
 }
 
 std::vector<RequestOutput> LLMEngine::Step() {
+  if (!step_listener_) return StepOnce();
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t steps_before = stats_.num_steps;
+  std::vector<RequestOutput> outputs = StepOnce();
+  if (stats_.num_steps != steps_before || !outputs.empty()) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    step_listener_(stats(), seconds, outputs);
+  }
+  return outputs;
+}
+
+std::vector<RequestOutput> LLMEngine::StepOnce() {
   std::vector<RequestOutput> outputs;
   DrainInbox(outputs);
   worker::SchedulerOutput plan = scheduler_->Schedule();

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -127,6 +128,12 @@ class LLMEngine {
   // must outlive the engine's last Step.
   void SetObserver(StepObserver* observer) { observer_ = observer; }
 
+  // Called at the end of every Step that ran the model or returned outputs, on the engine
+  // thread, with the stats after it, its wall time and its outputs (metrics, progress).
+  using StepListener = std::function<void(const EngineStats& stats, double step_seconds,
+                                          const std::vector<RequestOutput>& outputs)>;
+  void SetStepListener(StepListener listener) { step_listener_ = std::move(listener); }
+
   // One schedule -> execute -> update step. Returns the outputs of requests that produced a
   // token or finished (aborted ones included).
   std::vector<RequestOutput> Step();
@@ -149,6 +156,7 @@ class LLMEngine {
   Status Init(const EngineOptions& options);
   Status InitKvCache();
   StatusOr<std::vector<int32_t>> Tokenize(const Prompt& prompt) const;
+  std::vector<RequestOutput> StepOnce();
   void DrainInbox(std::vector<RequestOutput>& outputs);
   // Applies one sampled token; true when the request finished.
   bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out);
@@ -175,6 +183,7 @@ class LLMEngine {
   uint64_t next_seq_id_ = 1;
   EngineStats stats_;
   StepObserver* observer_ = nullptr;
+  StepListener step_listener_;
 };
 
 }  // namespace uc::engine

@@ -1,5 +1,9 @@
 #include "probe/probing_session.h"
 
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -68,6 +72,19 @@ struct CallState {
   std::string error;  // non-empty: the probe threw
 };
 
+struct ProbingSession::Counters {
+  std::atomic<int64_t> records_routed{0};
+  std::atomic<int64_t> inline_calls{0};
+  std::atomic<int64_t> timeouts{0};
+  std::atomic<int64_t> errors{0};
+  std::atomic<int64_t> skipped_open_breaker{0};
+  std::atomic<int64_t> aborts{0};
+  std::atomic<int64_t> async_accepted{0};
+  std::atomic<int64_t> async_processed{0};
+  std::atomic<int64_t> async_dropped{0};
+  std::atomic<int64_t> results{0};
+};
+
 // A fixed set of threads running block_until_signal calls.
 class ProbingSession::CallPool {
  public:
@@ -120,6 +137,9 @@ struct ProbingSession::PointState {
   std::vector<int> layers;    // sorted, unique
   InterventionPolicy policy;  // resolved
   bool inline_point = true;
+  int queue_depth = 32;  // async
+  OverflowPolicy overflow = OverflowPolicy::kDropOldest;
+  PointMetrics* metrics = nullptr;
   // generated[-k]+o: candidates start at prompt_len - k + o; the last k - o are kept.
   int64_t ring_size = 0;
   int64_t ring_from_prompt_end = 0;  // candidates from prompt_len + this (<= 0)
@@ -138,6 +158,7 @@ struct ProbingSession::Binding {
   bool done = false;                               // `until: stop_token` reached
   std::shared_ptr<CallState> inflight;             // the last blocking call
   std::deque<std::vector<ActivationRecord>> ring;  // generated[-k] candidates, by position
+  std::shared_ptr<AsyncExecutor::Queue> queue;     // async points
 };
 
 struct ProbingSession::RequestState {
@@ -150,6 +171,10 @@ struct ProbingSession::RequestState {
   bool stopped = false;
   int64_t stop_pos = -1;
   std::optional<engine::AbortInfo> abort;
+  // Ending (any thread, after the engine let go of the request).
+  bool ended_by_shutdown = false;
+  std::atomic<int> pending{0};                // queues still draining, +1 while closing them
+  std::vector<AsyncExecutor::EndState> ends;  // per binding (async ones)
 };
 
 StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spec,
@@ -192,6 +217,8 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
       }
     }
     state->inline_point = p.execution_mode == ExecutionMode::kInline;
+    state->queue_depth = p.queue_depth.value_or(session->options_.async.default_queue_depth);
+    state->overflow = p.overflow_policy.value_or(session->options_.async.default_overflow);
     state->policy = p.intervention.value_or(
         session->options_.default_intervention.value_or(InterventionPolicy{}));
     if (!state->inline_point && state->policy.mode == InterventionMode::kBlockUntilSignal) {
@@ -221,18 +248,60 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
     for (const std::string& p : problems) message += "\n  - " + p;
     return InvalidArgumentError(message);
   }
+  session->counters_ = std::make_unique<Counters>();
+  session->metrics_ = session->options_.metrics;
+  if (session->metrics_ == nullptr) {
+    session->owned_metrics_ = std::make_unique<Metrics>();
+    session->metrics_ = session->owned_metrics_.get();
+  }
+  bool any_async = false;
+  for (const std::unique_ptr<PointState>& ps : session->points_) {
+    ps->metrics = &session->metrics_->Point(ps->point->name, ps->inline_point);
+    any_async = any_async || !ps->inline_point;
+  }
+  if (any_async) {
+    if (session->options_.async.workers < 1 || session->options_.async.default_queue_depth < 1 ||
+        session->options_.async.drain_timeout_seconds < 0) {
+      return InvalidArgumentError(
+          "async probes need at least one worker, a default queue depth >= 1 and a drain "
+          "timeout >= 0");
+    }
+    session->executor_ = std::make_unique<AsyncExecutor>(session->options_.async.workers);
+  }
   session->pool_ = std::make_unique<CallPool>(session->options_.blocking_threads);
   return session;
 }
 
 ProbingSession::~ProbingSession() {
+  // Every registered request still gets its result; then the workers stop.
+  Shutdown(/*wait=*/false, /*timeout_seconds=*/5.0);
   // In-flight blocking calls hold their probe; the pool joins them before anything else goes.
   pool_.reset();
 }
 
+ProbingStats ProbingSession::stats() const {
+  ProbingStats s;
+  s.records_routed = counters_->records_routed.load();
+  s.inline_calls = counters_->inline_calls.load();
+  s.timeouts = counters_->timeouts.load();
+  s.errors = counters_->errors.load();
+  s.skipped_open_breaker = counters_->skipped_open_breaker.load();
+  s.aborts = counters_->aborts.load();
+  s.async_accepted = counters_->async_accepted.load();
+  s.async_processed = counters_->async_processed.load();
+  s.async_dropped = counters_->async_dropped.load();
+  s.results = counters_->results.load();
+  return s;
+}
+
 void ProbingSession::OnRequestAdded(uint64_t seq_id, const std::string& request_id,
                                     std::span<const int32_t> prompt_ids) {
-  auto r = std::make_unique<RequestState>();
+  if (shut_down_) {
+    UC_LOG(WARNING) << "request '" << request_id << "' is not probed: the probing session was "
+                    << "shut down";
+    return;
+  }
+  auto r = std::make_shared<RequestState>();
   r->id = request_id;
   r->seq_id = seq_id;
   r->prompt_len = static_cast<int64_t>(prompt_ids.size());
@@ -243,13 +312,22 @@ void ProbingSession::OnRequestAdded(uint64_t seq_id, const std::string& request_
     b.ctx.request_id = request_id;
     b.ctx.prompt_metadata = {{"model", options_.model_name}, {"prompt_len", r->prompt_len}};
     b.ctx.point = ps->point;
+    if (!ps->inline_point) {
+      PointState* point = ps.get();
+      b.queue = executor_->Open(
+          ps->queue_depth, ps->overflow,
+          [this, point, probe = b.probe, id = request_id](ActivationRecord& record) {
+            RunAsync(*point, *probe, id, record);
+          },
+          ps->metrics);
+    }
     r->bindings.push_back(std::move(b));
   }
   for (Binding& b : r->bindings) {
     try {
       b.probe->OnStart(b.ctx);
     } catch (const std::exception& e) {
-      ++stats_.errors;
+      ++counters_->errors;
       UC_LOG(WARNING) << "probe '" << b.point->point->name << "' OnStart threw: " << e.what();
     }
   }
@@ -419,14 +497,28 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
 }
 
 bool ProbingSession::Route(RequestState& request, Binding& binding, ActivationRecord record) {
-  ++stats_.records_routed;
+  ++counters_->records_routed;
+  if (!binding.point->inline_point) {
+    // Async: enqueue and return; the queue's policy decides what a full queue loses.
+    const PushResult pushed = executor_->Push(binding.queue, std::move(record));
+    if (pushed != PushResult::kClosed) ++counters_->async_accepted;
+    if (pushed == PushResult::kAcceptedEvicted || pushed == PushResult::kDroppedNewest) {
+      ++counters_->async_dropped;
+    }
+    return false;
+  }
   const int64_t pos = record.token_pos;
   const int layer = record.layer;
   std::optional<ProbeSignal> signal = Dispatch(binding, record);
-  if (signal.has_value() && signal->timestamp == 0.0) signal->timestamp = WallSeconds();
-  if (!signal.has_value() || !binding.point->inline_point) return false;
+  if (!signal.has_value()) return false;
+  if (signal->timestamp == 0.0) signal->timestamp = WallSeconds();
+  CountSignal(*binding.point, *signal);
+  if (signal->action != ProbeAction::kContinue && !options_.sinks.empty()) {
+    WriteAll(options_.sinks, SignalRecord(request.id, binding.point->point->name, *signal));
+  }
   if (signal->action != ProbeAction::kAbort || request.stopped) return false;
-  ++stats_.aborts;
+  ++counters_->aborts;
+  binding.point->metrics->generation_aborts->Increment();
   request.stopped = true;
   request.stop_pos = pos;
   engine::AbortInfo info("probe", "");
@@ -455,15 +547,65 @@ std::optional<ProbeSignal> ProbingSession::Dispatch(Binding& binding,
   if (ps.inline_point && ps.policy.mode == InterventionMode::kBlockUntilSignal) {
     return DispatchBlocking(binding, record);
   }
-  ++stats_.inline_calls;
+  ++counters_->inline_calls;
+  ps.metrics->activations->Increment();
+  const Clock::time_point start = Clock::now();
   try {
-    return binding.probe->OnActivation(record);
+    std::optional<ProbeSignal> signal = binding.probe->OnActivation(record);
+    ps.metrics->latency->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    return signal;
   } catch (const std::exception& e) {
-    ++stats_.errors;
+    ps.metrics->latency->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    ++counters_->errors;
+    ps.metrics->errors->Increment();
+    ps.metrics->fallbacks_exception->Increment();
     UC_LOG(WARNING) << "probe '" << ps.point->name << "' threw on token " << record.token_pos
                     << ": " << e.what();
-    if (!ps.inline_point) return std::nullopt;
     return Fallback(*ps.point, ps.policy, "exception", e.what());
+  }
+}
+
+void ProbingSession::CountSignal(PointState& point, const ProbeSignal& signal) {
+  switch (signal.action) {
+    case ProbeAction::kContinue:
+      point.metrics->signals_continue->Increment();
+      break;
+    case ProbeAction::kFlag:
+      point.metrics->signals_flag->Increment();
+      break;
+    case ProbeAction::kAbort:
+      point.metrics->signals_abort->Increment();
+      break;
+  }
+}
+
+void ProbingSession::RunAsync(PointState& point, Probe& probe, const std::string& request_id,
+                              ActivationRecord& record) {
+  ++counters_->async_processed;
+  point.metrics->activations->Increment();
+  const Clock::time_point start = Clock::now();
+  std::optional<ProbeSignal> signal;
+  try {
+    signal = probe.OnActivation(record);
+  } catch (const std::exception& e) {
+    ++counters_->errors;
+    point.metrics->errors->Increment();
+    UC_LOG(WARNING) << "async probe '" << point.point->name << "' threw on token "
+                    << record.token_pos << " of request '" << request_id << "': " << e.what();
+    // What the sinks see of a failed call (v0.1's router_error signal); never stops anything.
+    signal = ProbeSignal();
+    signal->metadata = {{"router_error", true},
+                        {"error_type", "exception"},
+                        {"error", e.what()},
+                        {"extraction_point_name", point.point->name},
+                        {"token_pos", record.token_pos}};
+  }
+  point.metrics->latency->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+  if (!signal.has_value()) return;
+  if (signal->timestamp == 0.0) signal->timestamp = WallSeconds();
+  CountSignal(point, *signal);
+  if (!options_.sinks.empty()) {
+    WriteAll(options_.sinks, SignalRecord(request_id, point.point->name, *signal));
   }
 }
 
@@ -474,24 +616,41 @@ std::optional<ProbeSignal> ProbingSession::DispatchBlocking(Binding& binding,
   if (ps.open) {
     const double since = std::chrono::duration<double>(Clock::now() - ps.opened_at).count();
     if (since < options_.circuit_breaker_cooldown_seconds) {
-      ++stats_.skipped_open_breaker;
+      ++counters_->skipped_open_breaker;
+      ps.metrics->breaker_skipped->Increment();
       return std::nullopt;
     }
-    // Half-open: this call decides.
+    ps.metrics->breaker_state->Set(2);  // half-open: this call decides
   }
   auto fail = [&](const std::string& reason, const std::string& error) {
     ++ps.consecutive_failures;
     if (reason == "timeout") {
-      ++stats_.timeouts;
+      ++counters_->timeouts;
+      ps.metrics->timeouts->Increment();
+      ps.metrics->fallbacks_timeout->Increment();
     } else {
-      ++stats_.errors;
+      ++counters_->errors;
+      ps.metrics->errors->Increment();
+      ps.metrics->fallbacks_exception->Increment();
     }
     if (ps.open || ps.consecutive_failures >= options_.circuit_breaker_threshold) {
       if (!ps.open) {
         UC_LOG(WARNING) << "extraction point '" << point.name << "': circuit breaker open after "
                         << ps.consecutive_failures << " consecutive failures; retrying in "
                         << options_.circuit_breaker_cooldown_seconds << " s";
+        ps.metrics->breaker_trips->Increment();
+        if (!options_.sinks.empty()) {
+          ProbeSignal trip;
+          trip.action = ProbeAction::kFlag;
+          trip.timestamp = WallSeconds();
+          trip.metadata = {{"circuit_breaker", "open"},
+                           {"extraction_point_name", point.name},
+                           {"consecutive_failures", ps.consecutive_failures},
+                           {"cooldown_seconds", options_.circuit_breaker_cooldown_seconds}};
+          WriteAll(options_.sinks, SignalRecord(binding.ctx.request_id, point.name, trip));
+        }
       }
+      ps.metrics->breaker_state->Set(1);
       ps.open = true;
       ps.opened_at = Clock::now();
     }
@@ -503,7 +662,8 @@ std::optional<ProbeSignal> ProbingSession::DispatchBlocking(Binding& binding,
   }
   auto state = std::make_shared<CallState>();
   binding.inflight = state;
-  ++stats_.inline_calls;
+  ++counters_->inline_calls;
+  ps.metrics->activations->Increment();
   pool_->Submit([probe = binding.probe, record, state] {
     std::optional<ProbeSignal> signal;
     std::string error;
@@ -519,6 +679,7 @@ std::optional<ProbeSignal> ProbingSession::DispatchBlocking(Binding& binding,
     state->done = true;
     state->cv.notify_all();
   });
+  const Clock::time_point started = Clock::now();
   std::unique_lock<std::mutex> lock(state->mu);
   const auto timeout = std::chrono::milliseconds(ps.policy.timeout_ms.value_or(1000));
   if (!state->cv.wait_for(lock, timeout, [&] { return state->done; })) {
@@ -530,7 +691,9 @@ std::optional<ProbeSignal> ProbingSession::DispatchBlocking(Binding& binding,
     lock.unlock();
     return fail("exception", error);
   }
+  ps.metrics->latency->Observe(std::chrono::duration<double>(Clock::now() - started).count());
   ps.consecutive_failures = 0;
+  if (ps.open) ps.metrics->breaker_state->Set(0);
   ps.open = false;
   return state->signal;
 }
@@ -549,7 +712,7 @@ bool ProbingSession::WantsFinalToken(uint64_t seq_id, int64_t num_generated) {
 void ProbingSession::OnRequestFinished(uint64_t seq_id, int64_t num_generated, bool aborted) {
   auto it = requests_.find(seq_id);
   if (it == requests_.end()) return;
-  std::unique_ptr<RequestState> r = std::move(it->second);
+  std::shared_ptr<RequestState> r = std::move(it->second);
   requests_.erase(it);
   // generated[-k]: resolved now that the number of generated tokens is final.
   if (!r->stopped) {
@@ -568,38 +731,137 @@ void ProbingSession::OnRequestFinished(uint64_t seq_id, int64_t num_generated, b
     }
   }
   (void)aborted;
+  const auto drain = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(options_.async.drain_timeout_seconds));
+  EndRequest(std::move(r), Clock::now() + drain);
+}
+
+void ProbingSession::EndRequest(std::shared_ptr<RequestState> r, Clock::time_point deadline) {
+  {
+    std::lock_guard<std::mutex> lock(ending_mu_);
+    ending_[r.get()] = r;
+  }
+  r->ends.resize(r->bindings.size());
+  int async_bindings = 0;
+  for (const Binding& b : r->bindings) async_bindings += b.queue != nullptr ? 1 : 0;
+  r->pending.store(async_bindings + 1);  // +1: held while the queues are being closed
+  for (size_t i = 0; i < r->bindings.size(); ++i) {
+    Binding& b = r->bindings[i];
+    if (b.queue == nullptr) continue;
+    // ending_ holds the request until Finalize; the callback must not (it lives in the queue).
+    std::weak_ptr<RequestState> weak = r;
+    executor_->Close(b.queue, deadline, [this, weak, i](const AsyncExecutor::EndState& end) {
+      std::shared_ptr<RequestState> request = weak.lock();
+      if (request == nullptr) return;
+      request->ends[i] = end;
+      if (request->pending.fetch_sub(1) == 1) Finalize(request);
+    });
+  }
+  if (r->pending.fetch_sub(1) == 1) Finalize(r);
+}
+
+void ProbingSession::Finalize(const std::shared_ptr<RequestState>& request) {
+  RequestState& r = *request;
   RequestProbeResults out;
-  out.request_id = r->id;
-  out.abort = r->abort;
-  for (Binding& b : r->bindings) {
+  out.request_id = r.id;
+  out.abort = r.abort;
+  for (size_t i = 0; i < r.bindings.size(); ++i) {
+    Binding& b = r.bindings[i];
+    ProbeResult result;
+    bool ran_on_end = false;
     if (b.inflight != nullptr) {
       // Never run OnEnd while OnActivation may still be running on the pool.
       std::unique_lock<std::mutex> lock(b.inflight->mu);
       b.inflight->cv.wait_for(lock, std::chrono::seconds(5), [&] { return b.inflight->done; });
       if (!b.inflight->done) {
-        ProbeResult result;
-        result.request_id = r->id;
-        result.point = b.point->point->name;
         result.metadata = {{"error", "the probe was still running when the request ended"}};
-        out.results.push_back(std::move(result));
-        continue;
+        ran_on_end = true;  // nothing to call
       }
     }
-    try {
-      ProbeResult result = b.probe->OnEnd(b.ctx);
-      result.request_id = r->id;
-      result.point = b.point->point->name;
-      out.results.push_back(std::move(result));
-    } catch (const std::exception& e) {
-      ++stats_.errors;
-      ProbeResult result;
-      result.request_id = r->id;
-      result.point = b.point->point->name;
-      result.metadata = {{"error", std::string("on_end threw: ") + e.what()}};
-      out.results.push_back(std::move(result));
+    const AsyncExecutor::EndState* end = b.queue != nullptr ? &r.ends[i] : nullptr;
+    if (end != nullptr && end->still_running) {
+      // The probe is busy on a worker past the drain deadline: its OnEnd cannot run now.
+      result.metadata = {{"error",
+                          "the probe was still running at the drain deadline; no "
+                          "verdict"}};
+      ran_on_end = true;
+    }
+    if (!ran_on_end) {
+      try {
+        result = b.probe->OnEnd(b.ctx);
+      } catch (const std::exception& e) {
+        ++counters_->errors;
+        b.point->metrics->errors->Increment();
+        result = ProbeResult();
+        result.metadata = {{"error", std::string("on_end threw: ") + e.what()}};
+      }
+    }
+    result.request_id = r.id;
+    result.point = b.point->point->name;
+    if (!result.metadata.is_object()) result.metadata = nlohmann::json::object();
+    if (end != nullptr) {
+      result.metadata["queue"] = end->counts.ToJson();
+      if (!end->drained) result.metadata["drain_timed_out"] = true;
+      counters_->async_dropped += end->counts.dropped_drain_timeout + end->counts.dropped_shutdown;
+    }
+    if (r.ended_by_shutdown) result.metadata["ended_by"] = "shutdown";
+    out.results.push_back(std::move(result));
+  }
+  for (const ProbeResult& result : out.results) {
+    if (!options_.sinks.empty()) WriteAll(options_.sinks, ResultRecord(result));
+  }
+  {
+    std::lock_guard<std::mutex> lock(deliver_mu_);
+    ++counters_->results;
+    if (on_result_) {
+      try {
+        on_result_(std::move(out));
+      } catch (const std::exception& e) {
+        UC_LOG(WARNING) << "probe result callback threw: " << e.what();
+      }
     }
   }
-  if (on_result_) on_result_(std::move(out));
+  {
+    std::lock_guard<std::mutex> lock(ending_mu_);
+    ending_.erase(request.get());
+  }
+  ending_cv_.notify_all();
+}
+
+void ProbingSession::Shutdown(bool wait, double timeout_seconds) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  const double seconds =
+      timeout_seconds < 0 ? options_.async.drain_timeout_seconds : timeout_seconds;
+  const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(seconds));
+  // Requests still generating end here.
+  std::vector<std::shared_ptr<RequestState>> live;
+  for (auto& [seq_id, r] : requests_) live.push_back(std::move(r));
+  requests_.clear();
+  for (std::shared_ptr<RequestState>& r : live) {
+    r->ended_by_shutdown = true;
+    EndRequest(std::move(r), deadline);
+  }
+  // Every request still draining: bounded by the deadline; without wait, its backlog goes.
+  std::vector<std::shared_ptr<RequestState>> draining;
+  {
+    std::lock_guard<std::mutex> lock(ending_mu_);
+    for (auto& [raw, r] : ending_) draining.push_back(r);
+  }
+  for (const std::shared_ptr<RequestState>& r : draining) {
+    for (Binding& b : r->bindings) {
+      if (b.queue == nullptr) continue;
+      if (!wait) executor_->Discard(b.queue, DropReason::kShutdown);
+      executor_->Close(b.queue, deadline, nullptr);
+    }
+  }
+  draining.clear();
+  {
+    std::unique_lock<std::mutex> lock(ending_mu_);
+    ending_cv_.wait(lock, [this] { return ending_.empty(); });
+  }
+  if (executor_ != nullptr) executor_->Stop();
 }
 
 }  // namespace uc::probe

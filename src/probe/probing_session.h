@@ -25,14 +25,30 @@
 //   generated[-k] points collect candidates and fire when the request ends, against the final
 //     number of generated tokens; the last generated token is run through the model once more
 //     when some point wants its activation.
+// Async points (async_executor.h): each (request, point) has a bounded queue (the point's
+//   queue_depth and overflow_policy, else the session defaults) served by a fixed worker pool;
+//   routing only enqueues, so a slow async probe never slows generation (unless its policy is
+//   `block`). Every record is processed or counted as dropped, per point and per binding (the
+//   result's metadata.queue).
+// End of a request: its async queues drain (bounded by drain_timeout_seconds, after which the
+//   backlog is discarded and counted) before OnEnd; then one result per point goes to the sinks
+//   and to the result callback. Requests without async points are finalized at once, on the
+//   engine thread.
+// Sinks (sink.h) get async signals, inline FLAG/ABORT and fallback signals, and every result.
+// Metrics (metrics.h) cover every point, inline and async.
 //
-// Thread-safety: the StepObserver methods are called by the engine thread only; results go to
-// the callback on that thread.
+// Thread-safety: the StepObserver methods are called by the engine thread only. The result
+// callback runs on the engine thread or on an async worker (never two at once). Shutdown must
+// not run concurrently with the StepObserver methods (call it from the engine thread or once
+// the engine stopped stepping); stats() is thread-safe.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -40,11 +56,22 @@
 
 #include "engine/step_observer.h"
 #include "models/model_config.h"
+#include "probe/async_executor.h"
+#include "probe/metrics.h"
 #include "probe/probe.h"
 #include "probe/registry.h"
+#include "probe/sink.h"
 #include "probe/spec.h"
 
 namespace uc::probe {
+
+// The async executor's settings (Undercurrent v0.1 Router defaults).
+struct AsyncOptions {
+  int workers = 4;               // fixed pool serving every async queue, fairly
+  int default_queue_depth = 32;  // points without queue_depth
+  OverflowPolicy default_overflow = OverflowPolicy::kDropOldest;  // without overflow_policy
+  double drain_timeout_seconds = 30.0;                            // per request, at its end
+};
 
 struct ProbingOptions {
   // Used by inline points without their own `intervention` (null: reject).
@@ -55,6 +82,9 @@ struct ProbingOptions {
   std::string model_name;                          // RequestContext prompt_metadata["model"]
   std::vector<int32_t> stop_token_ids;             // EOS and stop ids, for `until: stop_token`
   bool compare_tp_replicas = false;                // debug: every TP rank captures; must agree
+  AsyncOptions async;
+  std::vector<std::shared_ptr<Sink>> sinks;  // thread-safe sinks; closed by their owner
+  Metrics* metrics = nullptr;  // not owned, outlives the session; null: a private registry
 };
 
 // Everything a request's probes said, delivered when it ends.
@@ -64,7 +94,7 @@ struct RequestProbeResults {
   std::optional<engine::AbortInfo> abort;  // set when an inline point stopped the request
 };
 
-// Counters for tests and metrics.
+// Counters for tests (the same numbers, per point, are in the metrics).
 struct ProbingStats {
   int64_t records_routed = 0;
   int64_t inline_calls = 0;
@@ -72,6 +102,10 @@ struct ProbingStats {
   int64_t errors = 0;
   int64_t skipped_open_breaker = 0;
   int64_t aborts = 0;
+  int64_t async_accepted = 0;   // records queued for async probes
+  int64_t async_processed = 0;  // async OnActivation calls made
+  int64_t async_dropped = 0;    // overflow + drain timeout + shutdown
+  int64_t results = 0;          // results delivered
 };
 
 class ProbingSession : public engine::StepObserver {
@@ -82,12 +116,24 @@ class ProbingSession : public engine::StepObserver {
                                                           ProbingOptions options = {});
   ~ProbingSession() override;
 
-  // Receives each request's results as it ends (engine thread).
+  // Receives each request's results once its queues drained (see Thread-safety above). Set it
+  // before the first request.
   void SetResultCallback(std::function<void(RequestProbeResults)> callback) {
     on_result_ = std::move(callback);
   }
   const Spec& spec() const { return spec_; }
-  ProbingStats stats() const { return stats_; }
+  ProbingStats stats() const;
+  Metrics& metrics() { return *metrics_; }
+  // Whether some point is async (its results arrive after the request's queues drain).
+  bool has_async_points() const { return executor_ != nullptr; }
+
+  // Terminal. Ends every request still registered (results say metadata.ended_by =
+  // "shutdown"), then: wait = true drains every queue, each bounded by `timeout_seconds`
+  // (negative: the drain timeout); wait = false discards the queued backlog (counted) and lets
+  // only the calls already running finish (bounded the same way). Either way every registered
+  // request gets its result before Shutdown returns; the workers are stopped. Later requests
+  // are not probed. Idempotent.
+  void Shutdown(bool wait, double timeout_seconds = -1);
 
   // engine::StepObserver
   void OnRequestAdded(uint64_t seq_id, const std::string& request_id,
@@ -102,6 +148,7 @@ class ProbingSession : public engine::StepObserver {
   struct Binding;
   struct RequestState;
   class CallPool;
+  struct Counters;
 
  private:
   ProbingSession() = default;
@@ -110,15 +157,32 @@ class ProbingSession : public engine::StepObserver {
   std::optional<ProbeSignal> DispatchBlocking(Binding& binding, const ActivationRecord& record);
   // Routes a record; true when it stopped the request (first inline ABORT).
   bool Route(RequestState& request, Binding& binding, ActivationRecord record);
+  // An async point's probe on one record (worker thread).
+  void RunAsync(PointState& point, Probe& probe, const std::string& request_id,
+                ActivationRecord& record);
+  // Closes the request's queues; Finalize runs when they all drained.
+  void EndRequest(std::shared_ptr<RequestState> request,
+                  std::chrono::steady_clock::time_point deadline);
+  void Finalize(const std::shared_ptr<RequestState>& request);
+  void CountSignal(PointState& point, const ProbeSignal& signal);
 
   Spec spec_;
   models::ModelConfig config_;
   ProbingOptions options_;
   std::vector<std::unique_ptr<PointState>> points_;
-  std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;
+  std::unordered_map<uint64_t, std::shared_ptr<RequestState>> requests_;
   std::unique_ptr<CallPool> pool_;
+  std::unique_ptr<AsyncExecutor> executor_;  // null without async points
+  std::unique_ptr<Metrics> owned_metrics_;
+  Metrics* metrics_ = nullptr;
   std::function<void(RequestProbeResults)> on_result_;
-  ProbingStats stats_;
+  std::unique_ptr<Counters> counters_;
+  bool shut_down_ = false;
+  // Requests whose queues are draining, and the results' delivery.
+  std::mutex ending_mu_;
+  std::condition_variable ending_cv_;
+  std::unordered_map<RequestState*, std::shared_ptr<RequestState>> ending_;
+  std::mutex deliver_mu_;
   // Per step: which (request, position) each captured row is.
   struct RowRef {
     uint64_t seq_id;

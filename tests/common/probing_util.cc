@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <stdexcept>
 #include <thread>
 
@@ -182,13 +183,27 @@ ProbedRun RunProbed(engine::LLM& llm, probe::ProbingSession& session,
                     const std::vector<engine::GenerateRequest>& requests) {
   ProbedRun run;
   RecordLog::Get().Take();
-  session.SetResultCallback([&run](probe::RequestProbeResults r) {
+  // Results of requests with async points arrive on a worker once their queues drained.
+  std::mutex mu;
+  std::condition_variable cv;
+  session.SetResultCallback([&](probe::RequestProbeResults r) {
+    std::lock_guard<std::mutex> lock(mu);
     const std::string id = r.request_id;
     run.probing[id] = std::move(r);
+    cv.notify_all();
   });
   llm.engine().SetObserver(&session);
   run.results = llm.Generate(requests);
   llm.engine().SetObserver(nullptr);
+  size_t accepted = 0;
+  for (const engine::GenerateResult& r : run.results) accepted += r.status.ok() ? 1 : 0;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(120),
+                            [&] { return run.probing.size() >= accepted; }))
+        << "probe results missing: " << run.probing.size() << " of " << accepted;
+  }
+  session.SetResultCallback(nullptr);
   run.records = RecordLog::Get().Take();
   run.stats = session.stats();
   return run;
