@@ -2,10 +2,13 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/launch.h"
+#include "apps/cli/probing_flags.h"
 #include "distributed/mpi/mpi_runtime.h"
 #include "engine/deployment.h"
 #include "engine/generator.h"
@@ -36,6 +39,7 @@ struct GenerateOptions {
   worker::SamplingParams sampling;
   int64_t seed = -1;
   bool json = false;
+  ProbingFlags probing;
 };
 
 nlohmann::json ResultToJson(const engine::GenerationResult& r) {
@@ -205,13 +209,20 @@ int RunPrompts(GenerateOptions& o) {
     return Finish(kExitFailure);
   }
   if (served) return Finish(kExitOk);
+  StatusOr<std::unique_ptr<ProbingRuntime>> runtime = ProbingRuntime::Create(o.probing);
+  if (!runtime.ok()) {
+    std::fprintf(stderr, "error: %s\n", runtime.status().message().c_str());
+    llm->reset();
+    return Finish(kExitUsage);
+  }
+  (*runtime)->Attach((*llm)->engine());
   std::unique_ptr<probe::ProbingSession> session;
-  std::map<std::string, probe::RequestProbeResults> probing;
   if (spec.has_value()) {
     probe::ProbingOptions options;
     options.model_name = o.model;
     options.stop_token_ids = (*llm)->engine().eos_token_ids();
     options.compare_tp_replicas = o.compare_tp_replicas;
+    (*runtime)->Apply(&options);
     StatusOr<std::unique_ptr<probe::ProbingSession>> created = probe::ProbingSession::Create(
         *spec, probe::ProbeRegistry::Global(), (*llm)->engine().config(), options);
     if (!created.ok()) {
@@ -220,15 +231,44 @@ int RunPrompts(GenerateOptions& o) {
       return Finish(kExitFailure);
     }
     session = std::move(created).value();
-    session->SetResultCallback([&probing](probe::RequestProbeResults r) {
-      const std::string id = r.request_id;
-      probing[id] = std::move(r);
+  }
+  // A request's line is printed once both its output and (with a spec) its probe results are
+  // in: async results arrive after the request's queues drain, on another thread.
+  std::mutex print_mu;
+  std::map<std::string, engine::RequestOutput> outputs;
+  std::map<std::string, probe::RequestProbeResults> probing;
+  auto print = [&](const engine::RequestOutput& output,
+                   const probe::RequestProbeResults* verdicts) {
+    if (o.json) {
+      nlohmann::json j = OutputToJson(output);
+      if (verdicts != nullptr) j["probing"] = ProbingToJson(*verdicts);
+      std::cout << j.dump() << std::endl;
+    } else {
+      std::printf("[%s] %s\n[%s: %zu tokens, %s]\n", output.request_id.c_str(), output.text.c_str(),
+                  output.request_id.c_str(), output.output_ids.size(), output.stop_reason.c_str());
+      if (verdicts != nullptr) PrintVerdicts(*verdicts);
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+  };
+  if (session != nullptr) {
+    session->SetResultCallback([&](probe::RequestProbeResults r) {
+      std::lock_guard<std::mutex> lock(print_mu);
+      auto out = outputs.find(r.request_id);
+      if (out == outputs.end()) {
+        const std::string id = r.request_id;
+        probing[id] = std::move(r);
+        return;
+      }
+      print(out->second, &r);
+      outputs.erase(out);
     });
     (*llm)->engine().SetObserver(session.get());
   }
   const std::string source = o.prompts_file.empty() ? "--prompt" : o.prompts_file;
   int rejected = 0;
   (*llm)->Generate(*requests, [&](const engine::GenerateResult& result) {
+    std::lock_guard<std::mutex> lock(print_mu);
     if (!result.status.ok()) {
       ++rejected;
       std::fprintf(stderr, "error: %s: request '%s': %s\n", source.c_str(), result.id.c_str(),
@@ -239,21 +279,25 @@ int RunPrompts(GenerateOptions& o) {
       }
       return;
     }
-    auto verdicts = probing.find(result.id);
-    if (o.json) {
-      nlohmann::json j = OutputToJson(result.output);
-      if (verdicts != probing.end()) j["probing"] = ProbingToJson(verdicts->second);
-      std::cout << j.dump() << std::endl;
-    } else {
-      std::printf("[%s] %s\n[%s: %zu tokens, %s]\n", result.id.c_str(), result.output.text.c_str(),
-                  result.id.c_str(), result.output.output_ids.size(),
-                  result.output.stop_reason.c_str());
-      if (verdicts != probing.end()) PrintVerdicts(verdicts->second);
-      std::printf("\n");
-      std::fflush(stdout);
+    if (session == nullptr) {
+      print(result.output, nullptr);
+      return;
     }
-    if (verdicts != probing.end()) probing.erase(verdicts);
+    auto verdicts = probing.find(result.id);
+    if (verdicts == probing.end()) {
+      outputs[result.id] = result.output;  // its probe results are still draining
+      return;
+    }
+    print(result.output, &verdicts->second);
+    probing.erase(verdicts);
   });
+  if (session != nullptr) {
+    session->Shutdown(/*wait=*/true);  // every async queue drains; every result is printed
+    std::lock_guard<std::mutex> lock(print_mu);
+    for (const auto& [id, output] : outputs) print(output, nullptr);
+  }
+  const Status closed = (*runtime)->Close(o.probing.webhook_timeout * 4 + 5);
+  if (!closed.ok()) std::fprintf(stderr, "warning: %s\n", closed.message().c_str());
   (*llm)->engine().SetObserver(nullptr);
   llm->reset();  // shuts the other ranks down
   return Finish(rejected == 0 ? kExitOk : kExitFailure);
@@ -273,7 +317,9 @@ int RunGenerate(GenerateOptions& o) {
   o.engine.kv_cache_bytes = *kv_bytes;
   if (!o.tokenizer.empty()) o.generator.tokenizer_path = o.tokenizer;
   if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
-  if (!o.prompts_file.empty() || !o.spec_file.empty()) return RunPrompts(o);
+  if (!o.prompts_file.empty() || !o.spec_file.empty() || !o.probing.metrics_file.empty()) {
+    return RunPrompts(o);
+  }
   bool served = false;
   StatusOr<std::unique_ptr<engine::Generator>> gen = OpenGenerator(o, &served);
   const bool rank0 =
@@ -349,6 +395,7 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
       ->check(CLI::ExistingFile);
   cmd->add_flag("--compare-tp-replicas", options->compare_tp_replicas,
                 "Debug: every TP rank captures and the driver fails on any difference");
+  AddProbingFlags(cmd, &options->probing);
   cmd->add_option("--max-num-seqs", options->engine.max_num_seqs,
                   "Requests in one batch at most (--prompts)")
       ->check(CLI::PositiveNumber)
