@@ -1,5 +1,8 @@
 #include "io/file_sink.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -56,10 +59,11 @@ Status FileSink::WriteZeros(size_t size) {
   return OkStatus();
 }
 
-Status FileSink::Commit() {
+Status FileSink::Commit(bool durable) {
   std::FILE* file = file_;
   file_ = nullptr;
-  const bool flushed = std::fflush(file) == 0;
+  bool flushed = std::fflush(file) == 0;
+  if (flushed && durable) flushed = ::fsync(::fileno(file)) == 0;
   const int flush_errno = errno;
   const bool closed = std::fclose(file) == 0;
   if (!flushed || !closed) {
@@ -78,7 +82,26 @@ Status FileSink::Commit() {
                                    "place: " +
                                    ec.message());
   }
+  if (durable) {
+    // The rename itself is durable only once the directory entry is.
+    const std::filesystem::path dir = path_.has_parent_path() ? path_.parent_path() : ".";
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+    const bool synced = fd >= 0 && ::fsync(fd) == 0;
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    if (!synced) {
+      return FailedPreconditionError(dir.string() +
+                                     ": cannot sync the directory: " + std::strerror(err));
+    }
+  }
   return OkStatus();
+}
+
+Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents,
+                           bool durable) {
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<FileSink> sink, FileSink::Create(path));
+  UC_RETURN_IF_ERROR(sink->Write(contents.data(), contents.size()));
+  return sink->Commit(durable);
 }
 
 }  // namespace uc::io

@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "tensor/tensor.h"
@@ -48,8 +49,9 @@ class FileSink {
   Status Write(const void* data, size_t size);
   Status WriteZeros(size_t size);
   uint64_t position() const { return position_; }
-  // Flushes, closes and renames the temporary file to PATH.
-  Status Commit();
+  // Flushes, closes and renames the temporary file to PATH. `durable`: also fsyncs the file
+  // before the rename and its directory after it, so PATH survives a power loss complete.
+  Status Commit(bool durable = false);
 
  private:
   FileSink(std::filesystem::path path, std::filesystem::path tmp, std::FILE* file)
@@ -61,5 +63,10 @@ class FileSink {
   std::FILE* file_;
   uint64_t position_ = 0;
 };
+
+// Writes `contents` to PATH through a FileSink: PATH holds either its old contents or all of
+// the new ones, never a part.
+Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents,
+                           bool durable = false);
 
 }  // namespace uc::io

@@ -66,7 +66,7 @@ void SafetensorsWriter::SetMetadata(std::string key, std::string value) {
   metadata_[std::move(key)] = std::move(value);
 }
 
-Status SafetensorsWriter::WriteFile(const std::filesystem::path& path) const {
+Status SafetensorsWriter::WriteFile(const std::filesystem::path& path, bool durable) const {
   const std::vector<const PendingTensor*> order = DataOrder(tensors_);
   nlohmann::json header = nlohmann::json::object();
   uint64_t offset = 0;
@@ -90,7 +90,7 @@ Status SafetensorsWriter::WriteFile(const std::filesystem::path& path) const {
     if (!tensor.ok()) return tensor.status().Annotate(path.string());
     UC_RETURN_IF_ERROR(sink->Write(tensor->raw(), static_cast<size_t>(t->nbytes())));
   }
-  return sink->Commit();
+  return sink->Commit(durable);
 }
 
 }  // namespace uc::io

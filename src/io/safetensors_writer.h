@@ -34,8 +34,8 @@ class SafetensorsWriter {
   Status AddLazy(std::string name, DType dtype, Shape shape, TensorProducer produce);
   void SetMetadata(std::string key, std::string value);
 
-  // Writes PATH.tmp and renames it to `path`.
-  Status WriteFile(const std::filesystem::path& path) const;
+  // Writes PATH.tmp and renames it to `path` (`durable`: fsynced, see FileSink::Commit).
+  Status WriteFile(const std::filesystem::path& path, bool durable = false) const;
 
  private:
   Status Check(const std::string& name, DType dtype) const;
