@@ -119,7 +119,7 @@ struct Metrics::Families {
                       .Register(r)
                       .Add({})),
         kv_total(BuildGauge()
-                     .Name("undercurrent_kv_blocks_total")
+                     .Name("undercurrent_kv_blocks_capacity")
                      .Help("KV cache blocks in the pool")
                      .Register(r)
                      .Add({})),

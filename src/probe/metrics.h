@@ -26,7 +26,7 @@
 //                                                               / write_error
 //   sink_retries_total{sink}
 //   sink_queue_depth{sink}
-//   requests_running, requests_waiting, kv_blocks_in_use, kv_blocks_total   gauges
+//   requests_running, requests_waiting, kv_blocks_in_use, kv_blocks_capacity   gauges
 //   prompt_tokens_total, generation_tokens_total, engine_steps_total, preemptions_total
 //   engine_step_seconds                                         histogram
 //   requests_finished_total{finish_reason}

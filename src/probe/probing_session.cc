@@ -802,6 +802,7 @@ void ProbingSession::Finalize(const std::shared_ptr<RequestState>& request) {
     if (end != nullptr) {
       result.metadata["queue"] = end->counts.ToJson();
       if (!end->drained) result.metadata["drain_timed_out"] = true;
+      if (end->still_running) result.metadata["probe_still_running"] = true;
       counters_->async_dropped += end->counts.dropped_drain_timeout + end->counts.dropped_shutdown;
     }
     if (r.ended_by_shutdown) result.metadata["ended_by"] = "shutdown";

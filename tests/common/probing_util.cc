@@ -98,6 +98,40 @@ class Sleepy : public Probe {
   std::shared_ptr<std::atomic<int>> fail_first_;
 };
 
+// Sleeps {ms} per record and reports, in its verdict, every (token_pos, layer) it saw and how
+// many records belonged to another request (must be none).
+class SlowRecorder : public Probe {
+ public:
+  explicit SlowRecorder(int ms) : ms_(ms) {}
+  void OnStart(const RequestContext& ctx) override { request_id_ = ctx.request_id; }
+  std::optional<ProbeSignal> OnActivation(const ActivationRecord& record) override {
+    if (ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    if (record.request_id != request_id_) ++foreign_;
+    positions_.push_back(record.token_pos);
+    layers_.push_back(record.layer);
+    ProbeSignal s;
+    s.confidence = static_cast<double>(record.token_pos);
+    s.metadata = {{"token_pos", record.token_pos}, {"layer", record.layer}};
+    return s;
+  }
+  ProbeResult OnEnd(const RequestContext& ctx) override {
+    ProbeResult r;
+    r.request_id = ctx.request_id;
+    r.verdict = {{"n", positions_.size()},
+                 {"positions", positions_},
+                 {"layers", layers_},
+                 {"foreign", foreign_}};
+    return r;
+  }
+
+ private:
+  int ms_;
+  std::string request_id_;
+  std::vector<int64_t> positions_;
+  std::vector<int> layers_;
+  int foreign_ = 0;
+};
+
 template <typename Make>
 class LambdaType : public ProbeType {
  public:
@@ -163,6 +197,14 @@ void RegisterTestProbes(probe::ProbeRegistry& registry) {
         const std::string request = args.value("request", std::string());
         return TypeOf(ProbeKind::kSingleShot,
                       [layer, request] { return std::make_unique<AlwaysAbort>(layer, request); });
+      },
+      true);
+  (void)registry.Register(
+      "slow_recorder", ProbeKind::kTrajectory,
+      [](const nlohmann::json& args,
+         const probe::ProbeEnv&) -> StatusOr<std::unique_ptr<ProbeType>> {
+        const int ms = args.value("ms", 0);
+        return TypeOf(ProbeKind::kTrajectory, [ms] { return std::make_unique<SlowRecorder>(ms); });
       },
       true);
   (void)registry.Register(

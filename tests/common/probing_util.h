@@ -6,6 +6,8 @@
 //   trajectory_recorder   the same, trajectory kind
 //   always_abort          single_shot: ABORT (confidence 1) on every record; args {layer}
 //                         and {request} restrict it to one layer / one request id
+//   slow_recorder         trajectory: sleeps args {ms} per record; its verdict lists the
+//                         positions and layers it saw and counts records of other requests
 //   sleepy                single_shot: sleeps args {ms} then continues; throws when args
 //                         {throw: true}, or for the first {fail_first} calls of the type
 #pragma once
