@@ -1,14 +1,17 @@
 // probe_bench: what probing costs the decode loop. For one model, in one process, runs the
 // same batch of requests with no spec, with 8 inline `linear` probes on residual_stream at
-// generated[*], and with 32, and reports decode tokens/s of each as a ratio to the no-spec run
-// (medians of --repetitions runs, interleaved so drift hits every configuration alike).
+// generated[*], with 32, and with one slow async probe (--async-slow-ms per activation, queue
+// depth --async-depth, drop_oldest), and reports decode tokens/s of each as a ratio to the
+// no-spec run (medians of --repetitions runs, interleaved so drift hits every configuration
+// alike), with the async queue's accepted / processed / dropped counts.
 //
 //   probe_bench --model DIR_OR_FILE [--tokenizer FILE] [--batch 8] [--prompt-tokens 16]
 //               [--gen-tokens 64] [--threads 2] [--repetitions 3] [--probes 0,8,32]
+//               [--async-slow-ms 50] [--async-depth 4]
 //
 // The probes' weights are random vectors of the model's hidden size written to a temporary
-// directory; point i reads layer i mod num_layers. Decode tokens/s counts generated tokens
-// after the first (which prefill makes) over the time from the first token to the last.
+// directory; point i reads layer i mod num_layers. Decode tokens/s is engine::MeasureBatch's:
+// the tokens generated after every request has its first one, over the time from then on.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -18,9 +21,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/logging.h"
+#include "engine/batch_benchmark.h"
 #include "engine/llm_engine.h"
 #include "probe/probing_session.h"
 #include "probe/registry.h"
@@ -48,37 +53,46 @@ std::string MakeSpec(int probes, int num_layers, int hidden, const fs::path& dir
   return yaml;
 }
 
+// Sleeps per activation: a remote classifier, or any probe far slower than a decode step.
+class SleepProbe : public uc::probe::Probe {
+ public:
+  explicit SleepProbe(int ms) : ms_(ms) {}
+  std::optional<uc::probe::ProbeSignal> OnActivation(const uc::probe::ActivationRecord&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    return std::nullopt;
+  }
+  uc::probe::ProbeResult OnEnd(const uc::probe::RequestContext&) override { return {}; }
+
+ private:
+  int ms_;
+};
+
+class SleepType : public uc::probe::ProbeType {
+ public:
+  explicit SleepType(int ms) : ms_(ms) {}
+  uc::probe::ProbeKind kind() const override { return uc::probe::ProbeKind::kTrajectory; }
+  std::unique_ptr<uc::probe::Probe> Spawn() const override {
+    return std::make_unique<SleepProbe>(ms_);
+  }
+
+ private:
+  int ms_;
+};
+
+std::string AsyncSlowSpec(int layer, int depth) {
+  return "version: \"1\"\nextraction_points:\n  - {name: slow, layers: " + std::to_string(layer) +
+         ", tensor_type: residual_stream, position: \"generated[*]\", probe_type: bench_sleep, "
+         "probe_kind: trajectory, execution_mode: async, queue_depth: " +
+         std::to_string(depth) + ", overflow_policy: drop_oldest}\n";
+}
+
 // Decode tokens/s of one batch run.
 double RunOnce(uc::engine::LLMEngine& engine, int batch, int prompt_tokens, int gen_tokens,
                int round) {
-  std::mt19937 rng(static_cast<uint32_t>(round));
-  for (int b = 0; b < batch; ++b) {
-    std::vector<int32_t> ids = {1};
-    for (int i = 1; i < prompt_tokens; ++i) {
-      ids.push_back(static_cast<int32_t>(3 + rng() % (engine.config().vocab_size - 3)));
-    }
-    uc::worker::SamplingParams p;
-    p.temperature = 0.0f;
-    p.max_tokens = gen_tokens;
-    p.ignore_eos = true;
-    const uc::Status s = engine.AddRequest("b" + std::to_string(round) + "-" + std::to_string(b),
-                                           uc::engine::Prompt::Ids(ids), p);
-    UC_CHECK(s.ok(), "%s", s.ToString().c_str());
-  }
-  int64_t tokens = 0;
-  Clock::time_point first{};
-  bool started = false;
-  while (engine.HasUnfinished()) {
-    for (const uc::engine::RequestOutput& out : engine.Step()) {
-      if (!started && !out.new_token_ids.empty()) {
-        started = true;
-        first = Clock::now();
-        continue;  // made by prefill
-      }
-      tokens += static_cast<int64_t>(out.new_token_ids.size());
-    }
-  }
-  return static_cast<double>(tokens) / std::chrono::duration<double>(Clock::now() - first).count();
+  const auto result = uc::engine::MeasureBatch(engine, {batch, prompt_tokens, gen_tokens},
+                                               static_cast<uint32_t>(round));
+  UC_CHECK(result.ok(), "%s", result.status().ToString().c_str());
+  return result->decode_tokens_per_second();
 }
 
 }  // namespace
@@ -88,6 +102,7 @@ int main(int argc, char** argv) {
   std::string model, tokenizer;
   std::vector<int> configs = {0, 8, 32};
   int batch = 8, prompt_tokens = 16, gen_tokens = 64, threads = 2, repetitions = 3;
+  int async_slow_ms = 50, async_depth = 4;
   app.add_option("--model", model, "Model directory or file")->required();
   app.add_option("--tokenizer", tokenizer, "Tokenizer (for models without one)");
   app.add_option("--probes", configs, "Probe counts to compare")->delimiter(',');
@@ -96,6 +111,9 @@ int main(int argc, char** argv) {
   app.add_option("--gen-tokens", gen_tokens, "Tokens generated per request");
   app.add_option("--threads", threads, "Threads");
   app.add_option("--repetitions", repetitions, "Runs per configuration (median reported)");
+  app.add_option("--async-slow-ms", async_slow_ms,
+                 "Milliseconds per activation of the slow async probe (0: no such run)");
+  app.add_option("--async-depth", async_depth, "Queue depth of the slow async probe");
   CLI11_PARSE(app, argc, argv);
 
   uc::engine::EngineOptions options;
@@ -126,6 +144,30 @@ int main(int argc, char** argv) {
     UC_CHECK(session.ok(), "%s", session.status().ToString().c_str());
     sessions.push_back(std::move(session).value());
   }
+  std::vector<std::string> labels;
+  for (int probes : configs) labels.push_back(std::to_string(probes) + " inline linear");
+  uc::probe::ProbeRegistry registry;
+  if (async_slow_ms > 0) {
+    const int ms = async_slow_ms;
+    UC_CHECK(registry
+                 .Register(
+                     "bench_sleep", uc::probe::ProbeKind::kTrajectory,
+                     [ms](const nlohmann::json&, const uc::probe::ProbeEnv&)
+                         -> uc::StatusOr<std::unique_ptr<uc::probe::ProbeType>> {
+                       return std::unique_ptr<uc::probe::ProbeType>(new SleepType(ms));
+                     },
+                     true)
+                 .ok());
+    auto spec =
+        uc::probe::ParseSpecText(AsyncSlowSpec(config.num_hidden_layers / 2, async_depth), "bench");
+    UC_CHECK(spec.ok(), "%s", spec.status().ToString().c_str());
+    auto session = uc::probe::ProbingSession::Create(*spec, registry, config);
+    UC_CHECK(session.ok(), "%s", session.status().ToString().c_str());
+    sessions.push_back(std::move(session).value());
+    configs.push_back(1);
+    labels.push_back("1 async, " + std::to_string(async_slow_ms) + " ms/activation, depth " +
+                     std::to_string(async_depth) + ", drop_oldest");
+  }
   RunOnce(**engine, batch, prompt_tokens, 8, -1);  // warm-up
   std::vector<std::vector<double>> tps(configs.size());
   for (int rep = 0; rep < repetitions; ++rep) {
@@ -141,9 +183,20 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const double base = median(tps[0]);
-  std::printf("| probes | decode tok/s (median of %d) | × no spec |\n|---|---|---|\n", repetitions);
+  std::printf(
+      "| probes | decode tok/s (median of %d) | × no spec | async accepted / processed "
+      "/ dropped |\n|---|---|---|---|\n",
+      repetitions);
   for (size_t c = 0; c < configs.size(); ++c) {
-    std::printf("| %d | %.1f | %.3f |\n", configs[c], median(tps[c]), median(tps[c]) / base);
+    std::string counts = "-";
+    if (sessions[c] != nullptr && sessions[c]->has_async_points()) {
+      sessions[c]->Shutdown(/*wait=*/true);
+      const uc::probe::ProbingStats s = sessions[c]->stats();
+      counts = std::to_string(s.async_accepted) + " / " + std::to_string(s.async_processed) +
+               " / " + std::to_string(s.async_dropped);
+    }
+    std::printf("| %s | %.1f | %.3f | %s |\n", configs[c] == 0 ? "none" : labels[c].c_str(),
+                median(tps[c]), median(tps[c]) / base, counts.c_str());
   }
   return 0;
 }
