@@ -144,16 +144,22 @@ void ApplyGenerationConfig(const fs::path& dir, ModelConfig& config) {
   }
 }
 
-StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
+// config.json (+ generation_config.json) of a Hugging Face directory, not yet validated.
+StatusOr<ModelConfig> ReadHfConfig(const fs::path& dir) {
   const fs::path config_path = dir / "config.json";
   UC_ASSIGN_OR_RETURN(nlohmann::json json, io::ReadJsonFile(config_path));
+  UC_ASSIGN_OR_RETURN(ModelConfig config, ConfigFromHfJson(json, config_path.string()));
+  ApplyGenerationConfig(dir, config);
+  return config;
+}
+
+StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
   Checkpoint ckpt;
   ckpt.format = CheckpointFormat::kHuggingFace;
   ckpt.path = dir;
-  UC_ASSIGN_OR_RETURN(ckpt.config, ConfigFromHfJson(json, config_path.string()));
-  ApplyGenerationConfig(dir, ckpt.config);
+  UC_ASSIGN_OR_RETURN(ckpt.config, ReadHfConfig(dir));
   UC_ASSIGN_OR_RETURN(ckpt.tensors, io::SafetensorsCheckpoint::Open(dir));
-  UC_RETURN_IF_ERROR(ckpt.config.Validate(config_path.string()));
+  UC_RETURN_IF_ERROR(ckpt.config.Validate((dir / "config.json").string()));
   return ckpt;
 }
 
@@ -275,13 +281,8 @@ StatusOr<Checkpoint> OpenGguf(const fs::path& path) {
 
 // ---------------------------------------------------------------- llama2.c
 
-StatusOr<Checkpoint> OpenLlama2c(const fs::path& path) {
-  UC_ASSIGN_OR_RETURN(auto file, io::Llama2cCheckpoint::Open(path));
-  const io::Llama2cHeader& h = file->header();
-  Checkpoint ckpt;
-  ckpt.format = CheckpointFormat::kLlama2c;
-  ckpt.path = path;
-  ModelConfig& c = ckpt.config;
+ModelConfig ConfigFromLlama2c(const io::Llama2cHeader& h) {
+  ModelConfig c;
   c.architecture = "LlamaForCausalLM";
   c.hidden_size = static_cast<int>(h.hidden_size);
   c.intermediate_size = static_cast<int>(h.intermediate_size);
@@ -298,7 +299,16 @@ StatusOr<Checkpoint> OpenLlama2c(const fs::path& path) {
   c.rope_style = kernels::RopeStyle::kInterleaved;
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
-  UC_RETURN_IF_ERROR(c.Validate(path.string()));
+  return c;
+}
+
+StatusOr<Checkpoint> OpenLlama2c(const fs::path& path) {
+  UC_ASSIGN_OR_RETURN(auto file, io::Llama2cCheckpoint::Open(path));
+  Checkpoint ckpt;
+  ckpt.format = CheckpointFormat::kLlama2c;
+  ckpt.path = path;
+  ckpt.config = ConfigFromLlama2c(file->header());
+  UC_RETURN_IF_ERROR(ckpt.config.Validate(path.string()));
   ckpt.tensors = std::move(file);
   return ckpt;
 }
@@ -360,7 +370,11 @@ std::string HfToGgufTensorName(std::string_view hf_name) {
   return "blk." + std::string(layer) + "." + it->second;
 }
 
-StatusOr<Checkpoint> OpenCheckpoint(const fs::path& path) {
+namespace {
+
+// Which layout `path` is in; NotFound for a missing path or a directory without config.json.
+// `dir` is set to the model directory for the Hugging Face layout.
+StatusOr<CheckpointFormat> DetectFormat(const fs::path& path, fs::path* dir) {
   std::error_code ec;
   if (!fs::exists(path, ec)) {
     return NotFoundError(path.string() + ": no such file or directory");
@@ -371,12 +385,58 @@ StatusOr<Checkpoint> OpenCheckpoint(const fs::path& path) {
                            ": directory has no config.json (expected a Hugging Face model "
                            "directory, a .gguf file or a llama2.c .bin)");
     }
-    return OpenHfDirectory(path);
+    *dir = path;
+    return CheckpointFormat::kHuggingFace;
   }
-  if (HasGgufMagic(path)) return OpenGguf(path);
-  if (path.extension() == ".gguf") return OpenGguf(path);  // reports the bad magic
-  if (path.filename() == "config.json") return OpenHfDirectory(path.parent_path());
+  if (HasGgufMagic(path) || path.extension() == ".gguf") return CheckpointFormat::kGguf;
+  if (path.filename() == "config.json") {
+    *dir = path.parent_path();
+    return CheckpointFormat::kHuggingFace;
+  }
+  return CheckpointFormat::kLlama2c;
+}
+
+}  // namespace
+
+StatusOr<Checkpoint> OpenCheckpoint(const fs::path& path) {
+  fs::path dir;
+  UC_ASSIGN_OR_RETURN(const CheckpointFormat format, DetectFormat(path, &dir));
+  switch (format) {
+    case CheckpointFormat::kHuggingFace:
+      return OpenHfDirectory(dir);
+    case CheckpointFormat::kGguf:
+      return OpenGguf(path);  // a bad magic is reported there
+    case CheckpointFormat::kLlama2c:
+      break;
+  }
   return OpenLlama2c(path);
+}
+
+StatusOr<ModelConfig> ReadCheckpointConfig(const fs::path& path, CheckpointFormat* format) {
+  fs::path dir;
+  UC_ASSIGN_OR_RETURN(const CheckpointFormat detected, DetectFormat(path, &dir));
+  if (format != nullptr) *format = detected;
+  ModelConfig config;
+  std::string source = path.string();
+  switch (detected) {
+    case CheckpointFormat::kHuggingFace: {
+      UC_ASSIGN_OR_RETURN(config, ReadHfConfig(dir));
+      source = (dir / "config.json").string();
+      break;
+    }
+    case CheckpointFormat::kGguf: {
+      UC_ASSIGN_OR_RETURN(std::shared_ptr<const io::GgufFile> file, io::GgufFile::Open(path));
+      UC_ASSIGN_OR_RETURN(config, ConfigFromGguf(*file));
+      break;
+    }
+    case CheckpointFormat::kLlama2c: {
+      UC_ASSIGN_OR_RETURN(auto file, io::Llama2cCheckpoint::Open(path));
+      config = ConfigFromLlama2c(file->header());
+      break;
+    }
+  }
+  UC_RETURN_IF_ERROR(config.Validate(source));
+  return config;
 }
 
 }  // namespace uc::models

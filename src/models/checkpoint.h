@@ -38,6 +38,13 @@ struct Checkpoint {
 // Detects the layout of `path` (a directory, a .gguf file, or a llama2.c .bin) and opens it.
 StatusOr<Checkpoint> OpenCheckpoint(const std::filesystem::path& path);
 
+// The validated ModelConfig of the model at `path` (same layouts and errors as OpenCheckpoint)
+// without touching its weights: a Hugging Face directory needs only config.json (plus
+// generation_config.json when present), a GGUF file only its metadata, a llama2.c file only
+// its header. For tools that describe a model (`undercurrent inspect-model`).
+StatusOr<ModelConfig> ReadCheckpointConfig(const std::filesystem::path& path,
+                                           CheckpointFormat* format = nullptr);
+
 // Maps a Hugging Face tensor name to its GGUF name ("model.norm.weight" -> "output_norm.weight");
 // returns "" for names GGUF does not have.
 std::string HfToGgufTensorName(std::string_view hf_name);
