@@ -248,14 +248,21 @@ class Evaluator {
         if (!known) throw JinjaError("macro '" + macro->name + "' has no parameter '" + k + "'");
         frame[k] = v;
       }
+      if (macro_depth_ >= kMaxMacroDepth) {
+        throw JinjaError("macro '" + macro->name + "' nests deeper than " +
+                         std::to_string(kMaxMacroDepth) + " calls (unbounded recursion?)");
+      }
       frames_.push_back(std::move(frame));
+      ++macro_depth_;
       std::string out;
       try {
         Exec(macro->body, out);
       } catch (...) {
+        --macro_depth_;
         frames_.pop_back();
         throw;
       }
+      --macro_depth_;
       frames_.pop_back();
       return Value::String(std::move(out));
     });
@@ -534,6 +541,10 @@ class Evaluator {
     return !LessThan(a, b);  // ">="
   }
 
+  // Macros may call macros; a template that recurses without end fails instead of
+  // exhausting the stack.
+  static constexpr int kMaxMacroDepth = 64;
+  int macro_depth_ = 0;
   std::vector<Frame> frames_;
 };
 

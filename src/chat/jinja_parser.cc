@@ -368,6 +368,15 @@ class ExprParser {
   }
 
   ExprPtr ParseExpression(bool with_condition = true) {
+    // Brackets and parentheses recurse through here; bound the depth so that hostile template
+    // text cannot exhaust the stack.
+    struct DepthGuard {
+      explicit DepthGuard(ExprParser& p) : parser(p) {
+        if (++parser.depth_ > kMaxDepth) parser.Fail("expression nested too deeply");
+      }
+      ~DepthGuard() { --parser.depth_; }
+      ExprParser& parser;
+    } guard(*this);
     if (!with_condition) return ParseOr();
     ExprPtr expr = ParseOr();
     while (IsName("if")) {
@@ -418,7 +427,13 @@ class ExprParser {
   }
 
  private:
+  // Operator chains nest the tree (and the evaluator's recursion) one level each.
+  void CountOperator() {
+    if (++operators_ > kMaxOperators) Fail("expression too long (over 1000 operators)");
+  }
+
   ExprPtr Binary(Expr::Kind kind, std::string name, int line, ExprPtr a, ExprPtr b) {
+    CountOperator();
     auto e = std::make_unique<Expr>(kind, line);
     e->name = std::move(name);
     e->children.push_back(std::move(a));
@@ -446,6 +461,7 @@ class ExprParser {
 
   ExprPtr ParseNot() {
     if (IsName("not")) {
+      CountOperator();
       auto e = std::make_unique<Expr>(Expr::Kind::kUnary, Next().line);
       e->name = "not";
       e->children.push_back(ParseNot());
@@ -516,6 +532,7 @@ class ExprParser {
   ExprPtr ParseUnary(bool with_filter) {
     ExprPtr node;
     if (IsOp("-") || IsOp("+")) {
+      CountOperator();
       const Tok op = Next();
       node = std::make_unique<Expr>(Expr::Kind::kUnary, op.line);
       node->name = op.text;
@@ -719,8 +736,12 @@ class ExprParser {
     return test;
   }
 
+  static constexpr int kMaxDepth = 100;
   std::vector<Tok> toks_;
   size_t pos_ = 0;
+  int depth_ = 0;
+  static constexpr int kMaxOperators = 1000;
+  int operators_ = 0;  // operators seen in this tag
 };
 
 // ------------------------------------------------------------------ statements
@@ -800,6 +821,13 @@ class TemplateParser {
   }
 
   NodePtr ParseStatement(const std::string& keyword, int line) {
+    struct NestingGuard {
+      NestingGuard(TemplateParser& p, int line) : parser(p) {
+        if (++parser.nesting_ > kMaxNesting) throw JinjaError("statements nested too deeply", line);
+      }
+      ~NestingGuard() { --parser.nesting_; }
+      TemplateParser& parser;
+    } guard(*this, line);
     if (keyword == "if") return ParseIf(line);
     if (keyword == "for") return ParseFor(line);
     if (keyword == "set") return ParseSet(line);
@@ -934,8 +962,10 @@ class TemplateParser {
 
   std::vector<TagToken> tokens_;
   size_t index_ = 0;
+  static constexpr int kMaxNesting = 100;
   std::unique_ptr<ExprParser> current_;
   int loop_depth_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

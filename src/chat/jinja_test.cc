@@ -124,6 +124,24 @@ TEST(JinjaTest, RenderErrorsNameTheLine) {
             "RENDER ERROR: line 1: strip() takes at most 1 argument(s) (2 given)");
 }
 
+TEST(JinjaTest, HostileTemplatesFailInsteadOfCrashing) {
+  EXPECT_EQ(Render("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"),
+            "RENDER ERROR: line 1: macro 'f' nests deeper than 64 calls (unbounded recursion?)");
+  EXPECT_EQ(Render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"),
+            "PARSE ERROR: line 1: expression nested too deeply");
+  EXPECT_EQ(Render("{{ " + std::string(5000, '[') + std::string(5000, ']') + " }}"),
+            "PARSE ERROR: line 1: expression nested too deeply");
+  EXPECT_EQ(Render("{{ " + std::string(5000, '-') + "1 }}"),
+            "PARSE ERROR: line 1: expression too long (over 1000 operators)");
+  std::string sum = "1";
+  for (int i = 0; i < 5000; ++i) sum += " + 1";
+  EXPECT_EQ(Render("{{ " + sum + " }}"),
+            "PARSE ERROR: line 1: expression too long (over 1000 operators)");
+  std::string nested;
+  for (int i = 0; i < 5000; ++i) nested += "{% if true %}";
+  EXPECT_EQ(Render(nested), "PARSE ERROR: line 1: statements nested too deeply");
+}
+
 TEST(JinjaTest, PythonFloatRepr) {
   EXPECT_EQ(PythonFloatRepr(2.0), "2.0");
   EXPECT_EQ(PythonFloatRepr(0.1), "0.1");
