@@ -1,6 +1,7 @@
 // undercurrent: activation probing for live LLM inference — command line entry point.
 #include <CLI/CLI.hpp>
 
+#include "apps/cli/capture_command.h"
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/generate_command.h"
 #include "apps/cli/schema_command.h"
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("undercurrent ") + UC_VERSION);
   app.require_subcommand(1);
   uc::cli::AddGenerateCommand(app, argc, argv);
+  uc::cli::AddCaptureCommand(app, argc, argv);
   uc::cli::AddValidateCommand(app);
   uc::cli::AddSchemaCommand(app);
   try {
