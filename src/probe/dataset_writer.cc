@@ -151,7 +151,15 @@ Status DatasetWriter::Resume(const json& manifest) {
     const json now = options_.fingerprint.value(key, json());
     if (before == now) continue;
     std::string detail;
-    if (!Brief(before).empty() && !Brief(now).empty()) {
+    if (before.is_object() && now.is_object()) {  // name the members that differ
+      for (const auto& [member, value] : now.items()) {
+        const json old_value = before.value(member, json());
+        if (old_value == value) continue;
+        detail += (detail.empty() ? " (" : "; ") + member + ": the dataset has " +
+                  old_value.dump() + ", this run " + value.dump();
+      }
+      if (!detail.empty()) detail += ")";
+    } else if (!Brief(before).empty() && !Brief(now).empty()) {
       detail = " (the dataset has " + Brief(before) + ", this run " + Brief(now) + ")";
     }
     return FailedPreconditionError(dir_.string() + " holds the dataset of another capture: its " +

@@ -234,15 +234,15 @@ TEST(DatasetWriterTest, RefusesADamagedDataset) {
 TEST(CaptureCollectorTest, TakesRecordsInTokenLayerPointOrder) {
   StatusOr<Spec> spec = ParseSpecText(R"(version: "1"
 extraction_points:
-  - {name: z, layers: [0, 2], tensor_type: residual_stream, position: "prompt[*]", probe_type: linear, probe_kind: single_shot}
-  - {name: a, layers: [2], tensor_type: mlp_out, position: "prompt[*]", probe_type: ema, probe_kind: trajectory, execution_mode: async}
+  - {name: z, layers: [0, 2], tensor_type: residual_stream, position: "prompt[-1]", probe_type: linear, probe_kind: single_shot}
+  - {name: a, layers: [2], tensor_type: mlp_out, position: "generated[*]", probe_type: ema, probe_kind: trajectory, execution_mode: async}
 )");
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   const Spec capture = CaptureSpec(*spec);
   EXPECT_EQ(capture.extraction_points[0].probe_type, kCaptureSingleShot);
   EXPECT_EQ(capture.extraction_points[1].probe_type, kCaptureTrajectory);
   EXPECT_EQ(capture.extraction_points[1].execution_mode, ExecutionMode::kInline);
-  EXPECT_EQ(CapturePointsJson(*spec)[1]["position"], "prompt[*]");
+  EXPECT_EQ(CapturePointsJson(*spec)[1]["position"], "generated[*]");
 
   CaptureCollector collector(*spec);
   ProbeRegistry registry;
