@@ -61,6 +61,23 @@ std::string Brief(const json& value) {
   return text.size() <= 80 ? text : "";
 }
 
+// `text` as a JSON string literal; bytes that are not UTF-8 become U+FFFD (a token may be
+// part of a character). ASCII without quotes, backslashes or control characters is the
+// common case and is copied as is.
+std::string JsonString(const std::string& text) {
+  const bool plain = std::all_of(text.begin(), text.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+  });
+  if (!plain) return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size() + 2);
+  out += '"';
+  out += text;
+  out += '"';
+  return out;
+}
+
 // The rejections of prompts before `next_prompt` (later ones are not committed yet).
 ordered_json Committed(const std::vector<json>& rejected, int64_t next_prompt) {
   ordered_json out = ordered_json::array();
@@ -234,14 +251,17 @@ Status DatasetWriter::Append(DatasetPrompt prompt) {
         {{"prompt_index", prompt.index}, {"id", prompt.id}, {"error", prompt.error}});
   }
   prompt_rows_done_ = skip;
+  const PromptJson prompt_json{JsonString(prompt.id),
+                               prompt.label.dump(-1, ' ', false, json::error_handler_t::replace)};
   for (size_t i = static_cast<size_t>(skip); i < prompt.rows.size(); ++i) {
-    UC_RETURN_IF_ERROR(AppendRow(prompt, prompt.rows[i], i + 1 == prompt.rows.size()));
+    UC_RETURN_IF_ERROR(AppendRow(prompt, prompt_json, prompt.rows[i], i + 1 == prompt.rows.size()));
   }
   ++expected_prompt_;
   return OkStatus();
 }
 
-Status DatasetWriter::AppendRow(const DatasetPrompt& prompt, DatasetRow& row, bool last_of_prompt) {
+Status DatasetWriter::AppendRow(const DatasetPrompt& prompt, const PromptJson& prompt_json,
+                                DatasetRow& row, bool last_of_prompt) {
   UC_CHECK(static_cast<int>(row.values.size()) == options_.hidden_size,
            "dataset: a row of %zu values, hidden_size %d", row.values.size(), options_.hidden_size);
   const std::string tensor = row.point + "/" + std::to_string(row.layer);
@@ -254,25 +274,24 @@ Status DatasetWriter::AppendRow(const DatasetPrompt& prompt, DatasetRow& row, bo
     auto* out = reinterpret_cast<uint16_t*>(data.bytes.data() + offset);
     for (size_t i = 0; i < row.values.size(); ++i) out[i] = F32ToBf16(row.values[i]);
   }
-  const ordered_json line = {
-      {"row", shard_->first_row + shard_->rows},
-      {"prompt_index", prompt.index},
-      {"prompt_id", prompt.id},
-      {"label", ordered_json(prompt.label)},
-      {"point", row.point},
-      {"layer", row.layer},
-      {"tensor_type", std::string(Name(row.tensor_type))},
-      {"token_pos", row.token_pos},
-      {"is_generated", row.is_generated},
-      {"generated_index", row.is_generated ? ordered_json(row.generated_index) : ordered_json()},
-      {"token_id", row.token_id},
-      {"token_text", row.token_text},
-      {"shard", ShardStem(shard_->number) + ".safetensors"},
-      {"tensor", tensor},
-      {"tensor_row", data.rows},
-  };
-  shard_->index += line.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
-  shard_->index += '\n';
+  // The index line, built by hand: it is most of a small model's capture cost otherwise.
+  std::string& line = shard_->index;
+  line += "{\"row\":" + std::to_string(shard_->first_row + shard_->rows);
+  line += ",\"prompt_index\":" + std::to_string(prompt.index);
+  line += ",\"prompt_id\":" + prompt_json.id;
+  line += ",\"label\":" + prompt_json.label;
+  line += ",\"point\":" + JsonString(row.point);
+  line += ",\"layer\":" + std::to_string(row.layer);
+  line += ",\"tensor_type\":\"" + std::string(Name(row.tensor_type)) + '"';
+  line += ",\"token_pos\":" + std::to_string(row.token_pos);
+  line += row.is_generated ? ",\"is_generated\":true" : ",\"is_generated\":false";
+  line += ",\"generated_index\":" +
+          (row.is_generated ? std::to_string(row.generated_index) : std::string("null"));
+  line += ",\"token_id\":" + std::to_string(row.token_id);
+  line += ",\"token_text\":" + JsonString(row.token_text);
+  line += ",\"shard\":\"" + ShardStem(shard_->number) + ".safetensors\"";
+  line += ",\"tensor\":" + JsonString(tensor);
+  line += ",\"tensor_row\":" + std::to_string(data.rows) + "}\n";
   ++data.rows;
   ++shard_->rows;
   ++rows_appended_;

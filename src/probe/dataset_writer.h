@@ -113,7 +113,12 @@ class DatasetWriter {
   DatasetWriter() = default;
   Status Resume(const nlohmann::json& manifest);
   Status RemoveUnlisted() const;
-  Status AppendRow(const DatasetPrompt& prompt, DatasetRow& row, bool last_of_prompt);
+  struct PromptJson {  // a prompt's fields as they appear in every index line of its rows
+    std::string id;
+    std::string label;
+  };
+  Status AppendRow(const DatasetPrompt& prompt, const PromptJson& prompt_json, DatasetRow& row,
+                   bool last_of_prompt);
   Status FlushShard();
   Status WriteManifest() const;
 
