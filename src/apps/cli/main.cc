@@ -5,6 +5,7 @@
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/generate_command.h"
 #include "apps/cli/schema_command.h"
+#include "apps/cli/serve_command.h"
 #include "apps/cli/validate_command.h"
 
 #ifndef UC_VERSION
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   uc::cli::AddCaptureCommand(app, argc, argv);
   uc::cli::AddValidateCommand(app);
   uc::cli::AddSchemaCommand(app);
+  uc::cli::AddServeCommand(app, argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

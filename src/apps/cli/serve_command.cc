@@ -1,0 +1,302 @@
+#include "apps/cli/serve_command.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
+
+#include "apps/cli/exit_codes.h"
+#include "apps/cli/launch.h"
+#include "apps/server/http_server.h"
+#include "distributed/mpi/mpi_runtime.h"
+#include "engine/deployment.h"
+#include "engine/llm_engine.h"
+#include "engine/prompts_file.h"
+#include "probe/metrics.h"
+#include "probe/probing_session.h"
+#include "probe/registry.h"
+#include "probe/spec.h"
+
+namespace uc::cli {
+namespace {
+
+struct ServeOptions {
+  server::ServerOptions server;
+  engine::EngineOptions engine;
+  std::string model;
+  std::string tokenizer;
+  std::string spec_file;
+  std::string chat_template;
+  std::vector<std::string> probe_plugins;
+  std::string kv_cache_memory = "1GiB";
+  std::string max_body_size = "8MiB";
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  double step_timeout = 120.0;
+};
+
+bool IsDriver() {
+  return !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
+}
+
+// Ends MPI (when it was started) and passes `code` through.
+int Finish(int code) {
+  if (distributed::MpiRuntime::initialized()) (void)distributed::MpiRuntime::Finalize();
+  return code;
+}
+
+int Fail(const std::string& message) {
+  if (IsDriver()) std::fprintf(stderr, "error: %s\n", message.c_str());
+  return Finish(kExitFailure);
+}
+
+// The engine of this process: alone, or as the driver of a multi-rank deployment. The other
+// ranks serve steps until the driver shuts them down, then get null.
+StatusOr<std::unique_ptr<engine::LLMEngine>> OpenEngine(const ServeOptions& o) {
+  if (o.tensor_parallel_size * o.pipeline_parallel_size == 1 && !distributed::LaunchedUnderMpi()) {
+    return engine::LLMEngine::Open(o.engine);
+  }
+  UC_RETURN_IF_ERROR(distributed::MpiRuntime::Init(nullptr, nullptr));
+  distributed::MpiBackend backend;
+  engine::DeploymentOptions d;
+  d.model_path = o.engine.model_path;
+  d.tensor_parallel_size = o.tensor_parallel_size;
+  d.pipeline_parallel_size = o.pipeline_parallel_size;
+  d.num_threads = o.engine.num_threads;
+  d.step_timeout_seconds = o.step_timeout;
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment,
+                      engine::Deployment::Create(d, &backend));
+  if (!deployment->is_driver()) {
+    deployment->worker().Loop();
+    return std::unique_ptr<engine::LLMEngine>();
+  }
+  return engine::LLMEngine::OpenDriver(o.engine, std::move(deployment));
+}
+
+// The name clients pass as `model`: the model directory's name, or the file's without extension.
+std::string DefaultModelName(const std::string& model) {
+  std::filesystem::path path = std::filesystem::path(model).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();
+  return std::filesystem::is_directory(path) ? path.filename().string() : path.stem().string();
+}
+
+// Turns SIGTERM / SIGINT into Server::Shutdown calls on a thread of its own. The signals must
+// be blocked in every thread (BlockShutdownSignals before any thread starts).
+class SignalWatcher {
+ public:
+  explicit SignalWatcher(server::Server* server)
+      : thread_([this, server] {
+          sigset_t set = ShutdownSignals();
+          for (;;) {
+            int signal = 0;
+            if (sigwait(&set, &signal) != 0) continue;
+            if (done_) return;
+            std::fprintf(stderr, "undercurrent serve: %s received, draining\n",
+                         signal == SIGINT ? "SIGINT" : "SIGTERM");
+            server->Shutdown();
+          }
+        }) {}
+  ~SignalWatcher() {
+    done_ = true;
+    pthread_kill(thread_.native_handle(), SIGTERM);
+    thread_.join();
+  }
+  static sigset_t ShutdownSignals() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    return set;
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+void BlockShutdownSignals() {
+  sigset_t set = SignalWatcher::ShutdownSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A client that disconnects must not kill the server with SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int RunServe(ServeOptions& o) {
+  o.engine.model_path = o.model;
+  if (!o.tokenizer.empty()) o.engine.tokenizer_path = o.tokenizer;
+  StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
+  StatusOr<int64_t> body_bytes = engine::ParseByteSize(o.max_body_size);
+  if (!kv_bytes.ok() || !body_bytes.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", kv_bytes.ok() ? "--max-body-size" : "--kv-cache-memory",
+                 (kv_bytes.ok() ? body_bytes : kv_bytes).status().message().c_str());
+    return kExitUsage;
+  }
+  o.engine.kv_cache_bytes = *kv_bytes;
+  o.server.max_body_bytes = *body_bytes;
+  o.server.model_path = o.model;
+  if (o.server.served_model_name.empty()) o.server.served_model_name = DefaultModelName(o.model);
+  if (o.server.api_key.empty()) {
+    if (const char* key = std::getenv("UNDERCURRENT_API_KEY")) o.server.api_key = key;
+  }
+  // Before any thread exists (MPI's, the engine's pools), so every thread inherits the mask;
+  // ranks other than the driver keep them blocked and leave when the driver shuts them down.
+  BlockShutdownSignals();
+
+  std::optional<probe::Spec> spec;
+  if (!o.spec_file.empty()) {
+    for (const std::string& plugin : o.probe_plugins) {
+      const Status status = probe::ProbeRegistry::Global().LoadPlugin(plugin);
+      if (!status.ok()) return Fail(status.message());
+    }
+    StatusOr<probe::Spec> parsed = probe::ParseSpecFile(o.spec_file);
+    if (!parsed.ok()) return Fail(parsed.status().message());
+    spec = std::move(parsed).value();
+  }
+  StatusOr<std::unique_ptr<engine::LLMEngine>> engine = OpenEngine(o);
+  if (!engine.ok()) return Fail(engine.status().message());
+  if (*engine == nullptr) return Finish(kExitOk);  // a follower rank, shut down by the driver
+
+  StatusOr<std::unique_ptr<server::ChatPrompt>> chat =
+      server::ChatPrompt::Load(o.model, o.chat_template);
+  if (!chat.ok()) {
+    engine->reset();
+    return Fail(chat.status().message());
+  }
+  if (!(*chat)->unavailable_reason().empty()) {
+    std::fprintf(stderr, "undercurrent serve: %s\n", (*chat)->unavailable_reason().c_str());
+  }
+  probe::Metrics metrics;  // outlives the session, which records into it
+  std::unique_ptr<probe::ProbingSession> session;
+  if (spec.has_value()) {
+    probe::ProbingOptions options;
+    options.metrics = &metrics;
+    options.model_name = o.server.served_model_name;
+    options.stop_token_ids = (*engine)->eos_token_ids();
+    StatusOr<std::unique_ptr<probe::ProbingSession>> created = probe::ProbingSession::Create(
+        *spec, probe::ProbeRegistry::Global(), (*engine)->config(), options);
+    if (!created.ok()) {
+      engine->reset();
+      return Fail(created.status().message());
+    }
+    session = std::move(created).value();
+    (*engine)->SetObserver(session.get());
+  }
+  int code = kExitOk;
+  {
+    server::Server server(engine->get(), session.get(), &metrics, std::move(chat).value(),
+                          o.server);
+    const Status bound = server.Bind();
+    if (!bound.ok()) {
+      std::fprintf(stderr, "error: %s\n", bound.message().c_str());
+      code = kExitFailure;
+    } else {
+      std::printf("undercurrent serve: listening on http://%s:%d (model '%s')\n",
+                  o.server.host.c_str(), server.port(), o.server.served_model_name.c_str());
+      std::fflush(stdout);
+      SignalWatcher watcher(&server);
+      const Status served = server.Serve();
+      if (!served.ok()) {
+        std::fprintf(stderr, "error: %s\n", served.message().c_str());
+        code = kExitFailure;
+      }
+    }
+  }
+  // The engine has stopped stepping: async probes drain their queues and every request's
+  // results reach the sinks before the session goes.
+  if (session != nullptr) session->Shutdown(/*wait=*/true);
+  (*engine)->SetObserver(nullptr);
+  session.reset();
+  engine->reset();  // shuts the other ranks down
+  if (code == kExitOk) std::fprintf(stderr, "undercurrent serve: stopped\n");
+  return Finish(code);
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, int argc, char** argv) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Serve the model over an OpenAI-compatible HTTP API, with probes");
+  cmd->add_option("--model,-m", o->model,
+                  "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin")
+      ->required();
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "Tokenizer file (default: the one that comes with the model)");
+  cmd->add_option("--spec", o->spec_file,
+                  "Extraction-point spec (YAML), fixed for the server's lifetime: every request is "
+                  "probed, and responses carry the verdicts")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--probe-plugin", o->probe_plugins,
+                  "Shared library that registers probe types (repeatable)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", o->server.port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--api-key", o->server.api_key,
+                  "Require 'Authorization: Bearer KEY' on /v1 routes (default: "
+                  "$UNDERCURRENT_API_KEY; none when unset)");
+  cmd->add_option("--served-model-name", o->server.served_model_name,
+                  "The model name clients use (default: the model's directory or file name)");
+  cmd->add_option("--chat-template", o->chat_template,
+                  "Chat template file that replaces the model's own")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tensor-parallel-size,--tp", o->tensor_parallel_size,
+                  "Ranks that split every layer (tensor parallelism)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--pipeline-parallel-size,--pp", o->pipeline_parallel_size,
+                  "Ranks that split the layers into stages (pipeline parallelism)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--step-timeout", o->step_timeout,
+                  "Seconds the driver waits for any rank within one step before aborting")
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", o->engine.max_num_seqs, "Requests in one batch at most")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", o->engine.max_num_batched_tokens,
+                  "Tokens in one step at most, all requests together")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunk", o->engine.max_prefill_chunk,
+                  "Prompt tokens of one request per step at most (chunked prefill)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--block-size", o->engine.block_size, "KV cache block size in tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache memory per rank")
+      ->capture_default_str();
+  cmd->add_option("--threads", o->engine.num_threads, "Threads per rank (0: all cores)")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", o->engine.max_model_len,
+                  "Context length (default: the model's)");
+  cmd->add_option("--http-threads", o->server.http_threads,
+                  "Connections served at once (streams hold one each)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-body-size", o->max_body_size, "Largest request body (413 above)")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", o->server.drain_timeout_seconds,
+                  "Seconds a shutdown waits for in-flight requests before aborting them")
+      ->capture_default_str();
+  cmd->add_option("--probe-result-timeout", o->server.probe_result_timeout_seconds,
+                  "Seconds a finished response waits for its probe results")
+      ->capture_default_str();
+  cmd->callback([o, argc, argv] {
+    const int world = o->tensor_parallel_size * o->pipeline_parallel_size;
+    if (world > 1 && !distributed::LaunchedUnderMpi()) {
+      const Status status = ReexecUnderMpirun(world, argc, argv);  // returns only on failure
+      std::fprintf(stderr, "error: %s\n", status.message().c_str());
+      throw CLI::RuntimeError(kExitFailure);
+    }
+    throw CLI::RuntimeError(RunServe(*o));
+  });
+}
+
+}  // namespace uc::cli

@@ -1,0 +1,16 @@
+// File: serve_command.h
+// -----------------------------------------------------------------------------
+// `undercurrent serve`: the OpenAI-compatible HTTP server (apps/server) over one engine, with
+// the probes of a spec fixed at start-up. With --tp/--pp > 1 it runs under MPI like generate:
+// world rank 0 loads its share, drives the engine and serves HTTP; the other ranks follow.
+// Prints "undercurrent serve: listening on http://HOST:PORT" on stdout once ready; SIGTERM or
+// SIGINT drains in-flight requests and exits 0 (a second signal aborts what is still running).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace uc::cli {
+
+void AddServeCommand(CLI::App& app, int argc, char** argv);
+
+}  // namespace uc::cli

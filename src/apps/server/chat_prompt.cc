@@ -1,0 +1,31 @@
+#include "apps/server/chat_prompt.h"
+
+namespace uc::server {
+
+StatusOr<std::unique_ptr<ChatPrompt>> ChatPrompt::Load(const std::filesystem::path& model_path,
+                                                       const std::filesystem::path& override_file) {
+  std::unique_ptr<ChatPrompt> prompt(new ChatPrompt());
+  StatusOr<chat::LoadedChatTemplate> loaded = chat::LoadChatTemplate(model_path, override_file);
+  if (loaded.ok()) {
+    prompt->loaded_ = std::move(loaded).value();
+  } else if (!override_file.empty()) {
+    return loaded.status().Annotate("--chat-template");
+  } else {
+    prompt->unavailable_ = "/v1/chat/completions is unavailable: " + loaded.status().message();
+  }
+  return prompt;
+}
+
+StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatMessage>& messages) const {
+  if (!loaded_.has_value()) return FailedPreconditionError(unavailable_);
+  std::vector<chat::ChatMessage> chat_messages;
+  for (const ChatMessage& m : messages) chat_messages.push_back({m.role, m.content});
+  StatusOr<std::string> text =
+      loaded_->chat_template.Render(chat_messages, loaded_->DefaultOptions());
+  if (!text.ok() && text.status().code() != StatusCode::kInvalidArgument) {
+    return InternalError(text.status().message());
+  }
+  return text;
+}
+
+}  // namespace uc::server

@@ -1,0 +1,50 @@
+// File: chat_prompt.h
+// -----------------------------------------------------------------------------
+// ChatPrompt: turns the messages of /v1/chat/completions into the prompt text of the served
+// model with its own chat template (chat::LoadChatTemplate: tokenizer_config.json or GGUF
+// metadata), or the one given with --chat-template. The text is tokenized without an added BOS
+// and with control tokens parsed: templates write BOS and turn markers themselves, as Hugging
+// Face's apply_chat_template does.
+//
+// A model without a template still serves /v1/completions; its chat requests get a 400 that
+// says why.
+//
+// Thread-safety: immutable after Load; Render may be called from any thread.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/server/protocol.h"
+#include "base/status.h"
+#include "chat/chat_template.h"
+
+namespace uc::server {
+
+class ChatPrompt {
+ public:
+  // Loads the template of `model_path`, or `override_file` when not empty. Fails only for an
+  // override file that cannot be read or parsed (the user asked for it); a model without a
+  // usable template gives a ChatPrompt whose Render says why.
+  static StatusOr<std::unique_ptr<ChatPrompt>> Load(const std::filesystem::path& model_path,
+                                                    const std::filesystem::path& override_file);
+
+  // The prompt text, ending with the assistant's turn opened. FailedPrecondition when the model
+  // has no usable template; InvalidArgument when the template rejects the conversation (e.g.
+  // roles that do not alternate); Internal when rendering fails otherwise.
+  StatusOr<std::string> Render(const std::vector<ChatMessage>& messages) const;
+
+  // Where the template came from ("" when there is none) and why chat is unavailable.
+  std::string origin() const { return loaded_ ? loaded_->origin : ""; }
+  const std::string& unavailable_reason() const { return unavailable_; }
+
+ private:
+  ChatPrompt() = default;
+  std::optional<chat::LoadedChatTemplate> loaded_;
+  std::string unavailable_;
+};
+
+}  // namespace uc::server

@@ -1,0 +1,122 @@
+// File: http_server.h
+// -----------------------------------------------------------------------------
+// Server: the OpenAI-compatible HTTP front of one LLMEngine (cpp-httplib), with the probing
+// additions of Undercurrent's wire format (see protocol.h).
+//
+//   POST /v1/completions, POST /v1/chat/completions   (stream: true -> server-sent events)
+//   GET  /v1/models, /v1/models/{model}, /health, /metrics
+//
+// Every HTTP request runs on a handler thread of a fixed pool; its engine requests (n choices,
+// or one per prompt of a batch) join the one engine thread's batch (EngineLoop). Responses,
+// streamed or not, are written as they are produced with chunked transfer encoding; while a
+// response waits, the connection is written to at least every `heartbeat_seconds` (an SSE
+// comment, or JSON whitespace before a non-streamed body) so that a client that went away is
+// noticed and its requests are aborted, which frees their KV blocks.
+//
+// Errors are OpenAI-style bodies {"error": {message, type, param, code}}: 400 malformed JSON,
+// wrong types, unknown fields, impossible values and prompts longer than the context (code
+// context_length_exceeded, as OpenAI and vLLM do); 401 a missing or wrong bearer key; 404
+// unknown routes and models; 413 bodies over max_body_bytes; 503 while shutting down. None
+// affects other requests.
+//
+// Shutdown (SIGTERM): new requests get 503, in-flight requests run to completion (after
+// drain_timeout_seconds they are aborted), then the listener closes and Serve returns.
+//
+// Thread-safety: Bind then Serve on one thread; Shutdown from any thread (not from a signal
+// handler). The engine, the session and the metrics must outlive the Server.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "apps/server/chat_prompt.h"
+#include "apps/server/engine_loop.h"
+#include "apps/server/server_metrics.h"
+#include "base/status.h"
+#include "engine/llm_engine.h"
+#include "probe/probing_session.h"
+
+namespace httplib {
+class DataSink;
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace uc::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                // 0: any free port (see port())
+  std::string api_key;            // empty: no authentication
+  std::string served_model_name;  // the `model` clients name; required
+  std::filesystem::path model_path;
+  int64_t max_body_bytes = int64_t{8} << 20;
+  int http_threads = 128;  // concurrent connections served at once
+  double heartbeat_seconds = 1.0;
+  // How long a finished response waits for its probe results (async points deliver them once
+  // their queues drained, which the session bounds by its own drain timeout).
+  double probe_result_timeout_seconds = 60.0;
+  double drain_timeout_seconds = 60.0;
+};
+
+class Server {
+ public:
+  // `session` may be null (no spec). `metrics` is the registry the session records into (the
+  // server adds the engine's and its own series); `chat` renders chat prompts.
+  Server(engine::LLMEngine* engine, probe::ProbingSession* session, probe::Metrics* metrics,
+         std::unique_ptr<ChatPrompt> chat, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket. Unavailable when the address cannot be bound.
+  Status Bind();
+  // The bound port (after Bind).
+  int port() const { return port_; }
+
+  // Serves until Shutdown() and the drain complete. REQUIRES: Bind() succeeded.
+  Status Serve();
+  // Begins the drain; a second call aborts the requests still running. Returns at once.
+  void Shutdown();
+
+ private:
+  struct ResponseState;
+  class InFlight;
+  void InstallRoutes();
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void HandleModels(const httplib::Request& req, httplib::Response& res);
+  void Respond(httplib::Response& res, const ApiError& error) const;
+  // Builds the engine requests; an error when a prompt does not fit.
+  std::optional<ApiError> BuildEngineRequests(const CompletionRequest& request,
+                                              const std::string& id,
+                                              std::vector<EngineRequest>* out, Usage* usage) const;
+  // Streams (or writes at the end) the response of `state`; false when the client is gone.
+  bool Produce(ResponseState& state, httplib::DataSink& sink) const;
+  nlohmann::json ModelCard() const;
+
+  engine::LLMEngine* const engine_;
+  probe::ProbingSession* const session_;
+  const ServerOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ChatPrompt> chat_;
+  ServerMetrics metrics_;
+  EngineLoop loop_;
+  int port_ = 0;
+  int listen_fd_ = -1;   // the listening socket, owned by httplib
+  int64_t started_ = 0;  // unix seconds
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int shutdown_requests_ = 0;  // guarded by mu_
+  int64_t in_flight_ = 0;      // guarded by mu_
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{0};
+};
+
+}  // namespace uc::server

@@ -1,0 +1,535 @@
+#include "apps/server/protocol.h"
+
+#include <algorithm>
+#include <set>
+
+#include "base/did_you_mean.h"
+
+namespace uc::server {
+namespace {
+
+using json = nlohmann::json;
+
+const std::vector<std::string>& KnownFields(Endpoint endpoint) {
+  static const std::vector<std::string> completions = {
+      "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
+      "max_tokens", "max_completion_tokens", "n", "presence_penalty", "seed", "stop", "stream",
+      "stream_options", "suffix", "temperature", "top_p", "user",
+      // vLLM extensions
+      "top_k", "min_p", "ignore_eos", "stop_token_ids"};
+  static const std::vector<std::string> chat = {
+      "model", "messages", "audio", "frequency_penalty", "function_call", "functions", "logit_bias",
+      "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "n",
+      "parallel_tool_calls", "prediction", "presence_penalty", "reasoning_effort",
+      "response_format", "seed", "service_tier", "stop", "store", "stream", "stream_options",
+      "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "web_search_options",
+      // vLLM extensions
+      "top_k", "min_p", "ignore_eos", "stop_token_ids"};
+  return endpoint == Endpoint::kCompletions ? completions : chat;
+}
+
+// Fields that would carry a per-request probing spec.
+constexpr const char* kSpecFields[] = {"spec", "probing", "probing_spec", "extraction_points"};
+
+std::string TypeName(const json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+ApiError WrongType(const std::string& field, const json& v, const std::string& expected) {
+  return BadRequest(
+      "Invalid type for '" + field + "': expected " + expected + ", but got " + TypeName(v) + ".",
+      field, "invalid_type");
+}
+
+ApiError Unsupported(const std::string& field, const std::string& what) {
+  return BadRequest("'" + field + "' is not supported by this server" + what + ".", field,
+                    "unsupported_parameter");
+}
+
+std::optional<ApiError> ParseStop(const json& v, worker::SamplingParams* s) {
+  if (v.is_null()) return std::nullopt;
+  if (v.is_string()) {
+    if (v.get<std::string>().empty()) return BadRequest("'stop' must not be empty.", "stop");
+    s->stop = {v.get<std::string>()};
+    return std::nullopt;
+  }
+  if (!v.is_array()) return WrongType("stop", v, "a string or an array of strings");
+  for (const json& e : v) {
+    if (!e.is_string()) return WrongType("stop", e, "a string or an array of strings");
+    if (e.get<std::string>().empty()) return BadRequest("'stop' must not be empty.", "stop");
+    s->stop.push_back(e.get<std::string>());
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseIdList(const json& v, const std::string& field,
+                                    std::vector<int32_t>* ids) {
+  for (const json& e : v) {
+    if (!e.is_number_integer()) return WrongType(field, e, "an array of integers");
+    const int64_t id = e.get<int64_t>();
+    if (id < 0 || id > INT32_MAX) {
+      return BadRequest("'" + field + "' holds token id " + std::to_string(id) +
+                            ", which is not a valid token id.",
+                        field);
+    }
+    ids->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParsePrompt(const json& v, std::vector<PromptInput>* prompts) {
+  const std::string expected = "a string, an array of strings or an array of token ids";
+  if (v.is_string()) {
+    prompts->push_back({v.get<std::string>(), {}});
+    return std::nullopt;
+  }
+  if (!v.is_array() || v.empty()) {
+    return v.is_array() ? BadRequest("'prompt' must not be empty.", "prompt")
+                        : WrongType("prompt", v, expected);
+  }
+  if (v[0].is_number_integer()) {  // one prompt as ids
+    PromptInput p;
+    if (auto e = ParseIdList(v, "prompt", &p.ids)) return e;
+    prompts->push_back(std::move(p));
+    return std::nullopt;
+  }
+  for (const json& e : v) {  // a batch: strings, or arrays of ids
+    if (e.is_string()) {
+      prompts->push_back({e.get<std::string>(), {}});
+    } else if (e.is_array() && !e.empty()) {
+      PromptInput p;
+      if (auto err = ParseIdList(e, "prompt", &p.ids)) return err;
+      prompts->push_back(std::move(p));
+    } else {
+      return WrongType("prompt", e, expected);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* messages) {
+  if (!v.is_array()) return WrongType("messages", v, "an array");
+  if (v.empty()) return BadRequest("'messages' must not be empty.", "messages");
+  static const std::set<std::string> roles = {"system",    "developer", "user",
+                                              "assistant", "tool",      "function"};
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    const json& m = v[i];
+    if (!m.is_object()) return WrongType(at, m, "an object");
+    const auto role = m.find("role");
+    if (role == m.end())
+      return BadRequest("Missing required parameter: '" + at + ".role'.", at + ".role",
+                        "missing_required_parameter");
+    if (!role->is_string()) return WrongType(at + ".role", *role, "a string");
+    if (roles.count(role->get<std::string>()) == 0) {
+      return BadRequest("Invalid value for '" + at + ".role': '" + role->get<std::string>() +
+                            "'. Supported values are: 'system', 'developer', 'user', "
+                            "'assistant', 'tool' and 'function'.",
+                        at + ".role", "invalid_value");
+    }
+    ChatMessage message{role->get<std::string>(), ""};
+    const auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      if (message.role != "assistant") {
+        return BadRequest("Missing required parameter: '" + at + ".content'.", at + ".content",
+                          "missing_required_parameter");
+      }
+    } else if (content->is_string()) {
+      message.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const json& part : *content) {
+        const std::string part_at = at + ".content";
+        if (!part.is_object()) return WrongType(part_at, part, "an array of content parts");
+        if (part.value("type", json()) != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return Unsupported(part_at,
+                             ": only text content parts ({\"type\": \"text\", "
+                             "\"text\": ...}) are");
+        }
+        message.content += part["text"].get<std::string>();
+      }
+    } else {
+      return WrongType(at + ".content", *content, "a string or an array of content parts");
+    }
+    messages->push_back(std::move(message));
+  }
+  return std::nullopt;
+}
+
+// Fields the engine does not implement: accepted at their neutral values only.
+std::optional<ApiError> CheckNeutral(const std::string& key, const json& v) {
+  if (v.is_null()) return std::nullopt;
+  if (key == "frequency_penalty" || key == "presence_penalty") {
+    if (!v.is_number()) return WrongType(key, v, "a number");
+    if (v.get<double>() != 0.0) return Unsupported(key, " (only 0 is accepted)");
+  } else if (key == "logit_bias") {
+    if (!v.is_object()) return WrongType(key, v, "an object");
+    if (!v.empty()) return Unsupported(key, "");
+  } else if (key == "logprobs") {
+    if (!(v.is_boolean() || v.is_number_integer())) return WrongType(key, v, "a boolean");
+    if (v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0) return Unsupported(key, "");
+  } else if (key == "top_logprobs") {
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    if (v.get<int64_t>() != 0) return Unsupported(key, "");
+  } else if (key == "best_of") {
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    if (v.get<int64_t>() != 1) return Unsupported(key, " (only 1 is accepted)");
+  } else if (key == "echo") {
+    if (!v.is_boolean()) return WrongType(key, v, "a boolean");
+    if (v.get<bool>()) return Unsupported(key, "");
+  } else if (key == "suffix") {
+    if (!v.is_string()) return WrongType(key, v, "a string");
+    if (!v.get<std::string>().empty()) return Unsupported(key, "");
+  } else if (key == "tools" || key == "functions") {
+    if (!v.is_array()) return WrongType(key, v, "an array");
+    if (!v.empty()) return Unsupported(key, "");
+  } else if (key == "tool_choice" || key == "function_call") {
+    if (!(v.is_string() && (v == "none" || v == "auto"))) return Unsupported(key, "");
+  } else if (key == "response_format") {
+    if (!v.is_object()) return WrongType(key, v, "an object");
+    if (v.value("type", json()) != "text") return Unsupported(key, " (only type 'text' is)");
+  } else if (key == "metadata") {
+    if (!v.is_object()) return WrongType(key, v, "an object");
+  } else if (key == "store" || key == "parallel_tool_calls") {
+    if (!v.is_boolean()) return WrongType(key, v, "a boolean");
+  } else if (key == "service_tier" || key == "reasoning_effort") {
+    if (!v.is_string()) return WrongType(key, v, "a string");
+  } else if (key == "modalities") {
+    if (v != json::array({"text"})) return Unsupported(key, " (only [\"text\"] is)");
+  } else if (key == "audio" || key == "prediction" || key == "web_search_options") {
+    return Unsupported(key, "");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseNumber(const json& v, const std::string& key, double lo, double hi,
+                                    float* out) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number()) return WrongType(key, v, "a number");
+  const double x = v.get<double>();
+  if (x < lo || x > hi) {
+    return BadRequest("Invalid value for '" + key + "': " + v.dump() + " is not within [" +
+                          json(lo).dump() + ", " + json(hi).dump() + "].",
+                      key, "invalid_value");
+  }
+  *out = static_cast<float>(x);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseField(const std::string& key, const json& v, CompletionRequest* r) {
+  worker::SamplingParams& s = r->sampling;
+  if (key == "model") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string()) return WrongType(key, v, "a string");
+    r->model = v.get<std::string>();
+  } else if (key == "prompt") {
+    return ParsePrompt(v, &r->prompts);
+  } else if (key == "messages") {
+    return ParseMessages(v, &r->messages);
+  } else if (key == "max_tokens" || key == "max_completion_tokens") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    if (v.get<int64_t>() < 1 || v.get<int64_t>() > INT32_MAX) {
+      return BadRequest("Invalid value for '" + key + "': " + v.dump() + " is less than 1.", key,
+                        "invalid_value");
+    }
+    r->max_tokens = static_cast<int>(v.get<int64_t>());
+  } else if (key == "temperature") {
+    return ParseNumber(v, key, 0.0, 2.0, &s.temperature);
+  } else if (key == "top_p") {
+    return ParseNumber(v, key, 0.0, 1.0, &s.top_p);
+  } else if (key == "min_p") {
+    return ParseNumber(v, key, 0.0, 1.0, &s.min_p);
+  } else if (key == "top_k") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    if (v.get<int64_t>() < -1 || v.get<int64_t>() > INT32_MAX) {
+      return BadRequest("Invalid value for 'top_k': must be -1 (all) or positive.", key,
+                        "invalid_value");
+    }
+    s.top_k = std::max(0, static_cast<int>(v.get<int64_t>()));
+  } else if (key == "seed") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    s.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+  } else if (key == "stop") {
+    return ParseStop(v, &s);
+  } else if (key == "stop_token_ids") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_array()) return WrongType(key, v, "an array of integers");
+    return ParseIdList(v, key, &s.stop_token_ids);
+  } else if (key == "ignore_eos") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_boolean()) return WrongType(key, v, "a boolean");
+    s.ignore_eos = v.get<bool>();
+  } else if (key == "n") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    if (v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxChoices) {
+      return BadRequest(
+          "Invalid value for 'n': must be between 1 and " + std::to_string(kMaxChoices) + ".", key,
+          "invalid_value");
+    }
+    r->n = static_cast<int>(v.get<int64_t>());
+  } else if (key == "stream") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_boolean()) return WrongType(key, v, "a boolean");
+    r->stream = v.get<bool>();
+  } else if (key == "stream_options") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_object()) return WrongType(key, v, "an object");
+    for (const auto& [k, e] : v.items()) {
+      if (k != "include_usage") {
+        return BadRequest("Unrecognized request argument supplied: stream_options." + k, key,
+                          "unknown_parameter");
+      }
+      if (!e.is_boolean()) return WrongType("stream_options.include_usage", e, "a boolean");
+      r->include_usage = e.get<bool>();
+    }
+  } else if (key == "user") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string()) return WrongType(key, v, "a string");
+    r->user = v.get<std::string>();
+  } else {
+    return CheckNeutral(key, v);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+json ApiError::Body() const {
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+ApiError BadRequest(std::string message, std::string param, std::string code) {
+  ApiError e;
+  e.http_status = 400;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = std::move(code);
+  return e;
+}
+
+std::optional<ApiError> ParseCompletionRequest(const json& body, Endpoint endpoint,
+                                               CompletionRequest* out) {
+  if (!body.is_object()) {
+    return BadRequest("The request body must be a JSON object, not " + TypeName(body) + ".");
+  }
+  CompletionRequest r;
+  r.endpoint = endpoint;
+  const std::vector<std::string>& known = KnownFields(endpoint);
+  for (const auto& [key, value] : body.items()) {
+    for (const char* spec_field : kSpecFields) {
+      if (key == spec_field) {
+        return BadRequest("Per-request probing specs are not accepted ('" + key +
+                              "'): the server's extraction-point spec is fixed at start-up "
+                              "(undercurrent serve --spec).",
+                          key, "per_request_spec_not_allowed");
+      }
+    }
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return BadRequest("Unrecognized request argument supplied: " + key + DidYouMean(key, known),
+                        key, "unknown_parameter");
+    }
+    if (auto error = ParseField(key, value, &r)) return error;
+  }
+  const char* required = endpoint == Endpoint::kCompletions ? "prompt" : "messages";
+  if (!body.contains(required)) {
+    return BadRequest(std::string("Missing required parameter: '") + required + "'.", required,
+                      "missing_required_parameter");
+  }
+  if (r.include_usage && !r.stream) {
+    return BadRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                      "stream_options");
+  }
+  const size_t choices = std::max<size_t>(1, r.prompts.size()) * static_cast<size_t>(r.n);
+  if (choices > static_cast<size_t>(kMaxChoices)) {
+    return BadRequest("The request asks for " + std::to_string(choices) +
+                          " choices (n times the number of prompts); at most " +
+                          std::to_string(kMaxChoices) + " are allowed.",
+                      "n", "invalid_value");
+  }
+  *out = std::move(r);
+  return std::nullopt;
+}
+
+std::string FinishReasonOf(const engine::RequestOutput& output) {
+  if (output.finish_reason == engine::FinishReason::kAbort && output.abort.has_value() &&
+      output.abort->by == "probe") {
+    return "content_flagged";
+  }
+  return std::string(engine::FinishReasonName(output.finish_reason));
+}
+
+json ProbingSummary(const probe::RequestProbeResults& results, const probe::Spec& spec) {
+  json summary = json::object();
+  for (const probe::ProbeResult& r : results.results) {
+    const probe::ExtractionPoint* point = nullptr;
+    for (const probe::ExtractionPoint& p : spec.extraction_points) {
+      if (p.name == r.point) point = &p;
+    }
+    std::vector<double> scores;
+    bool flagged = r.verdict.is_object() && r.verdict.value("flagged", false) == true;
+    for (const probe::ProbeSignal& s : r.signal_history) {
+      if (s.confidence.has_value()) scores.push_back(*s.confidence);
+      flagged = flagged || s.action != probe::ProbeAction::kContinue;
+    }
+    json score = nullptr;
+    if (!scores.empty()) {
+      if (point != nullptr && point->probe_kind == probe::ProbeKind::kSingleShot) {
+        score = scores.back();
+      } else {
+        score = {{"max_score", *std::max_element(scores.begin(), scores.end())},
+                 {"final_score", scores.back()}};
+      }
+    }
+    summary[r.point] = {
+        {"score", score},
+        {"flagged", flagged},
+        {"execution_mode",
+         point != nullptr ? std::string(probe::Name(point->execution_mode)) : "inline"},
+        {"evaluated", !r.signal_history.empty()},
+        {"verdict", r.verdict},
+    };
+  }
+  return summary;
+}
+
+json Usage::ToJson() const {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+namespace {
+
+const char* ObjectName(Endpoint endpoint, bool chunk) {
+  if (endpoint == Endpoint::kCompletions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+json Envelope(const ResponseContext& ctx, bool chunk) {
+  return {{"id", ctx.id},
+          {"object", ObjectName(ctx.endpoint, chunk)},
+          {"created", ctx.created},
+          {"model", ctx.model},
+          {"system_fingerprint", nullptr}};
+}
+
+// Adds flagged / flagged_by / flagged_score to `j` when the choice was stopped by a probe.
+bool AddFlaggedFields(const ChoiceResult& choice, json& j) {
+  if (FinishReasonOf(choice.output) != "content_flagged") return false;
+  const engine::AbortInfo& abort = *choice.output.abort;
+  j["flagged"] = true;
+  j["flagged_by"] = abort.point;
+  j["flagged_score"] = abort.confidence.has_value() ? json(*abort.confidence) : json(nullptr);
+  return true;
+}
+
+json ChoiceJson(const ResponseContext& ctx, const ChoiceResult& choice) {
+  json j = {{"index", choice.index}, {"logprobs", nullptr}};
+  if (ctx.endpoint == Endpoint::kCompletions) {
+    j["text"] = choice.output.text;
+  } else {
+    j["message"] = {{"role", "assistant"}, {"content", choice.output.text}, {"refusal", nullptr}};
+  }
+  j["finish_reason"] = FinishReasonOf(choice.output);
+  j["tokens_generated"] = choice.output.output_ids.size();
+  AddFlaggedFields(choice, j);
+  if (ctx.probing_enabled) j["probing"] = choice.probing.value_or(json(nullptr));
+  return j;
+}
+
+json StreamChoice(const ResponseContext& ctx, int index, const json& delta_or_text) {
+  json c = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (ctx.endpoint == Endpoint::kCompletions) {
+    c["text"] = delta_or_text;
+  } else {
+    c["delta"] = delta_or_text;
+  }
+  return c;
+}
+
+json Chunk(const ResponseContext& ctx, json choice, bool include_usage) {
+  json j = Envelope(ctx, /*chunk=*/true);
+  j["choices"] = json::array({std::move(choice)});
+  if (include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+}  // namespace
+
+json ResponseBody(const ResponseContext& ctx, const std::vector<ChoiceResult>& choices,
+                  const Usage& usage) {
+  json j = Envelope(ctx, /*chunk=*/false);
+  j["choices"] = json::array();
+  bool flagged = false;
+  for (const ChoiceResult& c : choices) {
+    j["choices"].push_back(ChoiceJson(ctx, c));
+    if (!flagged) flagged = AddFlaggedFields(c, j);
+  }
+  j["usage"] = usage.ToJson();
+  if (ctx.probing_enabled) {
+    j["flagged"] = flagged;
+    j["probing"] = choices.empty() ? json(nullptr) : choices[0].probing.value_or(json(nullptr));
+  }
+  return j;
+}
+
+json RoleChunk(const ResponseContext& ctx, int index, bool include_usage) {
+  return Chunk(ctx, StreamChoice(ctx, index, {{"role", "assistant"}, {"content", ""}}),
+               include_usage);
+}
+
+json TextChunk(const ResponseContext& ctx, int index, const std::string& text, bool include_usage) {
+  const json payload =
+      ctx.endpoint == Endpoint::kCompletions ? json(text) : json{{"content", text}};
+  return Chunk(ctx, StreamChoice(ctx, index, payload), include_usage);
+}
+
+json FinishChunk(const ResponseContext& ctx, const ChoiceResult& choice, bool include_usage) {
+  const json payload = ctx.endpoint == Endpoint::kCompletions ? json("") : json::object();
+  json c = StreamChoice(ctx, choice.index, payload);
+  c["finish_reason"] = FinishReasonOf(choice.output);
+  json j = Chunk(ctx, std::move(c), include_usage);
+  if (AddFlaggedFields(choice, j["choices"][0])) AddFlaggedFields(choice, j);
+  return j;
+}
+
+json UsageChunk(const ResponseContext& ctx, const Usage& usage) {
+  json j = Envelope(ctx, /*chunk=*/true);
+  j["choices"] = json::array();
+  j["usage"] = usage.ToJson();
+  return j;
+}
+
+json ProbingResultEvent(const ResponseContext& ctx, const ChoiceResult& choice) {
+  // Shaped like a chunk with no choices (as the include_usage chunk is), so that OpenAI clients,
+  // which do not look at event names, read it as one more chunk and skip it.
+  json j = Envelope(ctx, /*chunk=*/true);
+  j["choices"] = json::array();
+  j["index"] = choice.index;
+  j["flagged"] = FinishReasonOf(choice.output) == "content_flagged";
+  j["probing"] = choice.probing.value_or(json(nullptr));
+  return j;
+}
+
+std::string SseEvent(const json& data, const std::string& event) {
+  std::string out;
+  if (!event.empty()) out = "event: " + event + "\n";
+  out += "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  return out;
+}
+
+}  // namespace uc::server

@@ -1,0 +1,135 @@
+// File: protocol.h
+// -----------------------------------------------------------------------------
+// The OpenAI wire format of `undercurrent serve`: request bodies of /v1/completions and
+// /v1/chat/completions parsed and validated into CompletionRequest, and the response bodies,
+// stream chunks and error bodies built from what the engine and the probes produced. Pure
+// functions over JSON, no I/O: the HTTP layer (http_server.h) calls them.
+//
+// Validation follows the OpenAI API: a known field with the wrong type or an impossible value,
+// or a field the API does not have ("Unrecognized request argument supplied"), is a 400 naming
+// the field in `param`. Fields the engine does not implement (logprobs, tools, penalties, ...)
+// are accepted only at their neutral values. vLLM's extensions top_k, min_p, ignore_eos and
+// stop_token_ids are accepted. A per-request probing spec is refused: the spec is fixed when
+// the server starts.
+//
+// Probing additions (Undercurrent's wire format): every choice carries `probing` (one summary
+// per extraction point); a choice an inline probe stopped has finish_reason "content_flagged"
+// with `flagged_by` (the point) and `flagged_score` (the signal's confidence); the response
+// repeats the first choice's `probing` and the first flagged choice's fields at the top level.
+//
+// Thread-safety: stateless functions, safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/llm_engine.h"
+#include "probe/probing_session.h"
+#include "probe/spec.h"
+#include "worker/sampling_params.h"
+
+namespace uc::server {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// An OpenAI-style error: the HTTP status and {"error": {message, type, param, code}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+  nlohmann::json Body() const;
+};
+ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
+
+struct ChatMessage {
+  std::string role;     // system, developer, user, assistant, tool
+  std::string content;  // text parts joined
+};
+
+// One prompt of /v1/completions: text (tokenized by the server) or token ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;  // when text is unset
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                  // empty when the client sent none
+  std::vector<PromptInput> prompts;   // completions: one or more (a batch)
+  std::vector<ChatMessage> messages;  // chat completions
+  std::optional<int> max_tokens;      // max_tokens or max_completion_tokens, when given
+  // temperature (default 1), top_p, top_k, min_p, seed, stop, stop_token_ids, ignore_eos;
+  // max_tokens is filled in later, once the prompt length is known.
+  worker::SamplingParams sampling;
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  std::string user;
+};
+
+inline constexpr int kMaxChoices = 128;  // n times the number of prompts, at most
+
+// Parses a request body. `body` is the parsed JSON (a non-object is a 400).
+std::optional<ApiError> ParseCompletionRequest(const nlohmann::json& body, Endpoint endpoint,
+                                               CompletionRequest* out);
+
+// The OpenAI finish_reason of a finished engine output: "stop", "length", "content_flagged"
+// (an inline probe aborted) or "abort" (the client went away, or shutdown).
+std::string FinishReasonOf(const engine::RequestOutput& output);
+
+// Per extraction point: {score, flagged, execution_mode, evaluated, verdict}. `score` is the
+// last signal's confidence for single_shot points, {max_score, final_score} for the others,
+// null when the point never saw its position (evaluated: false).
+nlohmann::json ProbingSummary(const probe::RequestProbeResults& results, const probe::Spec& spec);
+
+// One finished choice, as the HTTP layer gathered it.
+struct ChoiceResult {
+  int index = 0;
+  engine::RequestOutput output;           // finished
+  std::optional<nlohmann::json> probing;  // ProbingSummary; unset without a spec
+};
+
+struct ResponseContext {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;  // cmpl-... / chatcmpl-...
+  int64_t created = 0;
+  std::string model;
+  bool probing_enabled = false;  // a spec is set: `probing` fields appear (null if missing)
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  nlohmann::json ToJson() const;
+};
+
+// The non-streaming response body (object "text_completion" or "chat.completion").
+nlohmann::json ResponseBody(const ResponseContext& ctx, const std::vector<ChoiceResult>& choices,
+                            const Usage& usage);
+
+// Stream chunks (object "text_completion" or "chat.completion.chunk"); `usage` is null in
+// every chunk when include_usage, absent otherwise.
+// The first chunk of a chat choice: delta {role: "assistant", content: ""}.
+nlohmann::json RoleChunk(const ResponseContext& ctx, int index, bool include_usage);
+// A text increment.
+nlohmann::json TextChunk(const ResponseContext& ctx, int index, const std::string& text,
+                         bool include_usage);
+// The last chunk of a choice: empty delta (chat) or text, with finish_reason; a flagged choice
+// also carries flagged, flagged_by and flagged_score (in the choice and at the top level).
+nlohmann::json FinishChunk(const ResponseContext& ctx, const ChoiceResult& choice,
+                           bool include_usage);
+// The extra chunk of stream_options.include_usage: choices [] and usage.
+nlohmann::json UsageChunk(const ResponseContext& ctx, const Usage& usage);
+// The data of the `probing_result` event sent for each choice before [DONE]: a chunk with
+// `choices: []` (OpenAI clients skip it like the usage chunk) plus index, flagged and probing.
+nlohmann::json ProbingResultEvent(const ResponseContext& ctx, const ChoiceResult& choice);
+
+// "data: JSON\n\n", or "event: NAME\ndata: JSON\n\n".
+std::string SseEvent(const nlohmann::json& data, const std::string& event = "");
+
+}  // namespace uc::server

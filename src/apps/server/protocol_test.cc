@@ -1,0 +1,182 @@
+#include "apps/server/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace uc::server {
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<ApiError> Parse(const std::string& body, Endpoint endpoint, CompletionRequest* out) {
+  return ParseCompletionRequest(json::parse(body), endpoint, out);
+}
+
+TEST(ProtocolTest, ParsesCompletionFields) {
+  CompletionRequest r;
+  ASSERT_FALSE(Parse(R"({"model": "m", "prompt": "Once", "max_tokens": 7, "temperature": 0,
+      "top_p": 0.9, "seed": 3, "stop": "park", "n": 2, "user": "u", "top_k": 5,
+      "stream": true, "stream_options": {"include_usage": true}, "logprobs": null,
+      "frequency_penalty": 0})",
+                     Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(*r.prompts[0].text, "Once");
+  EXPECT_EQ(*r.max_tokens, 7);
+  EXPECT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.9f);
+  EXPECT_EQ(*r.sampling.seed, 3u);
+  EXPECT_EQ(r.sampling.stop, std::vector<std::string>{"park"});
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(ProtocolTest, PromptForms) {
+  CompletionRequest r;
+  ASSERT_FALSE(Parse(R"({"prompt": [1, 2, 3]})", Endpoint::kCompletions, &r));
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].ids, (std::vector<int32_t>{1, 2, 3}));
+  ASSERT_FALSE(Parse(R"({"prompt": ["a", "b"]})", Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.prompts.size(), 2u);
+  ASSERT_FALSE(Parse(R"({"prompt": [[1, 2], [3]]})", Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.prompts[1].ids, std::vector<int32_t>{3});
+  EXPECT_TRUE(Parse(R"({"prompt": []})", Endpoint::kCompletions, &r));
+  EXPECT_TRUE(Parse(R"({"prompt": [1, "a"]})", Endpoint::kCompletions, &r));
+  EXPECT_TRUE(Parse(R"({"prompt": [-1]})", Endpoint::kCompletions, &r));
+}
+
+TEST(ProtocolTest, ChatMessages) {
+  CompletionRequest r;
+  ASSERT_FALSE(Parse(R"({"messages": [{"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "!"}]}],
+      "max_completion_tokens": 9})",
+                     Endpoint::kChatCompletions, &r));
+  ASSERT_EQ(r.messages.size(), 2u);
+  EXPECT_EQ(r.messages[1].content, "Hi!");
+  EXPECT_EQ(*r.max_tokens, 9);
+  auto e = Parse(R"({"messages": [{"role": "wizard", "content": "x"}]})",
+                 Endpoint::kChatCompletions, &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "messages[0].role");
+  e = Parse(R"({"messages": [{"role": "user"}]})", Endpoint::kChatCompletions, &r);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->param, "messages[0].content");
+}
+
+TEST(ProtocolTest, ErrorsNameTheField) {
+  CompletionRequest r;
+  const struct {
+    std::string body;
+    std::string param;
+    std::string code;
+  } cases[] = {
+      {R"({"prompt": "x", "max_tokens": "ten"})", "max_tokens", "invalid_type"},
+      {R"({"prompt": "x", "max_tokens": 0})", "max_tokens", "invalid_value"},
+      {R"({"prompt": "x", "temperature": "hot"})", "temperature", "invalid_type"},
+      {R"({"prompt": "x", "temperature": 3})", "temperature", "invalid_value"},
+      {R"({"prompt": "x", "stream": "yes"})", "stream", "invalid_type"},
+      {R"({"prompt": "x", "n": 0})", "n", "invalid_value"},
+      {R"({"prompt": "x", "stop": [1]})", "stop", "invalid_type"},
+      {R"({"prompt": "x", "promt": "y"})", "promt", "unknown_parameter"},
+      {R"({"prompt": "x", "spec": {}})", "spec", "per_request_spec_not_allowed"},
+      {R"({"prompt": "x", "logprobs": 2})", "logprobs", "unsupported_parameter"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options", ""},
+      {R"({"max_tokens": 3})", "prompt", "missing_required_parameter"},
+  };
+  for (const auto& c : cases) {
+    auto e = Parse(c.body, Endpoint::kCompletions, &r);
+    ASSERT_TRUE(e) << c.body;
+    EXPECT_EQ(e->http_status, 400) << c.body;
+    EXPECT_EQ(e->param, c.param) << c.body;
+    EXPECT_EQ(e->code, c.code) << c.body;
+    const json body = e->Body();
+    EXPECT_TRUE(body["error"]["message"].is_string());
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  }
+  auto e = Parse(R"({"prompt": "x", "promt": "y"})", Endpoint::kCompletions, &r);
+  EXPECT_NE(e->message.find("did you mean 'prompt'"), std::string::npos) << e->message;
+  EXPECT_TRUE(ParseCompletionRequest(json::array(), Endpoint::kCompletions, &r));
+}
+
+engine::RequestOutput Finished(engine::FinishReason reason,
+                               std::optional<engine::AbortInfo> abort) {
+  engine::RequestOutput out;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.abort = std::move(abort);
+  out.text = "Hello";
+  out.output_ids = {5, 6};
+  return out;
+}
+
+TEST(ProtocolTest, FlaggedChoiceAndChunks) {
+  engine::AbortInfo info("probe", "extraction point 'gate' aborted generation");
+  info.point = "gate";
+  info.confidence = 12.5;
+  ChoiceResult choice{0, Finished(engine::FinishReason::kAbort, info),
+                      json{{"gate", {{"flagged", true}}}}};
+  ResponseContext ctx{Endpoint::kChatCompletions, "chatcmpl-1", 1, "m", true};
+  EXPECT_EQ(FinishReasonOf(choice.output), "content_flagged");
+  const json body = ResponseBody(ctx, {choice}, Usage{3, 2});
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "content_flagged");
+  EXPECT_EQ(body["choices"][0]["flagged_by"], "gate");
+  EXPECT_EQ(body["choices"][0]["flagged_score"], 12.5);
+  EXPECT_EQ(body["flagged_by"], "gate");
+  EXPECT_EQ(body["probing"]["gate"]["flagged"], true);
+  EXPECT_EQ(body["usage"]["total_tokens"], 5);
+  const json chunk = FinishChunk(ctx, choice, /*include_usage=*/true);
+  EXPECT_EQ(chunk["choices"][0]["delta"], json::object());
+  EXPECT_EQ(chunk["choices"][0]["finish_reason"], "content_flagged");
+  EXPECT_EQ(chunk["flagged"], true);
+  EXPECT_TRUE(chunk["usage"].is_null());
+  EXPECT_EQ(SseEvent(json{{"a", 1}}, "probing_result"),
+            "event: probing_result\ndata: {\"a\":1}\n\n");
+
+  ChoiceResult client{0, Finished(engine::FinishReason::kAbort, engine::AbortInfo()), {}};
+  EXPECT_EQ(FinishReasonOf(client.output), "abort");
+  ResponseContext plain{Endpoint::kCompletions, "cmpl-1", 1, "m", false};
+  const json text = ResponseBody(plain, {client}, Usage{});
+  EXPECT_EQ(text["choices"][0]["text"], "Hello");
+  EXPECT_FALSE(text.contains("probing"));
+}
+
+TEST(ProtocolTest, ProbingSummaryScores) {
+  probe::Spec spec;
+  probe::ExtractionPoint one;
+  one.name = "one";
+  one.probe_kind = probe::ProbeKind::kSingleShot;
+  probe::ExtractionPoint traj = one;
+  traj.name = "traj";
+  traj.probe_kind = probe::ProbeKind::kTrajectory;
+  traj.execution_mode = probe::ExecutionMode::kAsync;
+  probe::ExtractionPoint never = one;
+  never.name = "never";
+  spec.extraction_points = {one, traj, never};
+  probe::RequestProbeResults results;
+  probe::ProbeResult r1{"id", "one", json{{"flagged", false}}, {}, json::object()};
+  probe::ProbeSignal s;
+  s.confidence = 0.25;
+  r1.signal_history = {s};
+  probe::ProbeResult r2 = r1;
+  r2.point = "traj";
+  s.confidence = 0.75;
+  s.action = probe::ProbeAction::kFlag;
+  r2.signal_history.push_back(s);
+  probe::ProbeResult r3{"id", "never", json(nullptr), {}, json::object()};
+  results.results = {r1, r2, r3};
+  const json j = ProbingSummary(results, spec);
+  EXPECT_EQ(j["one"]["score"], 0.25);
+  EXPECT_EQ(j["one"]["flagged"], false);
+  EXPECT_EQ(j["one"]["execution_mode"], "inline");
+  EXPECT_EQ(j["traj"]["score"]["max_score"], 0.75);
+  EXPECT_EQ(j["traj"]["score"]["final_score"], 0.75);
+  EXPECT_EQ(j["traj"]["flagged"], true);
+  EXPECT_EQ(j["traj"]["execution_mode"], "async");
+  EXPECT_EQ(j["never"]["evaluated"], false);
+  EXPECT_TRUE(j["never"]["score"].is_null());
+}
+
+}  // namespace
+}  // namespace uc::server
