@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,7 @@ ServeProcess::ServeProcess(const std::vector<std::string>& args, double timeout_
   argv.insert(argv.end(), args.begin(), args.end());
   pid_ = fork();
   if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test, whatever ends it
     dup2(pipe_fds[1], 1);
     dup2(pipe_fds[1], 2);
     close(pipe_fds[0]);

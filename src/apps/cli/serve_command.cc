@@ -2,10 +2,14 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -23,6 +27,10 @@
 
 namespace uc::cli {
 namespace {
+
+// Set by the supervisor (RunUnderMpirun) for the ranks it starts: world rank 0 drains and stops
+// when its standard input (mpirun forwards the supervisor's pipe to rank 0) reaches EOF.
+constexpr char kStdinShutdownMarker[] = "UNDERCURRENT_SERVE_STOP_ON_STDIN_EOF";
 
 struct ServeOptions {
   server::ServerOptions server;
@@ -118,6 +126,73 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+// Runs `argv` on `world_size` ranks under mpirun as a child and supervises it. mpirun turns a
+// SIGTERM into killing the job, so it is shielded from signals (its own process group) and a
+// SIGTERM / SIGINT here closes the pipe mpirun forwards to rank 0's stdin instead: rank 0
+// drains and shuts the other ranks down, and the job exits 0. A second signal SIGTERMs mpirun.
+// Returns mpirun's exit status.
+int RunUnderMpirun(int world_size, int argc, char** argv) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::vector<std::string> cmd =
+      MpirunCommand(world_size, ec ? std::string(argv[0]) : self.string(), {argv + 1, argv + argc});
+  setenv("UNDERCURRENT_REEXEC", "1", 1);  // as ReexecUnderMpirun: never launch twice
+  setenv(kStdinShutdownMarker, "1", 1);
+  if (getuid() == 0) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+  }
+  sigset_t signals = SignalWatcher::ShutdownSignals();
+  sigaddset(&signals, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  int stdin_pipe[2];
+  if (pipe(stdin_pipe) != 0) return kExitFailure;
+  const pid_t child = fork();
+  if (child < 0) return kExitFailure;
+  if (child == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);  // the job ends when its supervisor does
+    dup2(stdin_pipe[0], 0);
+    close(stdin_pipe[0]);
+    close(stdin_pipe[1]);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> c_args;
+    for (const std::string& a : cmd) c_args.push_back(const_cast<char*>(a.c_str()));
+    c_args.push_back(nullptr);
+    execvp("mpirun", c_args.data());
+    std::fprintf(stderr, "error: cannot run mpirun (install openmpi-bin)\n");
+    _exit(kExitFailure);
+  }
+  close(stdin_pipe[0]);
+  int signals_seen = 0;
+  for (;;) {
+    int status = 0;
+    if (waitpid(child, &status, WNOHANG) == child) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    const timespec poll = {0, 200'000'000};
+    const int signal = sigtimedwait(&signals, nullptr, &poll);
+    if (signal != SIGTERM && signal != SIGINT) continue;
+    if (++signals_seen == 1) {
+      close(stdin_pipe[1]);
+    } else {
+      kill(child, SIGTERM);
+    }
+  }
+}
+
+// On rank 0 of a supervised job: stdin reaching EOF is a SIGTERM (the SignalWatcher drains).
+void WatchStdinForShutdown() {
+  std::thread([] {
+    char buf[256];
+    while (read(0, buf, sizeof(buf)) > 0) {
+    }
+    kill(getpid(), SIGTERM);
+  }).detach();
+}
+
 void BlockShutdownSignals() {
   sigset_t set = SignalWatcher::ShutdownSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
@@ -198,6 +273,7 @@ int RunServe(ServeOptions& o) {
                   o.server.host.c_str(), server.port(), o.server.served_model_name.c_str());
       std::fflush(stdout);
       SignalWatcher watcher(&server);
+      if (std::getenv(kStdinShutdownMarker) != nullptr) WatchStdinForShutdown();
       const Status served = server.Serve();
       if (!served.ok()) {
         std::fprintf(stderr, "error: %s\n", served.message().c_str());
@@ -291,9 +367,13 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
   cmd->callback([o, argc, argv] {
     const int world = o->tensor_parallel_size * o->pipeline_parallel_size;
     if (world > 1 && !distributed::LaunchedUnderMpi()) {
-      const Status status = ReexecUnderMpirun(world, argc, argv);  // returns only on failure
-      std::fprintf(stderr, "error: %s\n", status.message().c_str());
-      throw CLI::RuntimeError(kExitFailure);
+      if (std::getenv("UNDERCURRENT_REEXEC") != nullptr) {
+        std::fprintf(stderr,
+                     "error: started under mpirun but no MPI launcher environment is "
+                     "visible; start the job with mpirun yourself\n");
+        throw CLI::RuntimeError(kExitFailure);
+      }
+      throw CLI::RuntimeError(RunUnderMpirun(world, argc, argv));
     }
     throw CLI::RuntimeError(RunServe(*o));
   });

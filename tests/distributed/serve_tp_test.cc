@@ -1,0 +1,73 @@
+// `undercurrent serve --tp 2`: the CLI starts itself under mpirun, rank 0 serves HTTP and
+// drives the engine, rank 1 follows; greedy completions equal those of a one-process server,
+// concurrent requests included; SIGTERM drains a stream in flight and the whole job exits 0.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <thread>
+
+#include "common/server_util.h"
+#include "common/test_util.h"
+
+namespace uc {
+namespace {
+
+using json = nlohmann::json;
+
+const std::string kModel = std::string(UC_SOURCE_DIR) + "/models/stories260K";
+
+std::vector<std::string> Completions(int port) {
+  const char* prompts[] = {"Once upon a time", "The little dog", "Lily and Tom went",
+                           "One day, a big cat"};
+  std::vector<std::string> texts(std::size(prompts));
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < std::size(prompts); ++i) {
+    clients.emplace_back([&, i] {
+      const json body = {{"prompt", prompts[i]}, {"max_tokens", 40}, {"temperature", 0}};
+      const testing::HttpResult r = testing::HttpPost(port, "/v1/completions", body.dump());
+      texts[i] = r.status == 200 ? r.Json()["choices"][0]["text"].get<std::string>()
+                                 : "HTTP " + std::to_string(r.status) + ": " + r.body;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  return texts;
+}
+
+TEST(ServeTpTest, TensorParallelServerAnswersLikeOneProcess) {
+  std::vector<std::string> single;
+  {
+    testing::ServeProcess server({"--model", kModel, "--threads", "1"});
+    ASSERT_TRUE(server.ok()) << server.log();
+    single = Completions(server.port());
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(), 0) << server.log();
+  }
+  testing::ServeProcess server({"--model", kModel, "--threads", "1", "--tp", "2"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const std::vector<std::string> tp2 = Completions(server.port());
+  for (size_t i = 0; i < single.size(); ++i) {
+    EXPECT_FALSE(single[i].empty());
+    EXPECT_EQ(tp2[i], single[i]) << "prompt " << i;
+  }
+  // SIGTERM mid-stream: the request still gets every token, then the whole job exits 0.
+  const json body = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 300},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"stream", true}};
+  int events = 0;
+  bool done = false;
+  const testing::StreamResult stream = testing::HttpStream(
+      server.port(), "/v1/completions", body.dump(), [&](const testing::SseEvent& e) {
+        if (++events == 1) server.Signal(SIGTERM);
+        done = done || e.data == "[DONE]";
+        return true;
+      });
+  EXPECT_EQ(stream.status, 200);
+  EXPECT_TRUE(done);
+  EXPECT_GE(events, 300 + 2);  // 300 tokens, the finish chunk and [DONE]
+  EXPECT_EQ(server.Wait(120), 0) << server.log();
+}
+
+}  // namespace
+}  // namespace uc
