@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs Undercurrent's build and test dependencies from Debian 12's packages.
-# Idempotent; uses sudo when not run as root.
+# Idempotent; uses sudo when not run as root. Python test tools (tests/requirements.txt: the
+# OpenAI SDK) go into a virtual environment, build/venv, which the test build picks up.
 set -euo pipefail
 
 PACKAGES=(
@@ -10,7 +11,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libcli11-dev
   libpcre2-dev
-  python3 python3-numpy python3-pip
+  python3 python3-numpy python3-pip python3-venv
   iproute2 util-linux procps
 )
 
@@ -26,3 +27,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+cd "$(dirname "$0")/.."
+if [ ! -x build/venv/bin/python ]; then python3 -m venv build/venv; fi
+build/venv/bin/python -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt

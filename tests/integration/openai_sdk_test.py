@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""The official OpenAI Python SDK drives `undercurrent serve` on SmolLM2-135M-Instruct.
+
+A completion, a chat completion (rendered with the model's ChatML template, answered
+coherently), a streamed chat completion, and a request an inline probe flags
+(finish_reason "content_flagged", with the probing fields read back from the SDK's objects).
+
+Usage: openai_sdk_test.py UNDERCURRENT_BINARY SCRATCH_DIR   (needs $UC_SMOLLM2_GGUF and the
+`openai` package: scripts/install-deps.sh puts it in build/venv)
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+try:
+    import openai
+except ImportError:
+    sys.exit("error: the openai package is missing; run scripts/install-deps.sh "
+             "(it installs tests/requirements.txt into build/venv)")
+
+BINARY = None
+SCRATCH = None
+
+# One server for every test. `gate` flags a long answer: a norm gate so low that it fires on
+# the first activation it sees, placed at the 24th generated token, so answers that end sooner
+# are never flagged (and say so: evaluated false).
+SPEC = """version: "1"
+extraction_points:
+  - name: gate
+    layers: [15]
+    tensor_type: residual_stream
+    position: generated[24]
+    probe_type: norm_gate
+    probe_kind: single_shot
+    probe_args: {threshold: 0.001}
+"""
+
+
+class Server:
+    def __init__(self, args):
+        self.proc = subprocess.Popen([BINARY, "serve", "--port", "0"] + args,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.log = []
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://([^:\s]+):(\d+)", line)
+            if m:
+                self.url = f"http://{m.group(1)}:{m.group(2)}/v1"
+                return
+        raise RuntimeError("server did not start:\n" + "".join(self.log))
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=120)
+        self.log.append(out)
+        return self.proc.returncode
+
+
+class OpenAiSdkTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        gguf = os.environ.get("UC_SMOLLM2_GGUF")
+        if not gguf:
+            raise RuntimeError("UC_SMOLLM2_GGUF is not set: run scripts/fetch-smollm2.sh and "
+                               "export its output")
+        spec = os.path.join(SCRATCH, "gate.yaml")
+        with open(spec, "w") as f:
+            f.write(SPEC)
+        cls.server = Server(["--model", gguf, "--served-model-name", "smollm2", "--spec", spec,
+                             "--api-key", "test-key", "--max-model-len", "2048"])
+        cls.client = openai.OpenAI(base_url=cls.server.url, api_key="test-key", max_retries=0,
+                                   timeout=600)
+
+    @classmethod
+    def tearDownClass(cls):
+        code = cls.server.stop()
+        if code != 0:
+            raise RuntimeError(f"server exited {code}:\n" + "".join(cls.server.log))
+
+    def test_models(self):
+        models = self.client.models.list()
+        self.assertEqual([m.id for m in models.data], ["smollm2"])
+
+    def test_completion(self):
+        r = self.client.completions.create(model="smollm2", prompt="The capital of France is",
+                                           max_tokens=8, temperature=0)
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(len(r.choices), 1)
+        self.assertIn("Paris", r.choices[0].text)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+        self.assertGreater(r.usage.prompt_tokens, 0)
+        self.assertEqual(r.usage.completion_tokens, 8)
+        self.assertEqual(r.choices[0].finish_reason, "length")
+        probing = r.model_extra["probing"]
+        self.assertEqual(probing["gate"]["evaluated"], False)
+        self.assertEqual(probing["gate"]["flagged"], False)
+
+    def test_chat_completion_is_coherent(self):
+        r = self.client.chat.completions.create(
+            model="smollm2", temperature=0, max_tokens=48,
+            messages=[{"role": "user", "content": "What is the capital of France?"}])
+        answer = r.choices[0].message.content
+        self.assertEqual(r.object, "chat.completion")
+        self.assertEqual(r.choices[0].message.role, "assistant")
+        self.assertIn("Paris", answer)
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertNotIn("<|im_end|>", answer)
+        self.assertFalse(r.model_extra["flagged"])
+        self.assertIn("gate", r.model_extra["probing"])
+
+    def test_streamed_chat_completion(self):
+        stream = self.client.chat.completions.create(
+            model="smollm2", temperature=0, max_tokens=48, stream=True,
+            stream_options={"include_usage": True},
+            messages=[{"role": "user", "content": "What is the capital of France?"}])
+        text, finish, usage, probing, roles = "", None, None, None, 0
+        for chunk in stream:
+            if chunk.usage is not None:
+                usage = chunk.usage
+            if (chunk.model_extra or {}).get("probing") is not None:
+                probing = chunk.model_extra["probing"]
+            for choice in chunk.choices:
+                if choice.delta.role:
+                    roles += 1
+                text += choice.delta.content or ""
+                finish = choice.finish_reason or finish
+        self.assertEqual(roles, 1)
+        self.assertIn("Paris", text)
+        self.assertEqual(finish, "stop")
+        self.assertIsNotNone(usage)
+        self.assertGreater(usage.completion_tokens, 0)
+        self.assertIsNotNone(probing)
+        self.assertIn("gate", probing)
+        # The same request without streaming says the same thing.
+        r = self.client.chat.completions.create(
+            model="smollm2", temperature=0, max_tokens=48,
+            messages=[{"role": "user", "content": "What is the capital of France?"}])
+        self.assertEqual(r.choices[0].message.content, text)
+        self.assertEqual(r.usage.completion_tokens, usage.completion_tokens)
+
+    def test_flagged_chat_completion(self):
+        messages = [{"role": "user", "content": "Write a long story about a dragon."}]
+        r = self.client.chat.completions.create(model="smollm2", temperature=0, max_tokens=64,
+                                                messages=messages)
+        choice = r.choices[0]
+        self.assertEqual(choice.finish_reason, "content_flagged")
+        self.assertEqual(choice.model_extra["flagged_by"], "gate")
+        self.assertIsInstance(choice.model_extra["flagged_score"], float)
+        self.assertTrue(r.model_extra["flagged"])
+        self.assertEqual(r.model_extra["flagged_by"], "gate")
+        self.assertEqual(r.model_extra["probing"]["gate"]["flagged"], True)
+        self.assertEqual(r.model_extra["probing"]["gate"]["evaluated"], True)
+        self.assertEqual(r.model_extra["probing"]["gate"]["execution_mode"], "inline")
+        # Token 24's activation stopped it: nothing after that token came out.
+        self.assertEqual(r.usage.completion_tokens, 25)
+
+        stream = self.client.chat.completions.create(model="smollm2", temperature=0,
+                                                     max_tokens=64, messages=messages,
+                                                     stream=True)
+        finish, flagged_by, text, probing = None, None, "", None
+        for chunk in stream:
+            extra = chunk.model_extra or {}
+            if extra.get("probing") is not None:
+                probing = extra["probing"]
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                if c.finish_reason:
+                    finish = c.finish_reason
+                    flagged_by = (c.model_extra or {}).get("flagged_by")
+        self.assertEqual(finish, "content_flagged")
+        self.assertEqual(flagged_by, "gate")
+        self.assertEqual(text, choice.message.content)
+        self.assertEqual(probing["gate"]["flagged"], True)
+
+    def test_errors_are_sdk_exceptions(self):
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model="smollm2", prompt="x", max_tokens=8,
+                                           extra_body={"spec": "other.yaml"})
+        self.assertEqual(e.exception.code, "per_request_spec_not_allowed")
+        with self.assertRaises(openai.NotFoundError):
+            self.client.completions.create(model="gpt-4", prompt="x")
+        with self.assertRaises(openai.AuthenticationError):
+            openai.OpenAI(base_url=self.server.url, api_key="wrong",
+                          max_retries=0).models.list()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    BINARY, SCRATCH = sys.argv[1], sys.argv[2]
+    os.makedirs(SCRATCH, exist_ok=True)
+    unittest.main(argv=sys.argv[:1], verbosity=2)
