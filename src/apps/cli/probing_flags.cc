@@ -95,7 +95,9 @@ StatusOr<std::unique_ptr<ProbingRuntime>> ProbingRuntime::Create(const ProbingFl
   StatusOr<probe::Redactor> file_redactor = probe::Redactor::Create(redaction);
   if (!file_redactor.ok())
     return InvalidArgumentError("--redact-key/--drop-key: " + file_redactor.status().message());
-  StatusOr<int64_t> max_bytes = engine::ParseByteSize(flags.sink_file_max_bytes);
+  StatusOr<int64_t> max_bytes = flags.sink_file_max_bytes == "0"
+                                    ? StatusOr<int64_t>(int64_t{0})  // never rotate
+                                    : engine::ParseByteSize(flags.sink_file_max_bytes);
   if (!max_bytes.ok()) {
     return InvalidArgumentError("--sink-file-max-bytes: " + max_bytes.status().message());
   }
