@@ -1,9 +1,13 @@
 // undercurrent: activation probing for live LLM inference — command line entry point.
 #include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdlib>
 
+#include "apps/cli/bench_command.h"
 #include "apps/cli/capture_command.h"
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/generate_command.h"
+#include "apps/cli/inspect_model_command.h"
 #include "apps/cli/schema_command.h"
 #include "apps/cli/serve_command.h"
 #include "apps/cli/validate_command.h"
@@ -12,14 +16,28 @@
 #define UC_VERSION "0.0.0"
 #endif
 
+namespace {
+
+// Ctrl-C ends a command with exit code 130 (128 + SIGINT), as the exit-code table promises;
+// a command that must drain first (serve) installs its own handler.
+extern "C" void OnInterrupt(int) { std::_Exit(uc::cli::kExitInterrupted); }
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  std::signal(SIGINT, OnInterrupt);
   CLI::App app{"undercurrent: activation probing for live LLM inference"};
   app.set_version_flag("--version", std::string("undercurrent ") + UC_VERSION);
+  app.footer(
+      "Every command takes --help. Exit codes: 0 success, 1 reported failure (bad model, spec "
+      "or request), 2 usage error, 130 interrupted.");
   app.require_subcommand(1);
   uc::cli::AddGenerateCommand(app, argc, argv);
   uc::cli::AddCaptureCommand(app, argc, argv);
   uc::cli::AddValidateCommand(app);
   uc::cli::AddSchemaCommand(app);
+  uc::cli::AddInspectModelCommand(app);
+  uc::cli::AddBenchCommand(app);
   uc::cli::AddServeCommand(app, argc, argv);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,198 @@
+#include "apps/cli/inspect_model_command.h"
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include "apps/cli/exit_codes.h"
+#include "probe/spec.h"
+
+namespace uc::cli {
+namespace {
+
+constexpr char kKvReason[] =
+    "the KV cache is stored as paged blocks, not as a per-token activation";
+
+std::string ModelType(const std::string& architecture) {
+  if (architecture == "MistralForCausalLM") return "mistral";
+  if (architecture == "Qwen2ForCausalLM") return "qwen2";
+  return "llama";
+}
+
+std::string Range(int first, int last) {
+  return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
+}
+
+struct InspectOptions {
+  std::string path;
+  std::string format = "text";
+  std::string emit_spec;
+};
+
+int RunInspect(const InspectOptions& o) {
+  models::CheckpointFormat format;
+  StatusOr<models::ModelConfig> config = models::ReadCheckpointConfig(o.path, &format);
+  if (!config.ok()) {
+    std::fprintf(stderr, "error: %s\n", config.status().message().c_str());
+    return kExitFailure;
+  }
+  const nlohmann::ordered_json report = ModelReport(o.path, format, *config);
+  if (!o.emit_spec.empty()) {
+    const std::string spec = StarterSpec(report);
+    const StatusOr<probe::Spec> parsed = probe::ParseSpecText(spec, o.emit_spec);
+    if (!parsed.ok()) {  // a bug, not a user error: the starter must always parse
+      std::fprintf(stderr, "error: the starter spec does not parse: %s\n",
+                   parsed.status().message().c_str());
+      return kExitFailure;
+    }
+    std::ofstream out(o.emit_spec, std::ios::binary);
+    out << spec;
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write the starter spec to '%s'\n", o.emit_spec.c_str());
+      return kExitFailure;
+    }
+    std::fprintf(stderr, "wrote %s\n", o.emit_spec.c_str());
+  }
+  if (o.format == "json") {
+    std::cout << report.dump(2) << "\n";
+  } else {
+    std::cout << ModelReportText(report);
+  }
+  std::cout.flush();
+  return kExitOk;
+}
+
+}  // namespace
+
+nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFormat format,
+                                   const models::ModelConfig& c) {
+  const int layers = c.num_hidden_layers;
+  auto supported = [&](int first, int last, const char* what) {
+    return nlohmann::ordered_json{{"status", "yes"},
+                                  {"reason", nullptr},
+                                  {"layers", {{"first", first}, {"last", last}}},
+                                  {"description", what}};
+  };
+  nlohmann::ordered_json support = {
+      {"residual_stream", supported(0, layers - 1, "the residual stream after each decoder layer")},
+      {"attn_out", supported(0, layers - 1, "the attention block's output (after o_proj)")},
+      {"mlp_out", supported(0, layers - 1, "the MLP block's output (after down_proj)")},
+      {"final_norm",
+       supported(layers, layers, "the final RMSNorm's output, addressed as layer num_layers")},
+      {"kv",
+       {{"status", "no"},
+        {"reason", kKvReason},
+        {"layers", nullptr},
+        {"description", "keys and values"}}},
+  };
+  return {
+      {"model", path},
+      {"format", std::string(models::CheckpointFormatName(format))},
+      {"model_class", c.architecture},
+      {"model_type", ModelType(c.architecture)},
+      {"num_layers", layers},
+      {"hidden_size", c.hidden_size},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim},
+      {"intermediate_size", c.intermediate_size},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"weights_loaded", false},
+      {"verified", true},
+      {"note", "final_norm is addressed as layer index num_layers (" + std::to_string(layers) +
+                   "); layer indices are the same at every tensor- and pipeline-parallel size"},
+      {"support", {{"undercurrent", std::move(support)}}},
+      {"suggested",
+       {{"layers", {layers / 2}}, {"tensor_type", "residual_stream"}, {"position", "prompt[-1]"}}},
+  };
+}
+
+std::string ModelReportText(const nlohmann::ordered_json& r) {
+  auto i = [&](const char* key) { return std::to_string(r[key].get<int>()); };
+  std::string out;
+  out += "model:          " + r["model"].get<std::string>() + " (" +
+         r["format"].get<std::string>() + ", configuration only; weights not loaded)\n";
+  out += "architecture:   " + r["model_class"].get<std::string>() + " (" +
+         r["model_type"].get<std::string>() + ")\n";
+  out += "layers:         " + i("num_layers") + "\n";
+  out += "hidden size:    " + i("hidden_size") + " (intermediate " + i("intermediate_size") + ")\n";
+  out += "heads:          " + i("num_attention_heads") + " attention, " + i("num_key_value_heads") +
+         " key/value, head_dim " + i("head_dim") + "\n";
+  out += "vocabulary:     " + i("vocab_size") + "\n";
+  out += "context:        " + i("max_position_embeddings") + " positions\n\n";
+  out += "capturable tensor types (tensor_type: layer indices):\n";
+  for (const auto& [type, s] : r["support"]["undercurrent"].items()) {
+    char line[256];
+    if (s["status"] == "yes") {
+      std::snprintf(line, sizeof(line), "  %-16s %-8s %s\n", type.c_str(),
+                    Range(s["layers"]["first"], s["layers"]["last"]).c_str(),
+                    s["description"].get<std::string>().c_str());
+    } else {
+      std::snprintf(line, sizeof(line), "  %-16s %-8s %s\n", type.c_str(), "no",
+                    s["reason"].get<std::string>().c_str());
+    }
+    out += line;
+  }
+  const auto& sug = r["suggested"];
+  out += "\nsuggested starting point: " + sug["tensor_type"].get<std::string>() + " at layer " +
+         std::to_string(sug["layers"][0].get<int>()) + ", position " +
+         sug["position"].get<std::string>() + "\n";
+  out += "  (--emit-spec FILE writes it as a starter spec)\n";
+  return out;
+}
+
+std::string StarterSpec(const nlohmann::ordered_json& r) {
+  const int layer = r["suggested"]["layers"][0];
+  const int layers = r["num_layers"];
+  std::string y;
+  y += "# yaml-language-server: $schema=https://undercurrent.dev/schema/probe-spec.schema.json\n";
+  y += "# Starter probe spec for " + r["model"].get<std::string>() + "\n";
+  y += "# (" + r["model_class"].get<std::string>() + ", " + std::to_string(layers) +
+       " layers, hidden_size " + std::to_string(r["hidden_size"].get<int>()) +
+       "), written by `undercurrent inspect-model --emit-spec`.\n";
+  y += "# Capturable: residual_stream, attn_out, mlp_out at layers 0-" +
+       std::to_string(layers - 1) + "; final_norm at layer " + std::to_string(layers) +
+       "; not kv.\n";
+  y +=
+      "# Check it with `undercurrent validate FILE`; run it with `undercurrent generate --spec`.\n";
+  y += "version: \"1\"\n";
+  y += "extraction_points:\n";
+  y += "  - name: starter\n";
+  y += "    # The residual stream after the middle decoder layer, at the last prompt token.\n";
+  y += "    layers: [" + std::to_string(layer) + "]\n";
+  y += "    tensor_type: residual_stream\n";
+  y += "    position: \"prompt[-1]\"\n";
+  y += "    # Replace my_probe with a registered probe type (built-ins: linear, mlp, norm_gate,\n";
+  y += "    # cosine, ema, running_mean) and give its probe_args, e.g.\n";
+  y += "    # probe_args: {weights: probe.safetensors, sigmoid: true, threshold: 0.9}\n";
+  y += "    probe_type: my_probe\n";
+  y += "    probe_kind: single_shot\n";
+  y += "    # inline: the probe may stop the generation; async: it only observes.\n";
+  y += "    execution_mode: inline\n";
+  return y;
+}
+
+void AddInspectModelCommand(CLI::App& app) {
+  auto options = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect-model",
+      "Describe a model and what a probe spec can capture from it (reads its configuration, "
+      "not its weights)");
+  cmd->add_option("path", options->path,
+                  "Model: a Hugging Face directory (or its config.json), a .gguf file or a "
+                  "llama2.c .bin")
+      ->type_name("PATH")
+      ->required();
+  cmd->add_option("--format", options->format, "Output format")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--emit-spec", options->emit_spec,
+                  "Also write a commented starter spec for this model to FILE")
+      ->type_name("FILE");
+  cmd->callback([options] { throw CLI::RuntimeError(RunInspect(*options)); });
+}
+
+}  // namespace uc::cli

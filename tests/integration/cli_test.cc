@@ -1,0 +1,251 @@
+// The command line's public surface through the real binary: `--version`, `--help` on every
+// subcommand, the exit codes (0 success, 1 reported failure, 2 usage, 130 interrupted),
+// `inspect-model` (text, JSON, --emit-spec that `validate` accepts, config-only models, bad
+// paths) and `bench` (text and JSON).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "common/test_util.h"
+
+namespace uc {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliResult {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+CliResult RunCli(const std::string& args) {
+  CliResult r;
+  r.exit_code = testing::RunCommand(testing::CliBinary().string() + " " + args, &r.output);
+  return r;
+}
+
+// stdout only (stderr discarded), for JSON output.
+CliResult RunCliStdout(const std::string& args) {
+  CliResult r;
+  r.exit_code = testing::RunCommand(
+      "{ " + testing::CliBinary().string() + " " + args + " 2>/dev/null; }", &r.output);
+  return r;
+}
+
+// The bundled model (a Hugging Face directory).
+const std::string kModel = std::string(UC_SOURCE_DIR) + "/models/stories260K";
+
+std::string Read(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The subcommand names listed in `undercurrent --help`.
+std::vector<std::string> Subcommands() {
+  const CliResult help = RunCli("--help");
+  std::vector<std::string> names;
+  std::istringstream lines(help.output);
+  std::string line;
+  bool in_list = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("SUBCOMMANDS:", 0) == 0 || line.rfind("Subcommands:", 0) == 0) {
+      in_list = true;
+      continue;
+    }
+    if (in_list) {
+      std::smatch m;
+      if (std::regex_search(line, m, std::regex(R"(^\s+([a-z][a-z-]*)\s)"))) {
+        names.push_back(m[1]);
+      } else if (!line.empty() && line[0] != ' ') {
+        in_list = false;
+      }
+    }
+  }
+  return names;
+}
+
+TEST(CliTest, VersionPrintsNameAndVersion) {
+  const CliResult r = RunCli("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(std::regex_match(r.output, std::regex(R"(undercurrent \d+\.\d+\.\d+\n)")))
+      << r.output;
+}
+
+TEST(CliTest, EverySubcommandHasHelpAndExitsZero) {
+  const CliResult top = RunCli("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.output.find("Exit codes: 0 success, 1 reported failure"), std::string::npos)
+      << top.output;
+  const std::vector<std::string> names = Subcommands();
+  for (const char* expected : {"generate", "validate", "schema", "inspect-model", "bench"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end())
+        << expected << " missing from:\n"
+        << top.output;
+  }
+  for (const std::string& name : names) {
+    const CliResult r = RunCli(name + " --help");
+    EXPECT_EQ(r.exit_code, 0) << name << ":\n" << r.output;
+    EXPECT_NE(r.output.find(name), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("--help"), std::string::npos) << r.output;
+    EXPECT_EQ(RunCli(name + " -h").exit_code, 0) << name;
+  }
+}
+
+TEST(CliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunCli("").exit_code, 2);
+  EXPECT_EQ(RunCli("no-such-command").exit_code, 2);
+  EXPECT_EQ(RunCli("--no-such-flag").exit_code, 2);
+  EXPECT_EQ(RunCli("inspect-model").exit_code, 2);
+  EXPECT_EQ(RunCli("inspect-model " + kModel + " --format yaml").exit_code, 2);
+  EXPECT_EQ(RunCli("bench").exit_code, 2);
+  EXPECT_EQ(RunCli("bench --model " + kModel + " --batch 0").exit_code, 2);
+  EXPECT_EQ(RunCli("validate").exit_code, 2);
+  EXPECT_EQ(RunCli("generate --model " + kModel).exit_code, 2);  // no prompt
+}
+
+TEST(CliTest, ReportedFailuresExitOne) {
+  const CliResult missing = RunCli("inspect-model /no/such/model");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.output, "error: /no/such/model: no such file or directory\n");
+  const fs::path dir = testing::ScratchDir("cli_bad_model");
+  std::ofstream(dir / "config.json") << R"({"architectures": ["GPT2LMHeadModel"]})";
+  const CliResult unknown = RunCli("inspect-model " + dir.string());
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.output.find("unknown architecture 'GPT2LMHeadModel'"), std::string::npos)
+      << unknown.output;
+  const fs::path empty = testing::ScratchDir("cli_empty_dir");
+  const CliResult no_config = RunCli("inspect-model " + empty.string());
+  EXPECT_EQ(no_config.exit_code, 1);
+  EXPECT_NE(no_config.output.find("directory has no config.json"), std::string::npos);
+  EXPECT_EQ(RunCli("bench --model /no/such/model").exit_code, 1);
+  EXPECT_EQ(RunCli("inspect-model " + kModel + " --emit-spec /no/such/dir/spec.yaml").exit_code, 1);
+}
+
+TEST(CliTest, InterruptExitsOneHundredThirty) {
+  // SIGINT while the benchmark runs (or still loads): the process exits with 130.
+  const CliResult r = RunCli("bench --model " + kModel +
+                             " --repetitions 100000 & pid=$!; "
+                             "sleep 1; kill -INT $pid; wait $pid; exit $?");
+  EXPECT_EQ(r.exit_code, 130) << r.output;
+}
+
+TEST(CliTest, InspectModelText) {
+  const CliResult r =
+      RunCli("inspect-model " + testing::TestData("stories260K/stories260K.bin").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string path = testing::TestData("stories260K/stories260K.bin").string();
+  EXPECT_EQ(r.output,
+            "model:          " + path +
+                " (llama2c, configuration only; weights not loaded)\n"
+                "architecture:   LlamaForCausalLM (llama)\n"
+                "layers:         5\n"
+                "hidden size:    64 (intermediate 172)\n"
+                "heads:          8 attention, 4 key/value, head_dim 8\n"
+                "vocabulary:     512\n"
+                "context:        512 positions\n"
+                "\n"
+                "capturable tensor types (tensor_type: layer indices):\n"
+                "  residual_stream  0-4      the residual stream after each decoder layer\n"
+                "  attn_out         0-4      the attention block's output (after o_proj)\n"
+                "  mlp_out          0-4      the MLP block's output (after down_proj)\n"
+                "  final_norm       5        the final RMSNorm's output, addressed as layer "
+                "num_layers\n"
+                "  kv               no       the KV cache is stored as paged blocks, not as a "
+                "per-token activation\n"
+                "\n"
+                "suggested starting point: residual_stream at layer 2, position prompt[-1]\n"
+                "  (--emit-spec FILE writes it as a starter spec)\n");
+}
+
+TEST(CliTest, InspectModelJsonKeepsV01KeysInEveryLayout) {
+  for (const std::string& model : {testing::TestData("stories260K-hf").string(),
+                                   testing::TestData("stories260K/stories260K.gguf").string(),
+                                   testing::TestData("stories260K/stories260K.bin").string()}) {
+    SCOPED_TRACE(model);
+    const CliResult r = RunCliStdout("inspect-model " + model + " --format json");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    for (const char* key :
+         {"model", "model_class", "model_type", "num_layers", "hidden_size", "num_attention_heads",
+          "vocab_size", "weights_loaded", "verified", "note", "support", "suggested"}) {
+      EXPECT_TRUE(j.contains(key)) << key;
+    }
+    EXPECT_EQ(j["model"], model);
+    EXPECT_EQ(j["model_class"], "LlamaForCausalLM");
+    EXPECT_EQ(j["num_layers"], 5);
+    EXPECT_EQ(j["hidden_size"], 64);
+    EXPECT_EQ(j["num_attention_heads"], 8);
+    EXPECT_EQ(j["num_key_value_heads"], 4);
+    EXPECT_EQ(j["vocab_size"], 512);
+    EXPECT_EQ(j["weights_loaded"], false);
+    const nlohmann::json& support = j["support"]["undercurrent"];
+    EXPECT_EQ(support["residual_stream"]["status"], "yes");
+    EXPECT_EQ(support["mlp_out"]["layers"], (nlohmann::json{{"first", 0}, {"last", 4}}));
+    EXPECT_EQ(support["final_norm"]["layers"], (nlohmann::json{{"first", 5}, {"last", 5}}));
+    EXPECT_EQ(support["kv"]["status"], "no");
+    EXPECT_FALSE(support["kv"]["reason"].get<std::string>().empty());
+    EXPECT_EQ(j["suggested"], (nlohmann::json{{"layers", {2}},
+                                              {"tensor_type", "residual_stream"},
+                                              {"position", "prompt[-1]"}}));
+  }
+}
+
+TEST(CliTest, InspectModelNeedsOnlyTheConfig) {
+  const fs::path dir = testing::ScratchDir("cli_config_only");
+  fs::copy_file(testing::TestData("stories260K-hf/config.json"), dir / "config.json");
+  const CliResult r =
+      RunCliStdout("inspect-model " + (dir / "config.json").string() + " --format json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["num_layers"], 5);
+}
+
+TEST(CliTest, EmittedStarterSpecValidates) {
+  const fs::path dir = testing::ScratchDir("cli_emit_spec");
+  const std::string spec = (dir / "starter.yaml").string();
+  const CliResult r = RunCli("inspect-model " + kModel + " --emit-spec " + spec);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("wrote " + spec), std::string::npos);
+  const std::string text = Read(spec);
+  EXPECT_EQ(text.rfind("# yaml-language-server: $schema=", 0), 0u) << text;
+  EXPECT_NE(text.find("layers: [2]\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("probe_type: my_probe\n"), std::string::npos) << text;
+  const CliResult valid = RunCli("validate " + spec);
+  EXPECT_EQ(valid.exit_code, 0) << valid.output;
+  EXPECT_EQ(valid.output, spec + ": OK (1 extraction point)\n");
+}
+
+TEST(CliTest, BenchReportsPrefillAndDecodeRates) {
+  const CliResult text = RunCli("bench --model " + kModel +
+                                " --batch 2 --prompt-len 16 --max-tokens 8 --repetitions 1");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_TRUE(std::regex_search(text.output, std::regex(R"(prefill: +[0-9.]+ tokens/s)")))
+      << text.output;
+  EXPECT_TRUE(std::regex_search(text.output, std::regex(R"(decode: +[0-9.]+ tokens/s)")))
+      << text.output;
+  const fs::path dir = testing::ScratchDir("cli_bench");
+  std::ofstream(dir / "spec.yaml")
+      << "version: \"1\"\nextraction_points:\n"
+         "  - {name: n, layers: [1], tensor_type: residual_stream, "
+         "position: \"generated[*]\", probe_type: norm_gate, "
+         "probe_kind: single_shot, probe_args: {threshold: 1000000.0}}\n";
+  const CliResult json = RunCliStdout("bench --model " + kModel +
+                                      " --batch 2 --prompt-len 16 --max-tokens 8 "
+                                      "--repetitions 2 --format json --spec " +
+                                      (dir / "spec.yaml").string());
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json j = nlohmann::json::parse(json.output);
+  EXPECT_EQ(j["batch"], 2);
+  EXPECT_EQ(j["extraction_points"], 1);
+  EXPECT_EQ(j["runs"].size(), 2u);
+  EXPECT_GT(j["prefill_tokens_per_second"].get<double>(), 0.0);
+  EXPECT_GT(j["decode_tokens_per_second"].get<double>(), 0.0);
+  EXPECT_EQ(j["runs"][0]["generated_tokens"], 16);
+}
+
+}  // namespace
+}  // namespace uc
