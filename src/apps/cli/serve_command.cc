@@ -280,10 +280,10 @@ int RunServe(ServeOptions& o) {
         code = kExitFailure;
       }
     }
+    // The engine has stopped stepping: async probes drain their queues and every request's
+    // results reach the sinks. Before the server goes: late results still find its callback.
+    if (session != nullptr) session->Shutdown(/*wait=*/true);
   }
-  // The engine has stopped stepping: async probes drain their queues and every request's
-  // results reach the sinks before the session goes.
-  if (session != nullptr) session->Shutdown(/*wait=*/true);
   (*engine)->SetObserver(nullptr);
   session.reset();
   engine->reset();  // shuts the other ranks down

@@ -372,6 +372,22 @@ std::string FinishReasonOf(const engine::RequestOutput& output) {
   return std::string(engine::FinishReasonName(output.finish_reason));
 }
 
+namespace {
+
+// Whether the probe saw any activation: it signalled, or its verdict counts calls (the
+// built-in probes' "n" and "count"; trajectory probes signal only when they trigger).
+bool Evaluated(const probe::ProbeResult& r) {
+  if (!r.signal_history.empty()) return true;
+  if (!r.verdict.is_object()) return false;
+  for (const char* key : {"n", "count"}) {
+    const auto it = r.verdict.find(key);
+    if (it != r.verdict.end() && it->is_number() && it->get<double>() > 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 json ProbingSummary(const probe::RequestProbeResults& results, const probe::Spec& spec) {
   json summary = json::object();
   for (const probe::ProbeResult& r : results.results) {
@@ -399,7 +415,7 @@ json ProbingSummary(const probe::RequestProbeResults& results, const probe::Spec
         {"flagged", flagged},
         {"execution_mode",
          point != nullptr ? std::string(probe::Name(point->execution_mode)) : "inline"},
-        {"evaluated", !r.signal_history.empty()},
+        {"evaluated", Evaluated(r)},
         {"verdict", r.verdict},
     };
   }

@@ -175,6 +175,10 @@ TEST(ProtocolTest, ProbingSummaryScores) {
   EXPECT_EQ(j["traj"]["flagged"], true);
   EXPECT_EQ(j["traj"]["execution_mode"], "async");
   EXPECT_EQ(j["never"]["evaluated"], false);
+  EXPECT_EQ(j["one"]["evaluated"], true);
+  probe::ProbeResult quiet{"id", "never", json{{"count", 4}}, {}, json::object()};
+  results.results = {quiet};
+  EXPECT_EQ(ProbingSummary(results, spec)["never"]["evaluated"], true);
   EXPECT_TRUE(j["never"]["score"].is_null());
 }
 
