@@ -123,5 +123,86 @@ TEST(GeneratePromptsTest, BadEngineFlagsAreUsageErrors) {
   EXPECT_EQ(RunCli("--max-tokens 2").exit_code, 2) << "neither --prompt nor --prompts";
 }
 
+// Async probes from the command line: every request's line carries its async verdict (printed
+// once the queue drained), the sink file gets every signal and result, and --metrics-file
+// holds valid Prometheus text (promtool) with the engine's and the points' series.
+TEST(GeneratePromptsTest, AsyncProbesSinkFileAndMetricsFile) {
+  const fs::path dir = testing::ScratchDir("generate_async");
+  const fs::path spec = dir / "spec.yaml";
+  std::ofstream(spec) << R"(version: "1"
+extraction_points:
+  - name: drift
+    layers: [2]
+    tensor_type: residual_stream
+    position: "generated[*]"
+    probe_type: running_mean
+    probe_kind: trajectory
+    execution_mode: async
+    queue_depth: 64
+  - name: gate
+    layers: [3]
+    tensor_type: residual_stream
+    position: "generated[*]"
+    probe_type: norm_gate
+    probe_kind: single_shot
+    probe_args: {threshold: 1000.0}
+)";
+  const fs::path prompts = dir / "prompts.jsonl";
+  std::ofstream(prompts) << R"({"id": "a", "prompt": "Once upon a time", "max_tokens": 12, "ignore_eos": true}
+{"id": "b", "prompt": "The cat", "max_tokens": 9, "ignore_eos": true}
+)";
+  const CliResult r =
+      RunCli("--prompts '" + prompts.string() + "' --spec '" + spec.string() +
+             "' --temperature 0 --json --sink-file '" + (dir / "sink.ndjson").string() +
+             "' --metrics-file '" + (dir / "metrics.prom").string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = JsonLines(r.output);
+  ASSERT_EQ(lines.size(), 2u) << r.output;
+  for (const auto& [id, line] : lines) {
+    const nlohmann::json& drift = line["probing"]["drift"];
+    const int64_t tokens = line["ids"].size();
+    EXPECT_EQ(drift["metadata"]["queue"]["accepted"], tokens) << id;
+    EXPECT_EQ(drift["metadata"]["queue"]["processed"], tokens) << id;
+    EXPECT_TRUE(line["probing"].contains("gate")) << id;
+  }
+  int results = 0;
+  std::ifstream in(dir / "sink.ndjson");
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json rec = nlohmann::json::parse(text);
+    results += rec["kind"] == "result";
+  }
+  EXPECT_EQ(results, 4) << "one result per (request, point)";
+  std::string check;
+  EXPECT_EQ(testing::RunCommand(
+                "promtool check metrics < '" + (dir / "metrics.prom").string() + "' 2>&1", &check),
+            0)
+      << check;
+  std::ifstream metrics_in(dir / "metrics.prom");
+  const std::string metrics((std::istreambuf_iterator<char>(metrics_in)),
+                            std::istreambuf_iterator<char>());
+  EXPECT_NE(metrics.find("undercurrent_generation_tokens_total 21"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("undercurrent_probe_activations_total{execution_mode=\"async\","
+                         "extraction_point=\"drift\"} 21"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("undercurrent_requests_finished_total{finish_reason=\"length\"} 2"),
+            std::string::npos);
+}
+
+TEST(GeneratePromptsTest, BadSinkFlagsAreClearErrors) {
+  const fs::path prompts = WriteFile("one.jsonl", R"({"id": "a", "prompt": "Hi", "max_tokens": 2}
+)");
+  CliResult r =
+      RunCli("--prompts '" + prompts.string() + "' --sink-file /nonexistent-uc-dir/sink.ndjson");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--sink-file"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("does not exist"), std::string::npos) << r.output;
+  r = RunCli("--prompts '" + prompts.string() + "' --webhook localhost:9/x");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--webhook"), std::string::npos) << r.output;
+  r = RunCli("--prompts '" + prompts.string() + "' --overflow-policy drop_random");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+}
+
 }  // namespace
 }  // namespace uc
