@@ -13,6 +13,7 @@ PACKAGES=(
   libpcre2-dev
   python3 python3-numpy python3-pip python3-venv
   iproute2 util-linux procps
+  prometheus  # promtool: the tests check the metrics output with `promtool check metrics`
 )
 
 SUDO=""
