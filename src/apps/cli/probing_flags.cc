@@ -24,7 +24,7 @@ void AddProbingFlags(CLI::App* cmd, ProbingFlags* f) {
       ->check(CLI::IsMember({"drop_oldest", "drop_newest", "block"}))
       ->capture_default_str()
       ->group(g);
-  cmd->add_option("--drain-timeout", f->drain_timeout,
+  cmd->add_option("--probe-drain-timeout", f->drain_timeout,
                   "Seconds a finished request's async queues may take to drain")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str()

@@ -4,7 +4,7 @@
 // sinks, redaction and metrics; and ProbingRuntime, which builds what they ask for.
 //
 //   --async-workers N --queue-depth N --overflow-policy drop_oldest|drop_newest|block
-//   --drain-timeout SECONDS
+//   --probe-drain-timeout SECONDS
 //   --sink-file PATH [--sink-file-max-bytes SIZE --sink-file-keep N]
 //   --webhook URL [--webhook-dead-letter PATH --webhook-token-env VAR --webhook-retries N
 //                  --webhook-timeout S --webhook-backoff S --webhook-queue N]

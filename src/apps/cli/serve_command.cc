@@ -15,6 +15,7 @@
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/launch.h"
+#include "apps/cli/probing_flags.h"
 #include "apps/server/http_server.h"
 #include "distributed/mpi/mpi_runtime.h"
 #include "engine/deployment.h"
@@ -45,6 +46,7 @@ struct ServeOptions {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   double step_timeout = 120.0;
+  ProbingFlags probing;  // async settings, sinks, --metrics-file
 };
 
 bool IsDriver() {
@@ -244,11 +246,18 @@ int RunServe(ServeOptions& o) {
   if (!(*chat)->unavailable_reason().empty()) {
     std::fprintf(stderr, "undercurrent serve: %s\n", (*chat)->unavailable_reason().c_str());
   }
-  probe::Metrics metrics;  // outlives the session, which records into it
+  // Sinks and metrics (served at /metrics, and --metrics-file); outlive the session.
+  StatusOr<std::unique_ptr<ProbingRuntime>> runtime = ProbingRuntime::Create(o.probing);
+  if (!runtime.ok()) {
+    engine->reset();
+    std::fprintf(stderr, "error: %s\n", runtime.status().message().c_str());
+    return Finish(kExitUsage);
+  }
+  probe::Metrics& metrics = (*runtime)->metrics();
   std::unique_ptr<probe::ProbingSession> session;
   if (spec.has_value()) {
     probe::ProbingOptions options;
-    options.metrics = &metrics;
+    (*runtime)->Apply(&options);
     options.model_name = o.server.served_model_name;
     options.stop_token_ids = (*engine)->eos_token_ids();
     StatusOr<std::unique_ptr<probe::ProbingSession>> created = probe::ProbingSession::Create(
@@ -286,6 +295,8 @@ int RunServe(ServeOptions& o) {
   }
   (*engine)->SetObserver(nullptr);
   session.reset();
+  const Status flushed = (*runtime)->Close(o.probing.webhook_timeout * 4 + 5);
+  if (!flushed.ok()) std::fprintf(stderr, "warning: %s\n", flushed.message().c_str());
   engine->reset();  // shuts the other ranks down
   if (code == kExitOk) std::fprintf(stderr, "undercurrent serve: stopped\n");
   return Finish(code);
@@ -309,6 +320,7 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--probe-plugin", o->probe_plugins,
                   "Shared library that registers probe types (repeatable)")
       ->check(CLI::ExistingFile);
+  AddProbingFlags(cmd, &o->probing);
   cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", o->server.port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
