@@ -195,11 +195,13 @@ TEST(WebhookSinkTest, AFullQueueDeadLettersAtOnceInsteadOfDropping) {
   auto sink = probe::WebhookSink::Open(o);
   ASSERT_TRUE(sink.ok());
   (*sink)->Write(Record(0));
-  std::this_thread::sleep_for(50ms);  // the sender takes record 0 (in flight for 300 ms)
-  (*sink)->Write(Record(1));          // queued
+  // Until the receiver holds record 0 (it answers after 300 ms), the queue is empty again.
+  for (int i = 0; i < 500 && receiver.calls() == 0; ++i) std::this_thread::sleep_for(2ms);
+  ASSERT_EQ(receiver.calls(), 1);
+  (*sink)->Write(Record(1));  // queued
   const auto start = std::chrono::steady_clock::now();
   (*sink)->Write(Record(2));  // the queue is full
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 100ms) << "Write must never block";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 250ms) << "Write must never block";
   ASSERT_TRUE((*sink)->Close(10).ok());
   const std::vector<json> dead = ReadLines(dir / "dead.ndjson");
   ASSERT_EQ(dead.size(), 1u);
