@@ -209,6 +209,12 @@ TEST(ServeTest, ClientThatDisconnectsMidStreamFreesItsKvBlocks) {
   // It stopped early: fewer tokens than 17 full requests.
   EXPECT_LT(testing::MetricValue(metrics, "undercurrent_generation_tokens_total"), 17 * 500)
       << metrics;
+  // What /metrics serves is valid Prometheus text (promtool, Debian package `prometheus`).
+  const std::filesystem::path prom = testing::ScratchDir("serve_metrics") / "metrics.prom";
+  std::ofstream(prom) << metrics;
+  std::string check;
+  EXPECT_EQ(testing::RunCommand("promtool check metrics < '" + prom.string() + "' 2>&1", &check), 0)
+      << check;
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(), 0) << server.log();
 }
