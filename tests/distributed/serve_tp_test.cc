@@ -1,9 +1,12 @@
-// `undercurrent serve --tp 2`: the CLI starts itself under mpirun, rank 0 serves HTTP and
-// drives the engine, rank 1 follows; greedy completions equal those of a one-process server,
-// concurrent requests included; SIGTERM drains a stream in flight and the whole job exits 0.
+// `undercurrent serve --tp 2` (and --pp 2, --tp 2 --pp 2): the CLI starts itself under mpirun, rank
+// 0 serves HTTP and drives the engine, rank 1 follows; greedy completions equal those of a
+// one-process server, concurrent requests included; SIGTERM drains a stream in flight and the whole
+// job exits 0.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "common/server_util.h"
@@ -67,6 +70,46 @@ TEST(ServeTpTest, TensorParallelServerAnswersLikeOneProcess) {
   EXPECT_TRUE(done);
   EXPECT_GE(events, 300 + 2);  // 300 tokens, the finish chunk and [DONE]
   EXPECT_EQ(server.Wait(120), 0) << server.log();
+}
+
+// PP 2 and TP×PP 2×2 with a spec: the same greedy text as one process, and the async probe's
+// verdict counts every generated token.
+TEST(ServeTpTest, PipelineAndTpTimesPpServersAnswerLikeOneProcessWithProbes) {
+  const std::filesystem::path dir = testing::ScratchDir("serve_pp");
+  const std::filesystem::path spec = dir / "spec.yaml";
+  std::ofstream(spec) << R"(version: "1"
+extraction_points:
+  - {name: drift, layers: [3], tensor_type: residual_stream, position: "generated[*]",
+     probe_type: running_mean, probe_kind: trajectory, execution_mode: async}
+)";
+  std::vector<std::string> single;
+  {
+    testing::ServeProcess server({"--model", kModel, "--threads", "1"});
+    ASSERT_TRUE(server.ok()) << server.log();
+    single = Completions(server.port());
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(), 0) << server.log();
+  }
+  for (const std::vector<std::string>& topology :
+       {std::vector<std::string>{"--pp", "2"},
+        std::vector<std::string>{"--tp", "2", "--pp", "2"}}) {
+    SCOPED_TRACE(topology.size() == 2 ? "PP 2" : "TP 2 x PP 2");
+    std::vector<std::string> args = {"--model", kModel, "--threads", "1", "--spec", spec.string()};
+    args.insert(args.end(), topology.begin(), topology.end());
+    testing::ServeProcess server(args);
+    ASSERT_TRUE(server.ok()) << server.log();
+    const std::vector<std::string> texts = Completions(server.port());
+    for (size_t i = 0; i < single.size(); ++i) EXPECT_EQ(texts[i], single[i]) << "prompt " << i;
+    const json body = {{"prompt", "Once upon a time"},
+                       {"max_tokens", 12},
+                       {"temperature", 0},
+                       {"ignore_eos", true}};
+    const testing::HttpResult r = testing::HttpPost(server.port(), "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.Json()["probing"]["drift"]["verdict"]["count"], 12) << r.body;
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(120), 0) << server.log();
+  }
 }
 
 }  // namespace
