@@ -148,7 +148,8 @@ extraction_points:
     probe_args: {threshold: 1000.0}
 )";
   const fs::path prompts = dir / "prompts.jsonl";
-  std::ofstream(prompts) << R"({"id": "a", "prompt": "Once upon a time", "max_tokens": 12, "ignore_eos": true}
+  std::ofstream(prompts)
+      << R"({"id": "a", "prompt": "Once upon a time", "max_tokens": 12, "ignore_eos": true}
 {"id": "b", "prompt": "The cat", "max_tokens": 9, "ignore_eos": true}
 )";
   const CliResult r =
