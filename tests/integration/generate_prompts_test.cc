@@ -21,7 +21,11 @@ struct CliResult {
 };
 
 fs::path WriteFile(const std::string& name, const std::string& text) {
-  const fs::path path = testing::ScratchDir("generate_prompts") / name;
+  // One directory per test: ctest runs the tests of this file in parallel processes.
+  const fs::path path =
+      testing::ScratchDir(std::string("generate_prompts_") +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name()) /
+      name;
   std::ofstream(path) << text;
   return path;
 }
