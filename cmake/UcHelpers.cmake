@@ -36,6 +36,23 @@ function(uc_library)
   uc_apply_warnings(uc_${UC_NAME})
 endfunction()
 
+# UC_TEST_LABELS: the test labels whose executables the default target builds (empty: all). The
+# asan preset builds only the unit and bad-input tests it runs; the others stay defined (other
+# targets may depend on them) but are built only when asked for by name.
+set(UC_TEST_LABELS "" CACHE STRING "Labels of the tests to build by default (empty: all)")
+
+function(uc_exclude_unwanted_test target labels)
+  if(NOT UC_TEST_LABELS)
+    return()
+  endif()
+  foreach(label IN LISTS labels)
+    if(label IN_LIST UC_TEST_LABELS)
+      return()
+    endif()
+  endforeach()
+  set_target_properties(${target} PROPERTIES EXCLUDE_FROM_ALL TRUE)
+endfunction()
+
 function(uc_test)
   cmake_parse_arguments(UC "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT UC_BUILD_TESTS)
@@ -52,6 +69,7 @@ function(uc_test)
   if(NOT UC_TIMEOUT)
     set(UC_TIMEOUT 300)
   endif()
+  uc_exclude_unwanted_test(${UC_NAME} "${UC_LABELS}")
   gtest_discover_tests(${UC_NAME}
     PROPERTIES LABELS "${UC_LABELS}" TIMEOUT ${UC_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
@@ -91,6 +109,7 @@ function(uc_mpi_test)
   target_compile_definitions(${UC_NAME} PRIVATE OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1
     UC_SOURCE_DIR="${CMAKE_SOURCE_DIR}" UC_BINARY_DIR="${CMAKE_BINARY_DIR}")
   uc_apply_warnings(${UC_NAME})
+  uc_exclude_unwanted_test(${UC_NAME} "${UC_LABELS}")
   set(timeout_flags)
   if(MPI_C_LIBRARY_VERSION_STRING MATCHES "Open MPI")
     set(timeout_flags --timeout ${UC_TIMEOUT})

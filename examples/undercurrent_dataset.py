@@ -11,7 +11,7 @@ token_id, token_text, and the shard / tensor / tensor_row the activation lives i
     rows = ds.rows(point="last_token", layer=4)     # index entries, dataset order
     x = ds.activations(rows)                        # float32 [len(rows), hidden_size]
 
-Run as a script to print a summary:  python3 undercurrent_dataset.py DIR
+Run as a script to print a summary:  build/venv/bin/python examples/undercurrent_dataset.py DIR
 """
 
 import json

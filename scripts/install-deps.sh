@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs Undercurrent's build and test dependencies from Debian 12's packages.
-# Idempotent; uses sudo when not run as root. Python test tools (tests/requirements.txt: the
-# OpenAI SDK) go into a virtual environment, build/venv, which the test build picks up.
+# Idempotent; uses sudo when not run as root. The Python packages the tests and examples use
+# (tests/requirements.txt: numpy, the OpenAI SDK) go into a virtual environment, build/venv: the
+# one interpreter the tests run (CMake's UC_TEST_PYTHON), whatever `python3` is first on PATH.
 set -euo pipefail
 
 PACKAGES=(
@@ -11,7 +12,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libcli11-dev
   libpcre2-dev
-  python3 python3-numpy python3-pip python3-venv
+  python3 python3-pip python3-venv
   iproute2 util-linux procps
   prometheus  # promtool: the tests check the metrics output with `promtool check metrics`
 )

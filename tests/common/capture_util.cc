@@ -113,8 +113,8 @@ std::map<std::string, std::string> DirectoryFiles(const fs::path& dir) {
 int RunPythonCompare(const fs::path& a, const fs::path& b, double tolerance, std::string* output) {
   const fs::path script = fs::path(UC_SOURCE_DIR) / "tests" / "integration" / "compare_datasets.py";
   std::ostringstream command;
-  command << "python3 '" << script.string() << "' '" << a.string() << "' '" << b.string()
-          << "' --tolerance " << tolerance;
+  command << "'" << UC_TEST_PYTHON << "' '" << script.string() << "' '" << a.string() << "' '"
+          << b.string() << "' --tolerance " << tolerance;
   return RunCommand(command.str(), output);
 }
 

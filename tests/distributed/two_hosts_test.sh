@@ -5,10 +5,11 @@
 # TP=2 job has one rank on each. Its greedy ids must equal one process's. Needs root; removes
 # its namespaces on exit.
 #
-# usage: two_hosts_test.sh UNDERCURRENT_BINARY MODEL_DIR
+# usage: two_hosts_test.sh UNDERCURRENT_BINARY MODEL_DIR PYTHON
 set -euo pipefail
 BIN=$1
 MODEL=$2
+PYTHON=$3
 if [ "$(id -u)" -ne 0 ]; then
   echo "two_hosts_test: needs root to create network namespaces" >&2
   exit 1
@@ -69,7 +70,7 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     exit 1
   }
 
-python3 - "$work/single.json" "$work/multi.out" <<'PY'
+"$PYTHON" - "$work/single.json" "$work/multi.out" <<'PY'
 import json, sys
 single = json.load(open(sys.argv[1]))
 lines = [l for l in open(sys.argv[2]) if l.startswith("{")]

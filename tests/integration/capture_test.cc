@@ -326,8 +326,8 @@ TEST(CaptureTest, BadInputIsAClearErrorNeverACrash) {
   EXPECT_TRUE(Manifest(existing)["complete"].get<bool>());  // untouched by the refusals
 }
 
-// The README's capture -> train -> deploy -> check loop, run as written (only the binary's and
-// the work directory's paths substituted).
+// The README's capture -> train -> deploy -> check loop, run as written (only the binary's, the
+// tests' Python's and the work directory's paths substituted).
 TEST(CaptureTest, ReadmeLoopTrainsAndDeploysTheProbe) {
   const std::string readme = ReadFile(kSource / "README.md");
   const std::string marker = "<!-- probe-loop: run by tests/integration/capture_test.cc -->";
@@ -347,6 +347,7 @@ TEST(CaptureTest, ReadmeLoopTrainsAndDeploysTheProbe) {
   };
   replace_all("build/release/bin/undercurrent", Quote(testing::CliBinary()));
   replace_all("build/probe-demo", work.string());
+  replace_all("build/venv/bin/python", Quote(UC_TEST_PYTHON));
   const fs::path file = work / "loop.sh";
   std::ofstream(file) << "set -eu\ncd " << Quote(kSource) << "\n" << script;
   std::string output;
