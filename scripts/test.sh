@@ -33,7 +33,9 @@ end_phase() {
 
 summary() {
   local status=$?
+  local failed_phase=0
   if [ -n "$CURRENT" ]; then
+    failed_phase=1
     PHASES+=("$(printf '%-34s %6d s  (failed)' "$CURRENT" "$((SECONDS - PHASE_START))")")
   fi
   echo
@@ -41,10 +43,12 @@ summary() {
   local line
   for line in "${PHASES[@]}"; do echo "  $line"; done
   printf '  %-34s %6d s\n' "total" "$((SECONDS - RUN_START))"
-  if [ "$status" -ne 0 ] && [ "$FAILED" -eq 0 ]; then FAILED=1; fi
+  # A phase that did not end (a build error, an interrupted run) fails the run too.
+  if { [ "$status" -ne 0 ] || [ "$failed_phase" = 1 ]; } && [ "$FAILED" -eq 0 ]; then FAILED=1; fi
   echo "test.sh: $PASSED passed, $FAILED failed"
 }
 trap summary EXIT
+trap 'exit 143' TERM INT
 
 # Runs ctest with the given arguments, keeping its output in $LOG_DIR/NAME.log and adding its
 # counts to the summary. Fails the script when a test fails.
