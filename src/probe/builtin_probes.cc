@@ -96,15 +96,18 @@ class TrajectoryProbe : public RecordingProbe {
   ProbeResult OnEnd(const RequestContext& ctx) override {
     const char* final_key = config_->alpha ? "final_ema" : "final_mean";
     const char* fired_key = config_->action == ProbeAction::kAbort ? "aborted" : "flagged";
-    ProbeResult result = Finish(ctx, {{final_key, count_ > 0 ? json(value_) : json(nullptr)},
-                                      {"count", count_},
-                                      {fired_key, triggered_}});
+    // Before any activation the running mean is 0.0, as v0.1 reports it; an EMA has no value.
+    const json final_value = count_ > 0 || !config_->alpha ? json(value_) : json(nullptr);
+    ProbeResult result =
+        Finish(ctx, {{final_key, final_value}, {"count", count_}, {fired_key, triggered_}});
     result.metadata["threshold"] = config_->threshold ? json(*config_->threshold) : json(nullptr);
     return result;
   }
 
  private:
-  const char* StatName() const { return config_->alpha ? "ema" : "mean"; }
+  // The running mean's key is v0.1's (TrajectoryScoreProbe's signal metadata), which its sink
+  // readers look up.
+  const char* StatName() const { return config_->alpha ? "ema" : "running_mean"; }
 
   std::shared_ptr<const TrajectoryConfig> config_;
   int64_t count_ = 0;

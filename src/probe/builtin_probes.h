@@ -36,7 +36,8 @@
 // the mean of the activation, or w·x + b when `weights` is given (args weights, bias, sigmoid
 // as for linear; bias requires weights; sigmoid also applies to the mean). The probe keeps a
 // running statistic and emits `action` once, the first time the statistic >= threshold
-// (confidence = the statistic, metadata {"ema" or "mean", "score", "count", "threshold"});
+// (confidence = the statistic, metadata {"ema" or "running_mean", "score", "count",
+// "threshold"}: v0.1's keys, and ours beside them);
 // other activations emit nothing. Result metadata {"threshold"}.
 //
 //   ema           ema = s₁, then ema = alpha·s + (1 − alpha)·ema.
@@ -46,7 +47,8 @@
 //                 when action is flag)
 //   running_mean  mean of the scores so far (Undercurrent v0.1's TrajectoryScoreProbe).
 //                 threshold  number, default 0.8
-//                 verdict {"final_mean", "count", "aborted"} (or "flagged")
+//                 verdict {"final_mean" (0.0 before any activation, as in v0.1), "count",
+//                 "aborted"} (or "flagged")
 //
 // REQUIRES at every activation: its length equals the weights' length (the router guarantees
 // it when ProbeEnv::hidden_size was known at creation); a mismatch is a fatal check.

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -364,6 +366,47 @@ TEST_F(BuiltinProbesTest, RunningMeanLikeTrajectoryScoreProbe) {
   const auto quiet = RunProbe(*high, ConstantRecords({5, 5}));
   EXPECT_EQ(FirstWith(quiet, ProbeAction::kAbort), -1);  // sigmoid scores < 1
   EXPECT_NEAR(quiet.result.verdict.at("final_mean").get<double>(), Sigmoid(5), 1e-6);
+}
+
+// What v0.1's TrajectoryScoreProbe emitted on the same activations (recorded by
+// tools/reference/v0_1_behaviour.py): the same signals at the same tokens, with v0.1's metadata
+// keys and values (ours adds "score" and "threshold"), and the same verdict.
+TEST_F(BuiltinProbesTest, RunningMeanSignalsAndVerdictAreV01s) {
+  std::ifstream in(std::filesystem::path(UC_SOURCE_DIR) / "tests/testdata/v0_1/running_mean.json");
+  ASSERT_TRUE(in.good());
+  const json recorded = json::parse(in);
+  ASSERT_GE(recorded["cases"].size(), 4u);
+  for (const json& c : recorded["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const auto type = CreateOrDie("running_mean", {{"threshold", c["threshold"]}});
+    std::vector<ActivationRecord> records;
+    for (const json& values : c["activations"]) {
+      records.push_back(Record(values.get<std::vector<float>>()));
+    }
+    const auto run = RunProbe(*type, records);
+    std::vector<int> fired;
+    for (size_t i = 0; i < run.signals.size(); ++i) {
+      if (run.signals[i].has_value()) fired.push_back(static_cast<int>(i));
+    }
+    ASSERT_EQ(fired.size(), c["signals"].size());
+    for (size_t k = 0; k < fired.size(); ++k) {
+      const json& expected = c["signals"][k];
+      const json got = run.signals[fired[k]]->ToJson();
+      EXPECT_EQ(fired[k], expected["index"]);
+      EXPECT_EQ(got["action"], expected["action"]);
+      EXPECT_NEAR(got["confidence"].get<double>(), expected["confidence"].get<double>(), 1e-6);
+      for (const auto& [key, value] : expected["metadata"].items()) {
+        ASSERT_TRUE(got["metadata"].contains(key)) << "missing v0.1's key " << key;
+        EXPECT_NEAR(got["metadata"][key].get<double>(), value.get<double>(), 1e-6) << key;
+      }
+    }
+    const json& verdict = c["verdict"];
+    EXPECT_EQ(run.result.verdict.at("count"), verdict["count"]);
+    EXPECT_EQ(run.result.verdict.at("aborted"), verdict["aborted"]);
+    EXPECT_NEAR(run.result.verdict.at("final_mean").get<double>(),
+                verdict["final_mean"].get<double>(), 1e-6);
+    EXPECT_EQ(run.result.metadata, c["result_metadata"]);
+  }
 }
 
 // --- every built-in ---------------------------------------------------------------------------

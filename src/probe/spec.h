@@ -1,9 +1,18 @@
 // File: spec.h
 // -----------------------------------------------------------------------------
 // The extraction-point spec: which activations to capture (tensor type, layers, positions) and
-// which probe gets them, inline or async. The YAML format is Undercurrent v0.1's (every spec
-// file v0.1 accepts is accepted unchanged; deprecated keys `layer`, `tensor`, `every_n` too),
-// plus our extensions `overflow_policy` (async queues) and `count` (for until: fixed_count).
+// which probe gets them, inline or async. The YAML format is Undercurrent v0.1's, deprecated
+// keys `layer`, `tensor`, `every_n` included, plus our extensions `overflow_policy` (async
+// queues) and `count` (for until: fixed_count). A spec v0.1 accepts is accepted with the same
+// meaning, except where v0.1 takes a value we deliberately refuse:
+//   - a YAML boolean where an integer goes (`layers: true`, `stride: yes`, `position: yes`):
+//     v0.1 (pydantic's lax mode) silently reads it as 1 or 0; we report it;
+//   - integers out of range: layers, stride, queue_depth and timeout_ms must fit in int32,
+//     positions in int64 (v0.1 takes Python ints of any size);
+//   - non-ASCII digits in a position (`generated[٣]`), which v0.1's regex (\d) takes.
+// tests/testdata/spec_compat/manifest.json marks each such case of the compatibility corpus
+// (`deliberate_difference`); SpecCompatTest (spec_test.cc) checks every other case gets v0.1's
+// verdict, and the validate tests (tests/integration/spec_cli_test.cc) its messages.
 //
 //   version: "1"
 //   extraction_points:
@@ -82,6 +91,13 @@ struct Spec {
   std::filesystem::path source;       // file it came from (empty for text); relative probe_args
                                       // paths resolve against its directory
   std::vector<std::string> warnings;  // deprecations etc., one line each, "FILE:LINE: ..."
+  // The part of `warnings` that Undercurrent v0.1 gives too, and so what `validate --strict`
+  // fails on: the deprecated keys `layer` and `tensor`. (v0.1 takes `every_n` as a plain alias
+  // and duplicate keys silently; those stay warnings under --strict.)
+  std::vector<std::string> strict_warnings;
+  // Those deprecations in v0.1's words and order, one per use:
+  // "extraction point 'NAME' uses 'layer', rename it to 'layers'".
+  std::vector<std::string> v0_1_deprecations;
 };
 
 // Parses a spec file (YAML or JSON). NotFound if unreadable; InvalidArgument listing every
@@ -98,8 +114,12 @@ struct SpecReport {
 };
 // Like ParseSpecText. Never fails; problems go in the report.
 SpecReport CheckSpecText(std::string_view text, const std::string& name = "");
+// How problems are rendered: ours ("FILE:LINE: WHERE: MESSAGE"), or v0.1's validate's
+// ("line LINE: WHERE: MESSAGE"; an unreadable file's problem is the bare reason).
+enum class MessageStyle { kOurs, kV0_1 };
 // Like ParseSpecFile; an unreadable file is one problem ("PATH: file not found; ...").
-SpecReport CheckSpecFile(const std::filesystem::path& path);
+SpecReport CheckSpecFile(const std::filesystem::path& path,
+                         MessageStyle style = MessageStyle::kOurs);
 // The one problem itself, or "N problems in the spec:" and a "\n  - PROBLEM" line for each.
 std::string CombineSpecProblems(const std::vector<std::string>& problems);
 

@@ -177,6 +177,8 @@ SpecReport SpecParser::Run(std::string_view text) {
   Spec spec;
   if (const std::optional<YAML::Node> root = Load(text)) ParseTop(*root, &spec);
   spec.warnings = r_.RenderedWarnings();
+  spec.strict_warnings = r_.RenderedStrictWarnings();
+  spec.v0_1_deprecations = r_.v0_1_deprecations();
   report.problems = r_.RenderedErrors();
   if (report.problems.empty()) report.spec = std::move(spec);
   return report;
@@ -215,15 +217,16 @@ SpecReport CheckSpecText(std::string_view text, const std::string& name) {
   return SpecParser(name).Run(text);
 }
 
-SpecReport CheckSpecFile(const std::filesystem::path& path) {
+SpecReport CheckSpecFile(const std::filesystem::path& path, MessageStyle style) {
+  const bool ours = style == MessageStyle::kOurs;
   std::string why;
   const std::optional<std::string> text = ReadFile(path, &why);
   if (!text.has_value()) {
     SpecReport report;
-    report.problems.push_back(path.string() + ": " + why);
+    report.problems.push_back(ours ? path.string() + ": " + why : why);
     return report;
   }
-  SpecReport report = CheckSpecText(*text, path.string());
+  SpecReport report = CheckSpecText(*text, ours ? path.string() : "");
   if (report.spec.has_value()) report.spec->source = path;
   return report;
 }

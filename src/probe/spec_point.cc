@@ -150,8 +150,14 @@ const MapEntry* PointParser::FindField(std::string_view key) {
       field_ok_[std::string(key)] = false;
       break;
     }
+    // v0.1 warns about `layer` and `tensor` only; it takes `every_n` as a plain alias.
+    const bool v0_1_warns = alias.old_key != "every_n";
     r_->Warn(KeyLine(*old), Where(alias.old_key),
-             PyQuote(alias.old_key) + " is deprecated; rename it to " + PyQuote(key));
+             PyQuote(alias.old_key) + " is deprecated; rename it to " + PyQuote(key), v0_1_warns);
+    if (v0_1_warns) {
+      r_->V01Deprecation("extraction point '" + name_.value_or("<unnamed>") + "' uses '" +
+                         std::string(alias.old_key) + "', rename it to '" + std::string(key) + "'");
+    }
     current = old;
   }
   if (current != nullptr) {

@@ -35,6 +35,14 @@ std::vector<std::string> Reporter::Rendered(std::vector<Item> items) const {
   return out;
 }
 
+std::vector<std::string> Reporter::RenderedStrictWarnings() const {
+  std::vector<Item> strict;
+  for (const Item& item : warnings_) {
+    if (item.strict) strict.push_back(item);
+  }
+  return Rendered(std::move(strict));
+}
+
 std::string Reporter::Render(const Item& item) const {
   std::string prefix;
   if (!source_.empty()) {

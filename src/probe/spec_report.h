@@ -23,25 +23,32 @@ std::string UnknownKeyMessage(const MapEntry& e, const std::vector<std::string_v
 // Collects problems and warnings of one spec. Thread-compatible.
 class Reporter {
  public:
-  // `source` names the file in rendered lines (may be empty: "line N: ..." then).
+  // `source` names the file in rendered lines (may be empty: "line N: ..." then, v0.1's form).
   explicit Reporter(std::string source) : source_(std::move(source)) {}
 
   // `line` 1-based, 0 when unknown; `where` e.g. "extraction_points[2] 'drift'.position".
   void Error(int line, std::string where, std::string message) {
     errors_.push_back({line, std::move(where), std::move(message)});
   }
-  void Warn(int line, std::string where, std::string message) {
-    warnings_.push_back({line, std::move(where), std::move(message)});
+  // `strict`: a warning Undercurrent v0.1 gives too, which `validate --strict` turns into an
+  // error (v0.1's deprecated keys `layer` and `tensor`); the others stay warnings.
+  void Warn(int line, std::string where, std::string message, bool strict = false) {
+    warnings_.push_back({line, std::move(where), std::move(message), strict});
   }
+  // One use of a deprecated key in v0.1's words, in the order v0.1 lists them.
+  void V01Deprecation(std::string use) { v0_1_deprecations_.push_back(std::move(use)); }
   // "FILE:LINE: WHERE: MESSAGE" each, by line (unknown lines last), else in the order reported.
   std::vector<std::string> RenderedErrors() const { return Rendered(errors_); }
   std::vector<std::string> RenderedWarnings() const { return Rendered(warnings_); }
+  std::vector<std::string> RenderedStrictWarnings() const;
+  const std::vector<std::string>& v0_1_deprecations() const { return v0_1_deprecations_; }
 
  private:
   struct Item {
     int line;
     std::string where;
     std::string message;
+    bool strict = false;
   };
   std::vector<std::string> Rendered(std::vector<Item> items) const;
   std::string Render(const Item& item) const;
@@ -49,6 +56,7 @@ class Reporter {
   std::string source_;
   std::vector<Item> errors_;
   std::vector<Item> warnings_;
+  std::vector<std::string> v0_1_deprecations_;
 };
 
 // An int the way pydantic's lax mode reads one (YAML ints, floats without a fraction, strings

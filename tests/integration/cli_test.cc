@@ -195,6 +195,57 @@ TEST(CliTest, InspectModelJsonKeepsV01KeysInEveryLayout) {
   }
 }
 
+// v0.1's own inspect-model on the same checkpoints, with and without its --backend,
+// --trust-remote-code and --revision (recorded by tools/reference/v0_1_behaviour.py): every run
+// is accepted here too, every top-level key of v0.1's report is there with v0.1's value (but
+// note and model_class, which describe our engine), and support has v0.1's backend keys with
+// its tensor types and status/reason shape beside our "undercurrent" table.
+TEST(CliTest, InspectModelAsV01ScriptsCallIt) {
+  const nlohmann::json recorded =
+      nlohmann::json::parse(Read(testing::TestData("v0_1") / "inspect_model.json"));
+  ASSERT_GE(recorded["runs"].size(), 10u);
+  for (const nlohmann::json& run : recorded["runs"]) {
+    std::string flags;
+    for (const nlohmann::json& f : run["flags"]) flags += " " + f.get<std::string>();
+    SCOPED_TRACE(run["model"].get<std::string>() + flags);
+    ASSERT_EQ(run["exit"], 0);
+    const std::string cd = "cd '" + testing::TestData("").string() + "' && ";
+    std::string output;
+    ASSERT_EQ(testing::RunCommand("{ " + cd + testing::CliBinary().string() + " inspect-model " +
+                                      run["model"].get<std::string>() + " --format json" + flags +
+                                      " 2>/dev/null; }",
+                                  &output),
+              0)
+        << output;
+    const nlohmann::json ours = nlohmann::json::parse(output);
+    const nlohmann::json& v01 = run["report"];
+    for (const auto& [key, value] : v01.items()) {
+      ASSERT_TRUE(ours.contains(key)) << key;
+      if (key == "support" || key == "note" || key == "model_class") continue;
+      EXPECT_EQ(ours[key], value) << key;
+    }
+    EXPECT_EQ(ours["model_class"], v01["model_class"]);
+    ASSERT_TRUE(ours["support"].contains("undercurrent"));
+    EXPECT_EQ(ours["support"].size(), v01["support"].size() + 1);
+    for (const auto& [backend, table] : v01["support"].items()) {
+      ASSERT_TRUE(ours["support"].contains(backend)) << backend;
+      const nlohmann::json& mine = ours["support"][backend];
+      EXPECT_EQ(mine, ours["support"]["undercurrent"]) << backend;
+      EXPECT_EQ(mine.size(), table.size()) << backend;
+      for (const auto& [type, cell] : table.items()) {
+        ASSERT_TRUE(mine.contains(type)) << backend << " " << type;
+        const std::string status = mine[type]["status"];
+        EXPECT_TRUE(status == "yes" || status == "no") << status;
+        EXPECT_EQ(mine[type]["reason"].is_null(), status == "yes") << type;
+      }
+    }
+  }
+  const CliResult revision = RunCli("inspect-model " + kModel + " --revision v2");
+  EXPECT_EQ(revision.exit_code, 0);
+  EXPECT_NE(revision.output.find("--revision v2 is ignored"), std::string::npos) << revision.output;
+  EXPECT_EQ(RunCli("inspect-model " + kModel + " --backend tgi").exit_code, 2);
+}
+
 TEST(CliTest, InspectModelNeedsOnlyTheConfig) {
   const fs::path dir = testing::ScratchDir("cli_config_only");
   fs::copy_file(testing::TestData("stories260K-hf/config.json"), dir / "config.json");

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "common/test_util.h"
@@ -192,6 +193,120 @@ extraction_points:
       << metrics;
   EXPECT_NE(metrics.find("undercurrent_requests_finished_total{finish_reason=\"length\"} 2"),
             std::string::npos);
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The value of one series in Prometheus text ("NAME{LABELS} VALUE"), or -1 when absent.
+double Series(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(at + series.size() + 2));
+}
+
+// --metrics-file is written a last time after the async queues drained: in every one of 20
+// runs (the refresh interval far shorter than the run, one fast and one slow async point at two
+// layers) the file holds the run's totals, equal to what the request's results say the queues
+// processed.
+TEST(GeneratePromptsTest, FinalMetricsFileCountsEveryAsyncActivation) {
+  const fs::path dir = testing::ScratchDir("generate_final_metrics");
+  const fs::path spec = dir / "spec.yaml";
+  std::ofstream(spec) << R"(version: "1"
+extraction_points:
+  - name: drift
+    layers: [1, 2]
+    tensor_type: residual_stream
+    position: "generated[*]"
+    probe_type: running_mean
+    probe_kind: trajectory
+    execution_mode: async
+    queue_depth: 64
+  - name: slow
+    layers: [1, 2]
+    tensor_type: residual_stream
+    position: "generated[*]"
+    probe_type: plugin_slow_count
+    probe_kind: trajectory
+    execution_mode: async
+    queue_depth: 64
+    probe_args: {sleep_ms: 8}
+)";
+  const fs::path metrics_file = dir / "metrics.prom";
+  for (int run = 0; run < 20; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const CliResult r = RunCli(
+        "--prompt 'Once upon a time' --max-tokens 20 --ignore-eos "
+        "--temperature 0 --json --spec '" +
+        spec.string() + "' --probe-plugin '" + UC_TEST_PROBE_PLUGIN +
+        "' --metrics-interval 0.02 --metrics-file '" + metrics_file.string() + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json line = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    ASSERT_EQ(line["ids"].size(), 20u);
+    const std::string metrics = ReadText(metrics_file);
+    EXPECT_EQ(Series(metrics, "undercurrent_generation_tokens_total"), 20) << metrics;
+    EXPECT_EQ(Series(metrics, "undercurrent_requests_finished_total{finish_reason=\"length\"}"), 1);
+    for (const char* point : {"drift", "slow"}) {
+      const nlohmann::json& queue = line["probing"][point]["metadata"]["queue"];
+      EXPECT_EQ(queue["accepted"], 40) << point;  // 20 tokens x 2 layers
+      EXPECT_EQ(queue["processed"], 40) << point;
+      EXPECT_EQ(Series(metrics, std::string("undercurrent_probe_activations_total{execution_mode="
+                                            "\"async\",extraction_point=\"") +
+                                    point + "\"}"),
+                40)
+          << point << "\n"
+          << metrics;
+    }
+    EXPECT_EQ(line["probing"]["drift"]["verdict"]["count"], 40);
+    EXPECT_EQ(line["probing"]["slow"]["verdict"]["count"], 40);
+  }
+}
+
+// --prompt's request gets a fresh unique id each run (runs appending to one sink file never
+// collide); --request-id names it.
+TEST(GeneratePromptsTest, PromptRequestIdsAreUnique) {
+  const fs::path dir = testing::ScratchDir("generate_request_ids");
+  const fs::path spec = dir / "spec.yaml";
+  std::ofstream(spec) << R"(version: "1"
+extraction_points:
+  - name: drift
+    layers: [2]
+    tensor_type: residual_stream
+    position: "generated[*]"
+    probe_type: running_mean
+    probe_kind: trajectory
+)";
+  const fs::path sink = dir / "sink.ndjson";
+  fs::remove(sink);
+  const std::string common =
+      "--prompt 'Once upon a time' --max-tokens 3 --temperature 0 "
+      "--json --spec '" +
+      spec.string() + "' --sink-file '" + sink.string() + "'";
+  std::vector<std::string> ids;
+  for (int run = 0; run < 3; ++run) {
+    const CliResult r = RunCli(common);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ids.push_back(JsonLines(r.output).begin()->first);
+    EXPECT_TRUE(std::regex_match(ids.back(), std::regex("prompt-[0-9a-f]{16}"))) << ids.back();
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_NE(ids[1], ids[2]);
+  const CliResult named = RunCli(common + " --request-id audit-7");
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_EQ(JsonLines(named.output).count("audit-7"), 1u) << named.output;
+  std::map<std::string, int> results;
+  std::ifstream in(sink);
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json rec = nlohmann::json::parse(text);
+    if (rec["kind"] == "result") ++results[rec["request_id"].get<std::string>()];
+  }
+  EXPECT_EQ(results.size(), 4u);
+  for (const std::string& id : ids) EXPECT_EQ(results[id], 1) << id;
+  EXPECT_EQ(results["audit-7"], 1);
+  EXPECT_EQ(RunCli(common + " --request-id ''").exit_code, 2);
+  EXPECT_EQ(RunCli("--prompts '" + spec.string() + "' --request-id x").exit_code, 2);
 }
 
 TEST(GeneratePromptsTest, BadSinkFlagsAreClearErrors) {

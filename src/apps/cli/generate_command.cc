@@ -1,10 +1,12 @@
 #include "apps/cli/generate_command.h"
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/launch.h"
@@ -30,6 +32,7 @@ struct GenerateOptions {
   std::string model;
   std::string tokenizer;
   std::string prompt;
+  std::string request_id;  // --prompt's request id; empty: a fresh unique one
   std::string prompts_file;
   std::string spec_file;
   std::vector<std::string> probe_plugins;
@@ -176,6 +179,18 @@ StatusOr<probe::Spec> LoadSpec(const GenerateOptions& o) {
   return probe::ParseSpecFile(o.spec_file);
 }
 
+// A request id no other run gives: "prompt-" and 16 random hex digits. Runs that append to one
+// sink file then never collide.
+std::string UniqueRequestId() {
+  std::random_device device;
+  std::mt19937_64 rng(
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^
+      static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()));
+  char id[32];
+  std::snprintf(id, sizeof(id), "prompt-%016llx", static_cast<unsigned long long>(rng()));
+  return id;
+}
+
 // Runs every prompt of a JSONL file through the batched engine; prints each result as it
 // finishes. Exit 1 when the file is malformed (nothing runs) or any request was rejected (the
 // others still run).
@@ -183,7 +198,8 @@ int RunPrompts(GenerateOptions& o) {
   StatusOr<std::vector<engine::GenerateRequest>> requests =
       o.prompts_file.empty()
           ? StatusOr<std::vector<engine::GenerateRequest>>(std::vector<engine::GenerateRequest>{
-                {"prompt", engine::Prompt::Text(o.prompt), o.sampling}})
+                {o.request_id.empty() ? UniqueRequestId() : o.request_id,
+                 engine::Prompt::Text(o.prompt), o.sampling}})
           : engine::ReadPromptsFile(o.prompts_file, o.sampling);
   const bool rank0 =
       !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
@@ -386,6 +402,14 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
                       "batching")
           ->check(CLI::ExistingFile);
   prompt->excludes(prompts);
+  cmd->add_option("--request-id", options->request_id,
+                  "Id of the --prompt request in the output, sinks and metrics (default: a fresh "
+                  "unique 'prompt-<16 hex digits>', so runs appending to one sink file never "
+                  "collide)")
+      ->excludes(prompts)
+      ->check([](const std::string& id) {
+        return id.empty() ? std::string("must not be empty") : std::string();
+      });
   cmd->add_option("--spec", options->spec_file,
                   "Extraction-point spec (YAML): capture activations and run probes; prints each "
                   "point's verdict per request")

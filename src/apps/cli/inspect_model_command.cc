@@ -20,6 +20,16 @@ std::string ModelType(const std::string& architecture) {
   return "llama";
 }
 
+// {"undercurrent": table} and, for v0.1's scripts, the same table under each v0.1 backend key
+// asked for: here one engine captures for every backend, so what it can capture is the answer
+// whichever backend a script asks about.
+nlohmann::ordered_json SupportByBackend(nlohmann::ordered_json table,
+                                        const std::vector<std::string>& v0_1_backends) {
+  nlohmann::ordered_json support = {{"undercurrent", table}};
+  for (const std::string& backend : v0_1_backends) support[backend] = table;
+  return support;
+}
+
 std::string Range(int first, int last) {
   return first == last ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(last);
 }
@@ -28,7 +38,17 @@ struct InspectOptions {
   std::string path;
   std::string format = "text";
   std::string emit_spec;
+  std::string backend = "all";  // v0.1's --backend: which of its keys (hf, vllm) to add
+  bool trust_remote_code = false;
+  std::string revision;
 };
+
+// v0.1's backends named by --backend ("all": both).
+std::vector<std::string> V01Backends(const std::string& backend) {
+  if (backend == "all") return {"hf", "vllm"};
+  if (backend == "undercurrent") return {};
+  return {backend};
+}
 
 int RunInspect(const InspectOptions& o) {
   models::CheckpointFormat format;
@@ -37,7 +57,14 @@ int RunInspect(const InspectOptions& o) {
     std::fprintf(stderr, "error: %s\n", config.status().message().c_str());
     return kExitFailure;
   }
-  const nlohmann::ordered_json report = ModelReport(o.path, format, *config);
+  if (!o.revision.empty()) {
+    std::fprintf(stderr,
+                 "note: --revision %s is ignored: undercurrent reads the local model files "
+                 "given, never a Hub revision\n",
+                 o.revision.c_str());
+  }
+  const nlohmann::ordered_json report =
+      ModelReport(o.path, format, *config, V01Backends(o.backend));
   if (!o.emit_spec.empty()) {
     const std::string spec = StarterSpec(report);
     const StatusOr<probe::Spec> parsed = probe::ParseSpecText(spec, o.emit_spec);
@@ -67,7 +94,8 @@ int RunInspect(const InspectOptions& o) {
 }  // namespace
 
 nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFormat format,
-                                   const models::ModelConfig& c) {
+                                   const models::ModelConfig& c,
+                                   const std::vector<std::string>& v0_1_backends) {
   const int layers = c.num_hidden_layers;
   auto supported = [&](int first, int last, const char* what) {
     return nlohmann::ordered_json{{"status", "yes"},
@@ -104,7 +132,7 @@ nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFo
       {"verified", true},
       {"note", "final_norm is addressed as layer index num_layers (" + std::to_string(layers) +
                    "); layer indices are the same at every tensor- and pipeline-parallel size"},
-      {"support", {{"undercurrent", std::move(support)}}},
+      {"support", SupportByBackend(std::move(support), v0_1_backends)},
       {"suggested",
        {{"layers", {layers / 2}}, {"tensor_type", "residual_stream"}, {"position", "prompt[-1]"}}},
   };
@@ -192,6 +220,20 @@ void AddInspectModelCommand(CLI::App& app) {
   cmd->add_option("--emit-spec", options->emit_spec,
                   "Also write a commented starter spec for this model to FILE")
       ->type_name("FILE");
+  cmd->add_option("--backend", options->backend,
+                  "Undercurrent v0.1's backend keys to add to the JSON report's support table "
+                  "beside 'undercurrent' (hf, vllm, all, or undercurrent for none). Every key "
+                  "holds this engine's table: it captures the same tensors whichever backend a "
+                  "v0.1 script asks about")
+      ->check(CLI::IsMember({"hf", "vllm", "all", "undercurrent"}))
+      ->capture_default_str();
+  cmd->add_flag("--trust-remote-code", options->trust_remote_code,
+                "Accepted for Undercurrent v0.1's scripts; does nothing: no model code is ever "
+                "run, only its configuration is read");
+  cmd->add_option("--revision", options->revision,
+                  "Accepted for Undercurrent v0.1's scripts; ignored (with a note on stderr): "
+                  "models are local files here, never a Hub revision")
+      ->type_name("REV");
   cmd->callback([options] { throw CLI::RuntimeError(RunInspect(*options)); });
 }
 
