@@ -22,6 +22,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "Unavailable";
     case StatusCode::kCancelled:
       return "Cancelled";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhausted";
   }
   return "Unknown";
 }
@@ -49,5 +51,8 @@ Status FailedPreconditionError(std::string m) {
 Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+Status ResourceExhaustedError(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 
 }  // namespace uc

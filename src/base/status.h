@@ -30,6 +30,7 @@ enum class StatusCode {
   kInternal,
   kUnavailable,  // peer or service gone (dead rank, unreachable endpoint)
   kCancelled,
+  kResourceExhausted,  // a budget ran out (steps, output size) on hostile or runaway input
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -61,6 +62,7 @@ Status FailedPreconditionError(std::string message);
 Status InternalError(std::string message);
 Status UnavailableError(std::string message);
 Status CancelledError(std::string message);
+Status ResourceExhaustedError(std::string message);
 
 // Holds either a value or a non-OK Status.
 template <typename T>

@@ -5,6 +5,7 @@
 
 #include "io/gguf.h"
 #include "io/json_file.h"
+#include "io/text_file.h"
 
 namespace uc::chat {
 namespace fs = std::filesystem;
@@ -41,6 +42,9 @@ StatusOr<std::string> ChatTemplate::RenderValue(jinja::Value messages,
     return InvalidArgumentError("the chat template rejected the conversation: " +
                                 error.status.message());
   }
+  if (out.status().code() == StatusCode::kResourceExhausted) {
+    return ResourceExhaustedError(origin_ + ": " + out.status().message());
+  }
   return FailedPreconditionError(origin_ + ": " + out.status().message());
 }
 
@@ -76,12 +80,11 @@ ChatRenderOptions LoadedChatTemplate::DefaultOptions() const {
 
 namespace {
 
+// Chat templates are kilobytes; tokenizer_config.json files that embed one stay under a few MB.
+constexpr int64_t kMaxTemplateFileBytes = int64_t{64} << 20;
+
 StatusOr<std::string> ReadTextFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path.string() + ": cannot open the chat template file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return io::ReadTextFile(path, kMaxTemplateFileBytes, "chat template file");
 }
 
 // A special token in tokenizer_config.json: "<s>" or {"content": "<s>", ...}.

@@ -57,8 +57,9 @@ class ChatTemplate {
 
   // Renders the template with `messages`. Errors: InvalidArgument "the chat template rejected the
   // conversation: MESSAGE" when the template calls raise_exception(MESSAGE) (e.g. roles that do not
-  // alternate: the request's fault); FailedPrecondition "ORIGIN: line N: MESSAGE" when rendering
-  // fails otherwise.
+  // alternate: the request's fault); ResourceExhausted "ORIGIN: line N: ..." past the render
+  // budgets (jinja::RenderLimits: steps, output and value sizes; an unbounded loop fails within
+  // seconds); FailedPrecondition "ORIGIN: line N: MESSAGE" when rendering fails otherwise.
   StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                const ChatRenderOptions& options) const;
   // The same with messages as JSON: an array of objects with at least "role" and "content";

@@ -12,6 +12,13 @@ namespace {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// A render budget ran out (RenderLimits): reported as ResourceExhausted, not as a template
+// error.
+class BudgetError : public JinjaError {
+ public:
+  using JinjaError::JinjaError;
+};
+
 [[noreturn]] void ThrowUndefined(const Value& v, const std::string& what) {
   if (!v.undefined_name().empty()) throw JinjaError("'" + v.undefined_name() + "' is undefined");
   throw JinjaError(what + " of an undefined value");
@@ -58,7 +65,8 @@ std::vector<size_t> SliceIndices(int64_t size, const Value& start_v, const Value
 class Evaluator {
  public:
   Evaluator(const std::vector<std::pair<std::string, Value>>& variables,
-            std::chrono::system_clock::time_point now) {
+            std::chrono::system_clock::time_point now, const RenderLimits& limits)
+      : limits_(limits) {
     frames_.emplace_back();
     for (auto& [name, value] : Builtins::Globals(now)) frames_[0][name] = value;
     frames_.emplace_back();
@@ -90,14 +98,45 @@ class Evaluator {
     return Flow::kNormal;
   }
 
+  // One unit of the step budget.
+  void Step() {
+    if (++steps_ > limits_.max_steps) {
+      throw BudgetError("the template ran past its budget of " + std::to_string(limits_.max_steps) +
+                        " steps (an unbounded loop?)");
+    }
+  }
+
+  void CheckOutput(const std::string& out) const {
+    if (static_cast<int64_t>(out.size()) > limits_.max_output_bytes) {
+      throw BudgetError("the rendered text grew past its budget of " +
+                        std::to_string(limits_.max_output_bytes) + " bytes");
+    }
+  }
+
+  // A value within the size budgets, returned as is.
+  Value Sized(Value v) const {
+    if (v.is_string() && static_cast<int64_t>(v.as_string().size()) > limits_.max_output_bytes) {
+      throw BudgetError("a string grew past its budget of " +
+                        std::to_string(limits_.max_output_bytes) + " bytes");
+    }
+    if (v.is_list() && static_cast<int64_t>(v.as_list().size()) > limits_.max_list_items) {
+      throw BudgetError("a list grew past its budget of " + std::to_string(limits_.max_list_items) +
+                        " items");
+    }
+    return v;
+  }
+
   Flow ExecNode(const Node& node, std::string& out) {
+    Step();
     try {
       switch (node.kind) {
         case Node::Kind::kText:
           out += node.text;
+          CheckOutput(out);
           return Flow::kNormal;
         case Node::Kind::kOutput:
           out += Eval(*node.expr).Str();
+          CheckOutput(out);
           return Flow::kNormal;
         case Node::Kind::kIf:
           for (const auto& [cond, body] : node.branches) {
@@ -189,6 +228,7 @@ class Evaluator {
     if (items.empty()) return Exec(node.else_body, out);
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      Step();  // also for an empty body
       frames_.emplace_back();
       Bind(node.targets, items[i]);
       frames_.back()["loop"] = LoopValue(items, i);
@@ -271,8 +311,9 @@ class Evaluator {
   // ---------------------------------------------------------------- expressions
 
   Value Eval(const Expr& e) {
+    Step();
     try {
-      return EvalUnchecked(e);
+      return Sized(EvalUnchecked(e));
     } catch (JinjaError& err) {
       if (err.line() == 0) err.set_line(e.line);
       throw;
@@ -439,7 +480,7 @@ class Evaluator {
     throw JinjaError("bad operand type for unary " + op + ": '" + v.TypeName() + "'");
   }
 
-  static Value BinaryOp(const std::string& op, const Value& a, const Value& b) {
+  Value BinaryOp(const std::string& op, const Value& a, const Value& b) const {
     if (op == "~") return Value::String(a.Str() + b.Str());
     if (a.is_undefined()) ThrowUndefined(a, "'" + op + "'");
     if (b.is_undefined()) ThrowUndefined(b, "'" + op + "'");
@@ -463,6 +504,15 @@ class Evaluator {
       const Value& count = a.is_int() ? a : b;
       if (!count.is_int() || !(seq.is_string() || seq.is_list())) ThrowOperands(op, a, b);
       const int64_t n = std::min<int64_t>(count.as_int(), 100000);
+      // Checked before building: "x" * 100000 repeated on its own result would take gigabytes.
+      const int64_t unit = seq.is_string() ? static_cast<int64_t>(seq.as_string().size())
+                                           : static_cast<int64_t>(seq.as_list().size());
+      const int64_t budget = seq.is_string() ? limits_.max_output_bytes : limits_.max_list_items;
+      if (n > 0 && unit > budget / n) {
+        throw BudgetError(std::string(seq.is_string() ? "a string" : "a list") +
+                          " repeated would grow past its budget of " + std::to_string(budget) +
+                          (seq.is_string() ? " bytes" : " items"));
+      }
       if (seq.is_string()) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += seq.as_string();
@@ -545,6 +595,8 @@ class Evaluator {
   // exhausting the stack.
   static constexpr int kMaxMacroDepth = 64;
   int macro_depth_ = 0;
+  RenderLimits limits_;
+  int64_t steps_ = 0;
   std::vector<Frame> frames_;
 };
 
@@ -566,10 +618,14 @@ StatusOr<Template> Template::Parse(std::string_view text) {
 
 StatusOr<std::string> Template::Render(const std::vector<std::pair<std::string, Value>>& variables,
                                        std::chrono::system_clock::time_point now,
-                                       RenderError* error) const {
+                                       RenderError* error, const RenderLimits& limits) const {
   try {
-    Evaluator evaluator(variables, now);
+    Evaluator evaluator(variables, now, limits);
     return evaluator.Run(*root_);
+  } catch (const BudgetError& e) {
+    Status status = ResourceExhaustedError(WithLine(e));
+    if (error != nullptr) *error = {status, false};
+    return status;
   } catch (const JinjaError& e) {
     Status status = InvalidArgumentError(e.raised() ? e.message() : WithLine(e));
     if (error != nullptr) *error = {status, e.raised()};

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +29,15 @@
 namespace uc::chat::jinja {
 
 struct Node;
+
+// What one render may spend. A template comes from a model's files or the command line, and a
+// request's messages feed it: an unbounded loop or a string doubled in a loop must fail within
+// the budget, never hang the caller or exhaust memory.
+struct RenderLimits {
+  int64_t max_steps = 5'000'000;        // statements and expressions evaluated
+  int64_t max_output_bytes = 16 << 20;  // the rendered text, and any one string value
+  int64_t max_list_items = 1'000'000;   // any one list value
+};
 
 // The outcome of a failed render, beyond its Status.
 struct RenderError {
@@ -42,10 +52,11 @@ class Template {
   // Renders with `variables` (on top of the globals raise_exception, strftime_now, range,
   // namespace, dict); strftime_now() reads `now`. On failure returns the error and, when
   // `error` is not null, fills it in.
+  // Past a budget of `limits` the render fails with ResourceExhausted naming the budget.
   StatusOr<std::string> Render(
       const std::vector<std::pair<std::string, Value>>& variables,
       std::chrono::system_clock::time_point now = std::chrono::system_clock::now(),
-      RenderError* error = nullptr) const;
+      RenderError* error = nullptr, const RenderLimits& limits = RenderLimits()) const;
 
  private:
   std::shared_ptr<const std::vector<std::unique_ptr<Node>>> root_;

@@ -153,3 +153,52 @@ TEST(JinjaTest, PythonFloatRepr) {
 
 }  // namespace
 }  // namespace uc::chat::jinja
+
+namespace uc::chat::jinja {
+namespace {
+
+StatusOr<std::string> RenderWithin(const std::string& text, const RenderLimits& limits) {
+  StatusOr<Template> t = Template::Parse(text);
+  if (!t.ok()) return t.status();
+  return t->Render({}, std::chrono::system_clock::now(), nullptr, limits);
+}
+
+// Hostile or runaway templates fail within their budgets (ResourceExhausted, with the line),
+// in bounded time and memory: nested loops that would run 10^10 times, a string doubled in a
+// loop, repetition of a repetition. Real templates stay far inside the defaults.
+TEST(JinjaBudgetTest, RunawayTemplatesFailWithinTheirBudgets) {
+  const auto started = std::chrono::steady_clock::now();
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "line 1: the template ran past its budget of 5000000 steps"},
+      {"{% set ns = namespace(s='x') %}\n{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+       "{% endfor %}{{ ns.s }}",
+       "line 2: a string grew past its budget of 16777216 bytes"},
+      {"{{ ('x' * 100000) * 100000 }}", "a string repeated would grow past its budget"},
+      {"{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}",
+       "the rendered text grew past its budget of 16777216 bytes"},
+      {"{% set l = [1] * 100000 %}{{ (l * 100) | length }}",
+       "a list repeated would grow past its budget of 1000000 items"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    const StatusOr<std::string> out = RenderWithin(c.text, RenderLimits());
+    ASSERT_FALSE(out.ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted) << out.status().message();
+    EXPECT_NE(out.status().message().find(c.message), std::string::npos) << out.status().message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60));
+  // Small budgets bound ordinary templates too; within them the output is unchanged.
+  RenderLimits tight;
+  tight.max_steps = 40;
+  EXPECT_EQ(RenderWithin("{% for i in range(3) %}{{ i }}{% endfor %}", tight).value(), "012");
+  EXPECT_EQ(RenderWithin("{% for i in range(30) %}{{ i }}{% endfor %}", tight).status().code(),
+            StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace uc::chat::jinja

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/did_you_mean.h"
+#include "io/text_file.h"
 
 namespace uc::engine {
 namespace {
@@ -167,11 +168,9 @@ StatusOr<std::vector<GenerateRequest>> ParsePrompts(std::string_view text, const
 
 StatusOr<std::vector<GenerateRequest>> ReadPromptsFile(const std::filesystem::path& path,
                                                        const worker::SamplingParams& defaults) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return NotFoundError(path.string() + ": cannot open the prompts file");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  return ParsePrompts(buffer.str(), path.string(), defaults);
+  UC_ASSIGN_OR_RETURN(const std::string text,
+                      io::ReadTextFile(path, kMaxPromptsFileBytes, "prompts file"));
+  return ParsePrompts(text, path.string(), defaults);
 }
 
 StatusOr<int64_t> ParseByteSize(std::string_view text) {

@@ -11,6 +11,7 @@
 // `FILE:LINE: ...` naming the field, with the nearest known field for a misspelt one.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <string_view>
@@ -21,6 +22,11 @@
 
 namespace uc::engine {
 
+// The largest prompts file read (it is parsed in memory).
+inline constexpr int64_t kMaxPromptsFileBytes = int64_t{4} << 30;
+
+// Reads and parses a prompts file: a regular file (a FIFO or device is refused, naming it) of
+// at most kMaxPromptsFileBytes.
 StatusOr<std::vector<GenerateRequest>> ReadPromptsFile(const std::filesystem::path& path,
                                                        const worker::SamplingParams& defaults);
 // Parses the same lines from memory; `name` is used in messages.

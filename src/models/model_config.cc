@@ -15,17 +15,29 @@ Status RequirePositive(const std::string& source, const char* field, int value) 
   return FieldError(source, field, "must be positive, got " + std::to_string(value));
 }
 
+// Positive and at most `max`: sizes far past any real model are refused before anything is
+// allocated for them (a config stating 10^9 layers must be an error, not a bad_alloc).
+Status RequireSize(const std::string& source, const char* field, int value, int max) {
+  UC_RETURN_IF_ERROR(RequirePositive(source, field, value));
+  if (value <= max) return OkStatus();
+  return FieldError(source, field,
+                    "is " + std::to_string(value) + ", more than the " + std::to_string(max) +
+                        " any supported model has; the file is damaged or not a model's");
+}
+
 }  // namespace
 
 Status ModelConfig::Validate(const std::string& source) const {
-  UC_RETURN_IF_ERROR(RequirePositive(source, "hidden_size", hidden_size));
-  UC_RETURN_IF_ERROR(RequirePositive(source, "intermediate_size", intermediate_size));
-  UC_RETURN_IF_ERROR(RequirePositive(source, "num_hidden_layers", num_hidden_layers));
-  UC_RETURN_IF_ERROR(RequirePositive(source, "num_attention_heads", num_attention_heads));
-  UC_RETURN_IF_ERROR(RequirePositive(source, "num_key_value_heads", num_key_value_heads));
-  UC_RETURN_IF_ERROR(RequirePositive(source, "head_dim", head_dim));
-  UC_RETURN_IF_ERROR(RequirePositive(source, "vocab_size", vocab_size));
-  UC_RETURN_IF_ERROR(RequirePositive(source, "max_position_embeddings", max_position_embeddings));
+  UC_RETURN_IF_ERROR(RequireSize(source, "hidden_size", hidden_size, kMaxHiddenSize));
+  UC_RETURN_IF_ERROR(
+      RequireSize(source, "intermediate_size", intermediate_size, kMaxIntermediateSize));
+  UC_RETURN_IF_ERROR(RequireSize(source, "num_hidden_layers", num_hidden_layers, kMaxLayers));
+  UC_RETURN_IF_ERROR(RequireSize(source, "num_attention_heads", num_attention_heads, kMaxHeads));
+  UC_RETURN_IF_ERROR(RequireSize(source, "num_key_value_heads", num_key_value_heads, kMaxHeads));
+  UC_RETURN_IF_ERROR(RequireSize(source, "head_dim", head_dim, kMaxHeadDim));
+  UC_RETURN_IF_ERROR(RequireSize(source, "vocab_size", vocab_size, kMaxVocabSize));
+  UC_RETURN_IF_ERROR(RequireSize(source, "max_position_embeddings", max_position_embeddings,
+                                 kMaxPositionEmbeddings));
   if (num_attention_heads % num_key_value_heads != 0) {
     return FieldError(source, "num_key_value_heads",
                       std::to_string(num_key_value_heads) +

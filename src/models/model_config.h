@@ -24,6 +24,17 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
+// Upper bounds Validate() enforces: far past every released model (the largest have ~128
+// layers, hidden 16k-25k, vocabularies of 256k, contexts of 10M), low enough that a damaged or
+// hostile file stating 10^9 layers is refused before anything is allocated for it.
+inline constexpr int kMaxLayers = 4096;
+inline constexpr int kMaxHiddenSize = 1 << 18;
+inline constexpr int kMaxIntermediateSize = 1 << 20;
+inline constexpr int kMaxHeads = 1 << 14;
+inline constexpr int kMaxHeadDim = 1 << 14;
+inline constexpr int kMaxVocabSize = 1 << 24;
+inline constexpr int kMaxPositionEmbeddings = 1 << 28;
+
 struct ModelConfig {
   std::string architecture;  // Hugging Face class name, e.g. "LlamaForCausalLM"
   int hidden_size = 0;
@@ -50,7 +61,8 @@ struct ModelConfig {
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
 
-  // Checks every field for consistency; the message names `source` and the field.
+  // Checks every field for consistency and against the bounds above; the message names
+  // `source` and the field.
   Status Validate(const std::string& source) const;
   // Inverse RoPE frequencies, rotary_dim / 2 of them, with scaling applied.
   std::vector<float> RopeInvFreq() const;

@@ -158,6 +158,28 @@ TEST_F(BuiltinProbesTest, LinearShapeErrorsNameTheFileAndSizes) {
                        "tensor 'weight' has shape [2, 8], expected a vector"}));
 }
 
+// A NaN threshold never fires (NaN compares false) and a NaN weight makes every score NaN: both
+// are refused when the probe is created, naming the argument or the file and index.
+TEST_F(BuiltinProbesTest, NonFiniteThresholdsAndWeightsAreRefused) {
+  EXPECT_TRUE(IsError(CreateError("norm_gate", {{"threshold", std::nan("")}}),
+                      StatusCode::kInvalidArgument,
+                      {"argument 'threshold': expected a finite number (got NaN)"}));
+  EXPECT_TRUE(IsError(CreateError("ema", {{"alpha", 0.5}, {"threshold", HUGE_VAL}}),
+                      StatusCode::kInvalidArgument,
+                      {"argument 'threshold': expected a finite number (got inf)"}));
+  std::vector<float> bad = w_;
+  bad[3] = std::nanf("");
+  WriteBytes(dir_.path() / "nan.npy", NpyF4(bad, "(8,)"));
+  EXPECT_TRUE(IsError(CreateError("linear", {{"weights", "nan.npy"}}), StatusCode::kInvalidArgument,
+                      {"nan.npy", "holds NaN at index 3", "must be finite"}));
+  bad[3] = -HUGE_VALF;
+  WriteSafetensors("inf.safetensors", {{"fc1.weight", Tensor::FromVector(bad, {1, kHidden})},
+                                       {"fc2.weight", Tensor::FromVector({1}, {1, 1})}});
+  EXPECT_TRUE(IsError(CreateError("mlp", {{"weights", "inf.safetensors"}}),
+                      StatusCode::kInvalidArgument,
+                      {"inf.safetensors", "tensor 'fc1.weight' holds an infinity at index 3"}));
+}
+
 TEST_F(BuiltinProbesTest, LinearArgumentErrors) {
   WriteBytes(dir_.path() / "probe.npy", NpyF4(w_, "(8,)"));
   EXPECT_TRUE(IsError(CreateError("linear", {}), StatusCode::kInvalidArgument,

@@ -79,6 +79,20 @@ Status NdjsonFileSink::Rotate() {
   return OkStatus();
 }
 
+void NdjsonFileSink::RollBack(int fd, int64_t size) {
+  // Still under the flock: no other writer appended after `size`. A partial line (a full disk
+  // stops a write midway) is cut off, so the next append starts a line of its own and every
+  // line parses.
+  while (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (errno == EINTR) continue;
+    // Cannot shrink it: end the fragment with a newline so it stays one broken line of its
+    // own instead of swallowing the next record.
+    (void)!::write(fd, "\n", 1);
+    UC_LOG(ERROR) << Errno("cannot roll back a partial line in", path_);
+    return;
+  }
+}
+
 Status NdjsonFileSink::AppendLine(const std::string& line) {
   std::lock_guard<std::mutex> lock(mu_);
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -101,7 +115,9 @@ Status NdjsonFileSink::AppendLine(const std::string& line) {
     }
     std::string out = line;
     out += '\n';
-    return WriteFully(fd.fd, out.data(), out.size(), path_);
+    Status written = WriteFully(fd.fd, out.data(), out.size(), path_);
+    if (!written.ok()) RollBack(fd.fd, size);
+    return written;
   }
   return UnavailableError("cannot append to " + path_.string() +
                           ": the file kept being rotated by other writers");

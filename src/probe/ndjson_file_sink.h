@@ -10,7 +10,8 @@
 // The redactor (none by default) runs on every record.
 //
 // Failures (disk full, permissions) are counted and logged (at most once per 10 s), never
-// thrown.
+// thrown. A write that stops midway (a full disk) is rolled back under the lock (the file is
+// truncated to its size before the append), so the file always holds whole lines only.
 //
 // Thread-safety: thread-safe; safe with other processes appending to the same path.
 #pragma once
@@ -54,6 +55,8 @@ class NdjsonFileSink : public Sink {
   NdjsonFileSink(std::filesystem::path path, NdjsonFileOptions options, SinkMetrics* metrics)
       : path_(std::move(path)), options_(std::move(options)), metrics_(metrics) {}
   Status Rotate();
+  // Truncates the locked file `fd` back to `size` after a partial append.
+  void RollBack(int fd, int64_t size);
 
   std::filesystem::path path_;
   NdjsonFileOptions options_;

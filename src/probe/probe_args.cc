@@ -1,6 +1,7 @@
 #include "probe/probe_args.h"
 
 #include <algorithm>
+#include <cmath>
 #include <system_error>
 #include <utility>
 
@@ -55,7 +56,15 @@ StatusOr<std::optional<double>> ProbeArgs::OptionalNumber(std::string_view key) 
   if (!value->is_number()) {
     return Error(key, "expected a number (got " + Describe(*value) + ")");
   }
-  return std::optional<double>(value->get<double>());
+  const double number = value->get<double>();
+  if (!std::isfinite(number)) {
+    return Error(key, "expected a finite number (got " +
+                          std::string(std::isnan(number) ? "NaN"
+                                      : number > 0       ? "inf"
+                                                         : "-inf") +
+                          ")");
+  }
+  return std::optional<double>(number);
 }
 
 StatusOr<double> ProbeArgs::Number(std::string_view key) const {

@@ -44,7 +44,8 @@ class ProbeArgs {
   // Present and not null.
   bool Has(std::string_view key) const;
 
-  // A number (not a bool); InvalidArgument when missing (required forms) or of another type.
+  // A finite number (not a bool); InvalidArgument when missing (required forms), NaN or
+  // infinite, or of another type.
   StatusOr<double> Number(std::string_view key) const;
   StatusOr<std::optional<double>> OptionalNumber(std::string_view key) const;
   StatusOr<bool> Bool(std::string_view key, bool fallback) const;

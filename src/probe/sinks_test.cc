@@ -2,6 +2,8 @@
 // in processes) and the Prometheus rendering of the metrics.
 #include <gtest/gtest.h>
 #include <prometheus/counter.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -245,6 +247,48 @@ TEST(NdjsonFileSinkTest, AWriteFailureIsCountedNotThrown) {
   (*sink)->Write({{"i", 1}});
   EXPECT_EQ((*sink)->write_errors(), 1);
   EXPECT_EQ(metrics.Sink("file").write_errors->Value(), 1);
+}
+
+// A full disk stops a write midway (simulated by RLIMIT_FSIZE in a child process: a write past
+// the limit is cut short, then fails with EFBIG). The partial line is rolled back: the file
+// holds whole records only, every failed record is counted, and once there is room again the
+// next record starts a line of its own.
+TEST(NdjsonFileSinkTest, AFullDiskLeavesOnlyWholeLines) {
+  const fs::path dir = TempDir("full");
+  const fs::path path = dir / "p.ndjson";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    rlimit small = limit;
+    small.rlim_cur = 4000;
+    if (::setrlimit(RLIMIT_FSIZE, &small) != 0) ::_exit(3);
+    auto sink = NdjsonFileSink::Open(path);
+    if (!sink.ok()) ::_exit(4);
+    for (int i = 0; i < 30; ++i) (*sink)->Write({{"i", i}, {"pad", std::string(250, 'z')}});
+    const bool failed =
+        (*sink)->write_errors() == 30 - (*sink)->lines_written() && (*sink)->write_errors() > 0;
+    ::setrlimit(RLIMIT_FSIZE, &limit);  // room again
+    (*sink)->Write({{"i", 99}, {"pad", "after"}});
+    ::_exit(failed && (*sink)->write_errors() == 30 - ((*sink)->lines_written() - 1) ? 0 : 5);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::ifstream in(path);
+  std::vector<int> ids;
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(j.is_discarded()) << "a torn line: " << line;
+    ids.push_back(j["i"].get<int>());
+  }
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_LT(ids.size(), 30u);
+  for (size_t k = 0; k + 1 < ids.size(); ++k) EXPECT_EQ(ids[k], static_cast<int>(k));
+  EXPECT_EQ(ids.back(), 99);
 }
 
 TEST(MetricsTest, SeriesAreLabelledByPointNeverByRequest) {

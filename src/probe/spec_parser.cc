@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "io/text_file.h"
 #include "probe/spec.h"
 #include "probe/spec_point.h"
 #include "probe/spec_report.h"
@@ -184,24 +185,32 @@ SpecReport SpecParser::Run(std::string_view text) {
   return report;
 }
 
-// Reads a whole file; nullopt with *why set when it cannot.
+// Spec files are kilobytes; anything this large is not one.
+constexpr int64_t kMaxSpecFileBytes = int64_t{64} << 20;
+
+// Reads a whole file; nullopt with *why set when it cannot. Only a regular file: a FIFO would
+// block and a device like /dev/zero never ends.
 std::optional<std::string> ReadFile(const std::filesystem::path& path, std::string* why) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     *why = "is a directory, not a spec file";
     return std::nullopt;
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *why = std::filesystem::exists(path, ec)
-               ? "cannot be read"
-               : "file not found; check the path (relative paths are resolved against the "
-                 "current directory)";
+  if (!std::filesystem::exists(path, ec)) {
+    *why =
+        "file not found; check the path (relative paths are resolved against the current "
+        "directory)";
     return std::nullopt;
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  StatusOr<std::string> text = io::ReadTextFile(path, kMaxSpecFileBytes, "spec file");
+  if (!text.ok()) {
+    // The reason alone: callers put the path in front.
+    const std::string prefix = "spec file " + path.string() + ": ";
+    const std::string& message = text.status().message();
+    *why = message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+    return std::nullopt;
+  }
+  return std::move(text).value();
 }
 
 }  // namespace

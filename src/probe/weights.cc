@@ -1,5 +1,6 @@
 #include "probe/weights.h"
 
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -245,18 +246,45 @@ StatusOr<std::vector<float>> ReadNpyVector(const std::filesystem::path& path) {
   return ParseNpyVector(bytes, path.string());
 }
 
+namespace {
+
+// OK when every value is finite; else names the file, what holds the value and its index: a NaN
+// or infinite weight would make every score NaN, and a NaN never crosses a threshold.
+Status CheckFinite(std::string_view file, const std::string& what,
+                   const std::vector<float>& values) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return FileError(file, what + " holds " + (std::isnan(values[i]) ? "NaN" : "an infinity") +
+                                 " at index " + std::to_string(i) +
+                                 "; probe weights must be finite numbers");
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 StatusOr<VectorWeights> LoadVectorWeights(const std::filesystem::path& path,
                                           const std::vector<std::string>& names) {
   const std::string ext = path.extension().string();
-  if (ext == ".safetensors") return LoadSafetensorsVector(path, names);
-  if (ext == ".json") return LoadJsonVector(path, names);
-  if (ext == ".npy") {
-    VectorWeights out;
+  VectorWeights out;
+  if (ext == ".safetensors") {
+    UC_ASSIGN_OR_RETURN(out, LoadSafetensorsVector(path, names));
+  } else if (ext == ".json") {
+    UC_ASSIGN_OR_RETURN(out, LoadJsonVector(path, names));
+  } else if (ext == ".npy") {
     UC_ASSIGN_OR_RETURN(out.weight, ReadNpyVector(path));
-    return out;
+  } else {
+    return FileError(path.string(), "unsupported weights format '" + ext +
+                                        "' (expected .safetensors, .npy or .json)");
   }
-  return FileError(path.string(), "unsupported weights format '" + ext +
-                                      "' (expected .safetensors, .npy or .json)");
+  UC_RETURN_IF_ERROR(CheckFinite(path.string(), "the weight vector", out.weight));
+  if (out.bias && !std::isfinite(*out.bias)) {
+    return FileError(path.string(),
+                     "the bias is not a finite number; probe weights must be "
+                     "finite numbers");
+  }
+  return out;
 }
 
 StatusOr<DenseWeights> ReadDense(const io::SafetensorsFile& file, std::string_view prefix) {
@@ -277,6 +305,7 @@ StatusOr<DenseWeights> ReadDense(const io::SafetensorsFile& file, std::string_vi
                                       ", expected [out_features, in_features]");
   }
   out.weight = weight.ToFloatVector();
+  UC_RETURN_IF_ERROR(CheckFinite(file.path(), "tensor '" + weight_name + "'", out.weight));
   out.bias.assign(static_cast<size_t>(out.out_features), 0.0f);
   if (!file.Has(bias_name)) return out;
   UC_ASSIGN_OR_RETURN(Tensor bias, file.Get(bias_name));
@@ -287,6 +316,7 @@ StatusOr<DenseWeights> ReadDense(const io::SafetensorsFile& file, std::string_vi
                                       std::to_string(out.out_features) + "]");
   }
   out.bias = bias.ToFloatVector();
+  UC_RETURN_IF_ERROR(CheckFinite(file.path(), "tensor '" + bias_name + "'", out.bias));
   return out;
 }
 

@@ -1,10 +1,13 @@
 #include "common/server_util.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,10 +148,15 @@ HttpResult HttpPost(int port, const std::string& path, const std::string& body,
   return r;
 }
 
-HttpResult HttpGet(int port, const std::string& path) {
+HttpResult HttpGet(int port, const std::string& path) { return HttpGetWithHeaders(port, path, {}); }
+
+HttpResult HttpGetWithHeaders(int port, const std::string& path,
+                              const std::vector<std::pair<std::string, std::string>>& headers) {
   httplib::Client client = MakeClient(port);
+  httplib::Headers h;
+  for (const auto& [name, value] : headers) h.emplace(name, value);
   HttpResult r;
-  if (auto res = client.Get(path.c_str())) {
+  if (auto res = client.Get(path.c_str(), h)) {
     r.status = res->status;
     r.body = res->body;
     r.content_type = res->get_header_value("Content-Type");
@@ -199,6 +207,39 @@ StreamResult HttpStream(int port, const std::string& path, const std::string& bo
   // A non-streamed error body arrives as one block without a blank line.
   if (result.events.empty() && !buffer.empty()) result.events.push_back({"", buffer});
   return result;
+}
+
+std::string RawHttp(int port, const std::string& request, double timeout_seconds) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  size_t sent = 0;
+  while (sent < request.size()) {
+    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string response;
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_seconds));
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    response.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return response;
 }
 
 double MetricValue(const std::string& metrics_text, const std::string& name) {

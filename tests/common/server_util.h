@@ -52,6 +52,8 @@ struct HttpResult {
 HttpResult HttpPost(int port, const std::string& path, const std::string& body,
                     const std::vector<std::pair<std::string, std::string>>& headers = {});
 HttpResult HttpGet(int port, const std::string& path);
+HttpResult HttpGetWithHeaders(int port, const std::string& path,
+                              const std::vector<std::pair<std::string, std::string>>& headers);
 
 // A streamed response: the data of each server-sent event in order (event name, data).
 struct SseEvent {
@@ -68,6 +70,11 @@ struct StreamResult {
 // arrives; returning false closes the connection (a client that goes away).
 StreamResult HttpStream(int port, const std::string& path, const std::string& body,
                         const std::function<bool(const SseEvent&)>& on_event = nullptr);
+
+// Sends `request` (raw bytes, e.g. "GET /%ff HTTP/1.1\r\nHost: x\r\n\r\n") on a fresh
+// connection to 127.0.0.1:port and returns all the server sent until it closed the connection
+// or `timeout_seconds` passed; "" when it could not connect.
+std::string RawHttp(int port, const std::string& request, double timeout_seconds = 10);
 
 // The value of an unlabelled sample in Prometheus text (`name value`), or -1.
 double MetricValue(const std::string& metrics_text, const std::string& name);

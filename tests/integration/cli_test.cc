@@ -3,7 +3,9 @@
 // `inspect-model` (text, JSON, --emit-spec that `validate` accepts, config-only models, bad
 // paths) and `bench` (text and JSON).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -106,6 +108,17 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(RunCli("bench --model " + kModel + " --batch 0").exit_code, 2);
   EXPECT_EQ(RunCli("validate").exit_code, 2);
   EXPECT_EQ(RunCli("generate --model " + kModel).exit_code, 2);  // no prompt
+  // Durations past 1e6 s would overflow the deadlines' integer clocks into "at once".
+  for (const std::string& flags :
+       {"generate --model " + kModel + " --prompt x --probe-drain-timeout 1e30",
+        "generate --model " + kModel + " --prompt x --step-timeout 1e300",
+        "generate --model " + kModel + " --prompt x --metrics-interval 0",
+        "serve --model " + kModel + " --drain-timeout 1e30",
+        "serve --model " + kModel + " --probe-result-timeout -1"}) {
+    const CliResult r = RunCli(flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find("not in range"), std::string::npos) << flags << "\n" << r.output;
+  }
 }
 
 TEST(CliTest, ReportedFailuresExitOne) {
@@ -124,6 +137,87 @@ TEST(CliTest, ReportedFailuresExitOne) {
   EXPECT_NE(no_config.output.find("directory has no config.json"), std::string::npos);
   EXPECT_EQ(RunCli("bench --model /no/such/model").exit_code, 1);
   EXPECT_EQ(RunCli("inspect-model " + kModel + " --emit-spec /no/such/dir/spec.yaml").exit_code, 1);
+}
+
+// A file read whole must be a regular file: a FIFO used to block forever and /dev/zero to grow
+// until memory ran out. Each is refused at once, naming the path and what it is.
+TEST(CliTest, NonRegularFilesAreRefused) {
+  const fs::path dir = testing::ScratchDir("cli_fifo");
+  const fs::path fifo = dir / "fifo";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string t = "timeout 20 " + testing::CliBinary().string() + " ";
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"validate /dev/zero", "/dev/zero: is a character device, not a regular file"},
+      {"validate " + fifo.string(), fifo.string() + ": is a FIFO, not a regular file"},
+      {"generate --model " + kModel + " --prompt x --spec /dev/zero",
+       "is a character device, not a regular file"},
+      {"generate --model " + kModel + " --prompts " + fifo.string(),
+       "prompts file " + fifo.string() + ": is a FIFO, not a regular file"},
+      {"serve --model " + kModel + " --port 0 --chat-template /dev/zero",
+       "chat template file /dev/zero: is a character device, not a regular file"},
+  };
+  for (const Case& c : cases) {
+    std::string output;
+    const int code = testing::RunCommand(t + c.args, &output);
+    EXPECT_EQ(code, 1) << c.args << "\n" << output;
+    EXPECT_NE(output.find(c.message), std::string::npos) << c.args << "\n" << output;
+  }
+}
+
+// Sizes a file states are checked against sane bounds before anything is allocated for them:
+// 10^9 layers used to abort with bad_alloc, 2x10^7 to grow to 14 GB.
+TEST(CliTest, AbsurdConfigSizesAreOneLineErrors) {
+  const fs::path src = testing::TestData("stories260K-hf");
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, int64_t>>{{"num_hidden_layers", 1000000000},
+                                                    {"num_hidden_layers", 20000000},
+                                                    {"vocab_size", 2000000000},
+                                                    {"hidden_size", 1 << 30}}) {
+    SCOPED_TRACE(field + " " + std::to_string(value));
+    const fs::path dir = testing::ScratchDir("cli_absurd_config");
+    for (const char* file : {"model.safetensors", "tokenizer.model"}) {
+      fs::copy_file(src / file, dir / file, fs::copy_options::overwrite_existing);
+    }
+    nlohmann::json config = nlohmann::json::parse(Read(src / "config.json"));
+    config[field] = value;
+    std::ofstream(dir / "config.json") << config.dump();
+    for (const std::string command :
+         {"generate --max-tokens 2 --prompt x --model ", "inspect-model "}) {
+      const CliResult r = RunCli(command + dir.string());
+      EXPECT_EQ(r.exit_code, 1) << command << r.output;
+      EXPECT_NE(r.output.find(field + " is " + std::to_string(value) + ", more than the"),
+                std::string::npos)
+          << command << r.output;
+    }
+  }
+}
+
+// A chat template that cannot render a plain conversation within its budgets stops `serve` at
+// start-up, with the reason, instead of hanging every chat request later.
+TEST(CliTest, ServeRefusesAChatTemplateThatRunsAway) {
+  const fs::path dir = testing::ScratchDir("cli_hostile_template");
+  std::ofstream(dir / "loop.jinja")
+      << "{% for m in messages %}{% for i in range(100000) %}{% for j in range(100000) %}"
+         "{% endfor %}{% endfor %}{{ m.content }}{% endfor %}";
+  std::ofstream(dir / "double.jinja")
+      << "{% set ns = namespace(s=messages[0].content) %}{% for i in range(80) %}"
+         "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}";
+  for (const char* name : {"loop.jinja", "double.jinja"}) {
+    const auto started = std::chrono::steady_clock::now();
+    const CliResult r =
+        RunCli("serve --model " + kModel + " --port 0 --chat-template " + (dir / name).string());
+    EXPECT_EQ(r.exit_code, 1) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find("the chat template cannot render a sample conversation"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("budget"), std::string::npos) << r.output;
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(60)) << name;
+  }
 }
 
 TEST(CliTest, InterruptExitsOneHundredThirty) {

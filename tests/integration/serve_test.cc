@@ -279,6 +279,11 @@ TEST(ServeTest, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
               "context_length_exceeded");
   ExpectError(port, c, json{{"prompt", "Once"}, {"max_tokens", 1000}}.dump(), 400, "max_tokens",
               "context_length_exceeded");
+  // INT32_MAX + the prompt's length used to overflow past this check.
+  ExpectError(port, c, json{{"prompt", "Once"}, {"max_tokens", 2147483647}}.dump(), 400,
+              "max_tokens", "context_length_exceeded");
+  ExpectError(port, c, json{{"prompt", "Once"}, {"max_tokens", 2147483648LL}}.dump(), 400,
+              "max_tokens", "invalid_value");
   ExpectError(port, "/v1/chat/completions", R"({"messages": [{"role": "user"}]})", 400,
               "messages[0].content", "missing_required_parameter");
   // stories260K has no chat template.
@@ -297,7 +302,7 @@ TEST(ServeTest, BadRequestsGetOpenAiErrorsAndDoNotDisturbOthers) {
   EXPECT_EQ(testing::MetricValue(metrics.body,
                                  "undercurrent_http_responses_total{code=\"400\","
                                  "route=\"/v1/completions\"}"),
-            9)
+            11)
       << metrics.body;
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(), 0) << server.log();
@@ -315,7 +320,45 @@ TEST(ServeTest, ApiKeyIsRequiredOnV1Routes) {
   EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(HttpGet(server.port(), "/v1/models").status, 401);
   EXPECT_EQ(HttpGet(server.port(), "/health").status, 200);
+  // /metrics is behind the key too, unless --metrics-without-key.
+  const testing::HttpResult metrics = HttpGet(server.port(), "/metrics");
+  EXPECT_EQ(metrics.status, 401);
+  EXPECT_EQ(metrics.Json()["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(
+      testing::HttpGetWithHeaders(server.port(), "/metrics", {{"Authorization", "Bearer sekrit"}})
+          .status,
+      200);
   server.Signal(SIGINT);
+  EXPECT_EQ(server.Wait(), 0) << server.log();
+  ServeProcess open(
+      {"--model", kModel, "--threads", "1", "--api-key", "sekrit", "--metrics-without-key"});
+  ASSERT_TRUE(open.ok()) << open.log();
+  EXPECT_EQ(HttpGet(open.port(), "/metrics").status, 200);
+  EXPECT_EQ(HttpGet(open.port(), "/v1/models").status, 401);
+  open.Signal(SIGTERM);
+  EXPECT_EQ(open.Wait(), 0) << open.log();
+}
+
+// Bytes that are not UTF-8 in a request's path or in the served model name are replaced in the
+// JSON answers, never thrown past a handler: `GET /%ff` used to abort the whole server.
+TEST(ServeTest, NonUtf8PathsAndModelNamesNeverKillTheServer) {
+  ServeProcess server({"--model", kModel, "--threads", "1", "--served-model-name", "st\xff\xfe"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const int port = server.port();
+  for (const char* path : {"/%ff", "/%c3%28", "/v1/%ed%a0%80"}) {
+    SCOPED_TRACE(path);
+    const std::string response = testing::RawHttp(
+        port, std::string("GET ") + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(response.rfind("HTTP/1.1 404", 0), 0u) << response;
+    const json body = json::parse(response.substr(response.find("\r\n\r\n") + 4), nullptr,
+                                  /*allow_exceptions=*/false);
+    EXPECT_EQ(body["error"]["code"], "not_found") << response;
+  }
+  const testing::HttpResult health = HttpGet(port, "/health");
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_EQ(health.Json()["model"], "st\xef\xbf\xbd\xef\xbf\xbd");  // U+FFFD twice
+  EXPECT_EQ(HttpGet(port, "/v1/models").status, 200);
+  server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(), 0) << server.log();
 }
 

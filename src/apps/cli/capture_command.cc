@@ -17,6 +17,7 @@
 
 #include "apps/cli/capture_support.h"
 #include "apps/cli/exit_codes.h"
+#include "apps/cli/flag_checks.h"
 #include "apps/cli/launch.h"
 #include "distributed/mpi/mpi_runtime.h"
 #include "engine/deployment.h"
@@ -374,6 +375,7 @@ void AddCaptureCommand(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--step-timeout", options->step_timeout,
                   "Seconds the driver waits for any rank within one step before aborting")
+      ->check(Seconds(0.001))
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", options->engine.max_num_seqs, "Requests in one batch at most")
       ->check(CLI::PositiveNumber)

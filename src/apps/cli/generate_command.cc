@@ -9,6 +9,7 @@
 #include <random>
 
 #include "apps/cli/exit_codes.h"
+#include "apps/cli/flag_checks.h"
 #include "apps/cli/launch.h"
 #include "apps/cli/probing_flags.h"
 #include "distributed/mpi/mpi_runtime.h"
@@ -388,6 +389,7 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--step-timeout", options->step_timeout,
                   "Seconds the driver waits for any rank within one step before aborting")
+      ->check(Seconds(0.001))
       ->capture_default_str();
   cmd->add_option("--model,-m", options->model,
                   "Model: a Hugging Face directory, a .gguf file or a llama2.c .bin")

@@ -1,5 +1,6 @@
 #include "apps/cli/probing_flags.h"
 
+#include "apps/cli/flag_checks.h"
 #include "base/logging.h"
 #include "engine/prompts_file.h"
 #include "probe/ndjson_file_sink.h"
@@ -26,7 +27,7 @@ void AddProbingFlags(CLI::App* cmd, ProbingFlags* f) {
       ->group(g);
   cmd->add_option("--probe-drain-timeout", f->drain_timeout,
                   "Seconds a finished request's async queues may take to drain")
-      ->check(CLI::NonNegativeNumber)
+      ->check(Seconds())
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--sink-file", f->sink_files,
@@ -54,12 +55,12 @@ void AddProbingFlags(CLI::App* cmd, ProbingFlags* f) {
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--webhook-timeout", f->webhook_timeout, "Seconds per POST attempt")
-      ->check(CLI::PositiveNumber)
+      ->check(Seconds(0.001))
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--webhook-backoff", f->webhook_backoff,
                   "Seconds before the first retry (doubles each time, jittered)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(Seconds())
       ->capture_default_str()
       ->group(g);
   cmd->add_option("--webhook-queue", f->webhook_queue,
@@ -79,7 +80,7 @@ void AddProbingFlags(CLI::App* cmd, ProbingFlags* f) {
       ->group(g);
   cmd->add_option("--metrics-interval", f->metrics_interval,
                   "Seconds between --metrics-file refreshes")
-      ->check(CLI::PositiveNumber)
+      ->check(Seconds(0.001))
       ->capture_default_str()
       ->group(g);
 }

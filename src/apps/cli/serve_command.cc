@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "apps/cli/exit_codes.h"
+#include "apps/cli/flag_checks.h"
 #include "apps/cli/launch.h"
 #include "apps/cli/probing_flags.h"
 #include "apps/server/http_server.h"
@@ -326,8 +327,11 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--api-key", o->server.api_key,
-                  "Require 'Authorization: Bearer KEY' on /v1 routes (default: "
+                  "Require 'Authorization: Bearer KEY' on /v1 routes and /metrics (default: "
                   "$UNDERCURRENT_API_KEY; none when unset)");
+  cmd->add_flag("--metrics-without-key", o->server.metrics_without_key,
+                "Serve /metrics without the API key (for a Prometheus scraper on a private "
+                "network)");
   cmd->add_option("--served-model-name", o->server.served_model_name,
                   "The model name clients use (default: the model's directory or file name)");
   cmd->add_option("--chat-template", o->chat_template,
@@ -343,6 +347,7 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--step-timeout", o->step_timeout,
                   "Seconds the driver waits for any rank within one step before aborting")
+      ->check(Seconds(0.001))
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", o->engine.max_num_seqs, "Requests in one batch at most")
       ->check(CLI::PositiveNumber)
@@ -372,9 +377,11 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
       ->capture_default_str();
   cmd->add_option("--drain-timeout", o->server.drain_timeout_seconds,
                   "Seconds a shutdown waits for in-flight requests before aborting them")
+      ->check(Seconds())
       ->capture_default_str();
   cmd->add_option("--probe-result-timeout", o->server.probe_result_timeout_seconds,
                   "Seconds a finished response waits for its probe results")
+      ->check(Seconds())
       ->capture_default_str();
   cmd->callback([o, argc, argv] {
     const int world = o->tensor_parallel_size * o->pipeline_parallel_size;

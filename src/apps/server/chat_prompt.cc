@@ -8,6 +8,15 @@ StatusOr<std::unique_ptr<ChatPrompt>> ChatPrompt::Load(const std::filesystem::pa
   StatusOr<chat::LoadedChatTemplate> loaded = chat::LoadChatTemplate(model_path, override_file);
   if (loaded.ok()) {
     prompt->loaded_ = std::move(loaded).value();
+    // Rendered once now, so that a template that cannot render a plain conversation (or runs
+    // past its budgets) stops the server at start-up instead of failing every request.
+    const std::vector<chat::ChatMessage> sample = {
+        {"user", "Hello!"}, {"assistant", "Hi, how can I help?"}, {"user", "Tell me a story."}};
+    StatusOr<std::string> text =
+        prompt->loaded_->chat_template.Render(sample, prompt->loaded_->DefaultOptions());
+    if (!text.ok() && text.status().code() != StatusCode::kInvalidArgument) {
+      return text.status().Annotate("the chat template cannot render a sample conversation");
+    }
   } else if (!override_file.empty()) {
     return loaded.status().Annotate("--chat-template");
   } else {
@@ -22,6 +31,12 @@ StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatMessage>& message
   for (const ChatMessage& m : messages) chat_messages.push_back({m.role, m.content});
   StatusOr<std::string> text =
       loaded_->chat_template.Render(chat_messages, loaded_->DefaultOptions());
+  if (!text.ok() && text.status().code() == StatusCode::kResourceExhausted) {
+    return InvalidArgumentError(
+        "the conversation is too large for the chat template's render "
+        "budget: " +
+        text.status().message());
+  }
   if (!text.ok() && text.status().code() != StatusCode::kInvalidArgument) {
     return InternalError(text.status().message());
   }

@@ -26,15 +26,18 @@ namespace uc::server {
 
 class ChatPrompt {
  public:
-  // Loads the template of `model_path`, or `override_file` when not empty. Fails only for an
-  // override file that cannot be read or parsed (the user asked for it); a model without a
-  // usable template gives a ChatPrompt whose Render says why.
+  // Loads the template of `model_path`, or `override_file` when not empty, and renders a sample
+  // conversation with it. Fails for an override file that cannot be read or parsed (the user
+  // asked for it) and for a template that cannot render the sample (an error, or past its
+  // render budgets: a server never starts with a template that would hang every request); a
+  // model without a template gives a ChatPrompt whose Render says why.
   static StatusOr<std::unique_ptr<ChatPrompt>> Load(const std::filesystem::path& model_path,
                                                     const std::filesystem::path& override_file);
 
   // The prompt text, ending with the assistant's turn opened. FailedPrecondition when the model
   // has no usable template; InvalidArgument when the template rejects the conversation (e.g.
-  // roles that do not alternate); Internal when rendering fails otherwise.
+  // roles that do not alternate) or the conversation is too large for its render budgets;
+  // Internal when rendering fails otherwise.
   StatusOr<std::string> Render(const std::vector<ChatMessage>& messages) const;
 
   // Where the template came from ("" when there is none) and why chat is unavailable.

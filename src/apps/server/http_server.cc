@@ -19,6 +19,12 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kJson[] = "application/json";
+
+// JSON text that never throws: bytes that are not UTF-8 (a client's percent-decoded path, a
+// model name from a file) become U+FFFD instead of an exception past the handler.
+std::string JsonText(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 // Not "application/json": httplib would gzip a chunked JSON body for clients that accept it,
 // and a compressor that buffers would hide a heartbeat from the socket.
 constexpr char kChunkedJson[] = "application/json; charset=utf-8";
@@ -158,7 +164,8 @@ void Server::InstallRoutes() {
   });
   http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;  // one of ours
-    res.set_content(ErrorForStatus(req, res.status, options_.max_body_bytes).Body().dump(), kJson);
+    res.set_content(JsonText(ErrorForStatus(req, res.status, options_.max_body_bytes).Body()),
+                    kJson);
   });
   http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.RecordHttpResponse(RouteLabel(req.path), res.status);
@@ -178,12 +185,12 @@ void Server::InstallRoutes() {
   http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const bool draining = draining_.load();
     res.status = draining ? 503 : 200;
-    res.set_content(
-        json{{"status", draining ? "draining" : "ok"}, {"model", options_.served_model_name}}
-            .dump(),
-        kJson);
+    res.set_content(JsonText(json{{"status", draining ? "draining" : "ok"},
+                                  {"model", options_.served_model_name}}),
+                    kJson);
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!options_.metrics_without_key && !Authorized(req)) return Respond(res, Unauthorized());
     res.set_content(metrics_.Serialize(), "text/plain; version=0.0.4; charset=utf-8");
   });
 }
@@ -251,7 +258,7 @@ void Server::Shutdown() {
 
 void Server::Respond(httplib::Response& res, const ApiError& error) const {
   res.status = error.http_status;
-  res.set_content(error.Body().dump(-1, ' ', false, json::error_handler_t::replace), kJson);
+  res.set_content(JsonText(error.Body()), kJson);
 }
 
 json Server::ModelCard() const {
@@ -263,15 +270,21 @@ json Server::ModelCard() const {
           {"max_model_len", engine_->max_model_len()}};
 }
 
+bool Server::Authorized(const httplib::Request& req) const {
+  return options_.api_key.empty() ||
+         ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options_.api_key);
+}
+
+ApiError Server::Unauthorized() {
+  ApiError e;
+  e.http_status = 401;
+  e.message = "Incorrect API key provided. Send it as 'Authorization: Bearer KEY'.";
+  e.code = "invalid_api_key";
+  return e;
+}
+
 void Server::HandleModels(const httplib::Request& req, httplib::Response& res) {
-  if (!options_.api_key.empty() &&
-      !ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options_.api_key)) {
-    ApiError e;
-    e.http_status = 401;
-    e.message = "Incorrect API key provided.";
-    e.code = "invalid_api_key";
-    return Respond(res, e);
-  }
+  if (!Authorized(req)) return Respond(res, Unauthorized());
   if (req.matches.size() > 1) {
     if (req.matches[1] != options_.served_model_name) {
       ApiError e;
@@ -281,10 +294,10 @@ void Server::HandleModels(const httplib::Request& req, httplib::Response& res) {
       e.code = "model_not_found";
       return Respond(res, e);
     }
-    res.set_content(ModelCard().dump(), kJson);
+    res.set_content(JsonText(ModelCard()), kJson);
     return;
   }
-  res.set_content(json{{"object", "list"}, {"data", json::array({ModelCard()})}}.dump(), kJson);
+  res.set_content(JsonText(json{{"object", "list"}, {"data", json::array({ModelCard()})}}), kJson);
 }
 
 std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& request,
@@ -320,12 +333,14 @@ std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& req
   for (const std::vector<int32_t>& ids : prompts) {
     const int len = static_cast<int>(ids.size());
     if (len == 0) return BadRequest("The prompt has no tokens.", prompt_param);
-    if (len >= max_len || (request.max_tokens && len + *request.max_tokens > max_len)) {
+    // max_tokens may be as large as INT32_MAX: compare without adding (no overflow).
+    if (len >= max_len || (request.max_tokens && *request.max_tokens > max_len - len)) {
       std::string message = "This model's maximum context length is " + std::to_string(max_len) +
                             " tokens. However, ";
       message += request.max_tokens
-                     ? "you requested " + std::to_string(len + *request.max_tokens) + " tokens (" +
-                           std::to_string(len) + " in the " + prompt_param + ", " +
+                     ? "you requested " +
+                           std::to_string(int64_t{len} + int64_t{*request.max_tokens}) +
+                           " tokens (" + std::to_string(len) + " in the " + prompt_param + ", " +
                            std::to_string(*request.max_tokens) +
                            " for the completion). Please reduce the length of the " + prompt_param +
                            " or completion."
@@ -350,14 +365,7 @@ std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& req
 
 void Server::HandleCompletion(const httplib::Request& req, httplib::Response& res,
                               Endpoint endpoint) {
-  if (!options_.api_key.empty() &&
-      !ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options_.api_key)) {
-    ApiError e;
-    e.http_status = 401;
-    e.message = "Incorrect API key provided. Send it as 'Authorization: Bearer KEY'.";
-    e.code = "invalid_api_key";
-    return Respond(res, e);
-  }
+  if (!Authorized(req)) return Respond(res, Unauthorized());
   std::unique_ptr<InFlight> in_flight = InFlight::Enter(this);
   if (in_flight == nullptr) {
     ApiError e;

@@ -52,9 +52,10 @@ namespace uc::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                // 0: any free port (see port())
-  std::string api_key;            // empty: no authentication
-  std::string served_model_name;  // the `model` clients name; required
+  int port = 8000;                   // 0: any free port (see port())
+  std::string api_key;               // empty: no authentication
+  bool metrics_without_key = false;  // /metrics open even with an api_key (private scrapers)
+  std::string served_model_name;     // the `model` clients name; required
   std::filesystem::path model_path;
   int64_t max_body_bytes = int64_t{8} << 20;
   int http_threads = 128;  // concurrent connections served at once
@@ -92,6 +93,9 @@ class Server {
   void HandleCompletion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void HandleModels(const httplib::Request& req, httplib::Response& res);
   void Respond(httplib::Response& res, const ApiError& error) const;
+  // True when no API key is set or the request carries it ("Authorization: Bearer KEY").
+  bool Authorized(const httplib::Request& req) const;
+  static ApiError Unauthorized();  // 401 invalid_api_key
   // Builds the engine requests; an error when a prompt does not fit.
   std::optional<ApiError> BuildEngineRequests(const CompletionRequest& request,
                                               const std::string& id,

@@ -236,8 +236,10 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     if (v.is_null()) return std::nullopt;
     if (!v.is_number_integer()) return WrongType(key, v, "an integer");
     if (v.get<int64_t>() < 1 || v.get<int64_t>() > INT32_MAX) {
-      return BadRequest("Invalid value for '" + key + "': " + v.dump() + " is less than 1.", key,
-                        "invalid_value");
+      const bool low = v.get<int64_t>() < 1;
+      return BadRequest("Invalid value for '" + key + "': " + v.dump() +
+                            (low ? " is less than 1." : " is greater than 2147483647."),
+                        key, "invalid_value");
     }
     r->max_tokens = static_cast<int>(v.get<int64_t>());
   } else if (key == "temperature") {
