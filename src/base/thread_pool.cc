@@ -6,6 +6,8 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -64,19 +66,31 @@ struct ThreadPool::Impl {
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads), impl_(new Impl) {
   UC_CHECK(num_threads >= 1, "ThreadPool needs at least one thread, got %d", num_threads);
-  for (int i = 0; i + 1 < num_threads; ++i) {
-    impl_->workers.emplace_back([this, i] { impl_->WorkerLoop(i); });
+  try {
+    for (int i = 0; i + 1 < num_threads; ++i) {
+      impl_->workers.emplace_back([this, i] { impl_->WorkerLoop(i); });
+    }
+  } catch (const std::system_error& e) {
+    // The system refused a thread (limits, memory): stop the ones started, then report it
+    // instead of terminating on their joinable std::threads.
+    StopWorkers();
+    throw std::system_error(e.code(), "cannot start thread " +
+                                          std::to_string(impl_->workers.size() + 1) + " of " +
+                                          std::to_string(num_threads) + " (--threads)");
   }
 }
 
-ThreadPool::~ThreadPool() {
+void ThreadPool::StopWorkers() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop.store(true);
   }
   impl_->wake.notify_all();
   for (auto& t : impl_->workers) t.join();
+  impl_->workers.clear();
 }
+
+ThreadPool::~ThreadPool() { StopWorkers(); }
 
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                              int64_t min_chunk) {

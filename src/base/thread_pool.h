@@ -19,6 +19,8 @@ class ThreadPool {
  public:
   // `num_threads` counts the calling thread: 1 means no workers, everything runs inline.
   // REQUIRES: num_threads >= 1.
+  // Throws std::system_error (naming the thread and --threads) when the system refuses a
+  // thread; the threads already started are stopped first.
   explicit ThreadPool(int num_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -36,6 +38,7 @@ class ThreadPool {
 
  private:
   struct Impl;
+  void StopWorkers();  // stops and joins every worker
   int num_threads_;
   std::unique_ptr<Impl> impl_;
 };

@@ -145,12 +145,31 @@ double WebhookSink::Backoff(int failed_attempt) {
 }
 
 std::string WebhookSink::Post(const std::string& body) {
-  httplib::Headers headers;
-  if (!bearer_token_.empty()) headers.emplace("Authorization", "Bearer " + bearer_token_);
-  httplib::Result res = target_->client->Post(target_->path, headers, body, "application/json");
-  if (!res) return "request failed: " + httplib::to_string(res.error());
-  if (res->status >= 200 && res->status < 300) return "";
-  return "HTTP " + std::to_string(res->status);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = target_->path;
+  if (!bearer_token_.empty()) req.headers.emplace("Authorization", "Bearer " + bearer_token_);
+  req.headers.emplace("Content-Type", "application/json");
+  req.body = body;
+  // The receiver's answer is read at most kMaxWebhookResponseBytes deep: only its status
+  // matters, and an endpoint that streams an endless body must not grow our memory.
+  int status = 0;
+  size_t received = 0;
+  bool cut = false;
+  req.response_handler = [&status](const httplib::Response& response) {
+    status = response.status;
+    return true;
+  };
+  req.content_receiver = [&received, &cut](const char*, size_t n, uint64_t, uint64_t) {
+    received += n;
+    cut = received > kMaxWebhookResponseBytes;
+    return !cut;
+  };
+  httplib::Result res = target_->client->send(req);
+  if (!res && !(cut && status != 0)) return "request failed: " + httplib::to_string(res.error());
+  if (status == 0 && res) status = res->status;
+  if (status >= 200 && status < 300) return "";
+  return "HTTP " + std::to_string(status);
 }
 
 void WebhookSink::DeadLetter(json record, const std::string& reason, int attempts,

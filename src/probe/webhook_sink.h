@@ -42,6 +42,10 @@
 
 namespace uc::probe {
 
+// The most of a receiver's response body read (its status is all that matters); the rest is
+// not read, so an endless answer cannot grow memory.
+inline constexpr size_t kMaxWebhookResponseBytes = 64 << 10;
+
 struct WebhookOptions {
   std::string url;                    // http://host[:port][/path] or https://...
   int max_retries = 2;                // retries after the first attempt

@@ -220,6 +220,21 @@ TEST(CliTest, ServeRefusesAChatTemplateThatRunsAway) {
   }
 }
 
+// When the system refuses threads (here: an address-space limit too small for 400 thread
+// stacks), the command reports it and exits 1 instead of aborting; --threads is bounded.
+TEST(CliTest, RefusedThreadsAreReportedNotACrash) {
+  const std::string command = "bash -c 'ulimit -v 600000; exec " + testing::CliBinary().string() +
+                              " generate --model " + kModel +
+                              " --prompt x --max-tokens 2 --kv-cache-memory 4MiB --threads 400'";
+  std::string output;
+  const int code = testing::RunCommand(command, &output);
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_NE(output.find("error: the system refused a resource: cannot start thread"),
+            std::string::npos)
+      << output;
+  EXPECT_EQ(RunCli("generate --model " + kModel + " --prompt x --threads 100000").exit_code, 2);
+}
+
 TEST(CliTest, InterruptExitsOneHundredThirty) {
   // SIGINT while the benchmark runs (or still loads): the process exits with 130.
   const CliResult r = RunCli("bench --model " + kModel +

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -49,6 +50,19 @@ class Receiver {
       if (delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
       accepted_.push_back(json::parse(req.body));
       res.status = 200;
+      if (endless_answer_) {
+        // 1 GiB of answer, streamed for as long as the client keeps reading.
+        auto sent = std::make_shared<size_t>(0);
+        res.set_chunked_content_provider("text/plain", [sent](size_t, httplib::DataSink& sink) {
+          static const std::string chunk(64 << 10, 'x');
+          if (*sent >= (size_t{1} << 30)) {
+            sink.done();
+            return true;
+          }
+          *sent += chunk.size();
+          return sink.write(chunk.data(), chunk.size());
+        });
+      }
     });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
@@ -66,6 +80,10 @@ class Receiver {
   void FailNext(int n) {
     std::lock_guard<std::mutex> lock(mu_);
     fail_next_ = n;
+  }
+  void SetEndlessAnswer(bool endless) {
+    std::lock_guard<std::mutex> lock(mu_);
+    endless_answer_ = endless;
   }
   void SetDelay(int ms) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -96,6 +114,7 @@ class Receiver {
   bool down_ = false;
   int fail_next_ = 0;
   int delay_ms_ = 0;
+  bool endless_answer_ = false;
   int calls_ = 0;
   std::vector<json> accepted_;
   std::string authorization_;
@@ -161,6 +180,29 @@ TEST(WebhookSinkTest, TwoFailuresThenSuccessIsThreeCalls) {
   EXPECT_EQ(stats.retries, 2);
   EXPECT_EQ(stats.dead_lettered, 0);
   EXPECT_FALSE(fs::exists(dir / "dead.ndjson") && fs::file_size(dir / "dead.ndjson") > 0);
+}
+
+// A receiver that answers 200 with an endless body: the sink reads at most
+// kMaxWebhookResponseBytes of it, counts the record delivered (no retry, no dead letter) and
+// moves on.
+TEST(WebhookSinkTest, AnEndlessAnswerIsReadOnlySoFar) {
+  Receiver receiver;
+  receiver.SetEndlessAnswer(true);
+  const fs::path dir = testing::ScratchDir("webhook_endless");
+  probe::WebhookOptions o = Fast(receiver.url());
+  o.dead_letter_path = dir / "dead.ndjson";
+  auto sink = probe::WebhookSink::Open(o);
+  ASSERT_TRUE(sink.ok()) << sink.status().ToString();
+  const auto started = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) (*sink)->Write(Record(i));
+  ASSERT_TRUE((*sink)->Close(30).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 20s) << "the whole answer was read";
+  EXPECT_EQ(receiver.calls(), 3);
+  EXPECT_EQ(receiver.accepted().size(), 3u);
+  const probe::WebhookStats stats = (*sink)->stats();
+  EXPECT_EQ(stats.delivered, 3);
+  EXPECT_EQ(stats.retries, 0);
+  EXPECT_EQ(stats.dead_lettered, 0);
 }
 
 TEST(WebhookSinkTest, AlwaysFailingIsThreeCallsAndOneDeadLetter) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli/exit_codes.h"
+#include "apps/cli/flag_checks.h"
 #include "engine/batch_benchmark.h"
 #include "probe/probing_session.h"
 #include "probe/registry.h"
@@ -148,7 +149,9 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--repetitions", o->repetitions, "Measured runs (the median is reported)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Threads (0: all cores)")
+      ->check(Threads())
+      ->capture_default_str();
   cmd->add_option("--spec", o->spec_file, "Probe spec to run during the benchmark")
       ->check(CLI::ExistingFile);
   cmd->add_option("--probe-plugin", o->probe_plugins,

@@ -17,4 +17,8 @@ inline CLI::Range Seconds(double min_seconds = 0.0) {
   return CLI::Range(min_seconds, kMaxFlagSeconds);
 }
 
+// Worker threads per process: 0 (all cores) up to kMaxFlagThreads.
+inline constexpr int kMaxFlagThreads = 1024;
+inline CLI::Range Threads() { return CLI::Range(0, kMaxFlagThreads); }
+
 }  // namespace uc::cli

@@ -456,6 +456,7 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--stop", options->sampling.stop, "Stop string (repeatable)");
   cmd->add_flag("--ignore-eos", options->sampling.ignore_eos, "Keep generating past EOS");
   cmd->add_option("--threads", options->generator.num_threads, "Threads (0: all cores)")
+      ->check(Threads())
       ->capture_default_str();
   cmd->add_option("--max-model-len", options->generator.max_model_len,
                   "Context length (default: the model's)");

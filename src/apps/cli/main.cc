@@ -1,7 +1,10 @@
 // undercurrent: activation probing for live LLM inference — command line entry point.
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <new>
+#include <system_error>
 
 #include "apps/cli/bench_command.h"
 #include "apps/cli/capture_command.h"
@@ -46,6 +49,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? uc::cli::kExitOk : uc::cli::kExitUsage;
+  } catch (const std::system_error& e) {
+    // The system refused a thread or another resource (limits, memory): a report, not a crash.
+    std::fprintf(stderr, "error: the system refused a resource: %s\n", e.what());
+    return uc::cli::kExitFailure;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+    return uc::cli::kExitFailure;
   }
   return uc::cli::kExitOk;
 }

@@ -366,6 +366,7 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache memory per rank")
       ->capture_default_str();
   cmd->add_option("--threads", o->engine.num_threads, "Threads per rank (0: all cores)")
+      ->check(Threads())
       ->capture_default_str();
   cmd->add_option("--max-model-len", o->engine.max_model_len,
                   "Context length (default: the model's)");
