@@ -72,10 +72,10 @@ ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads), impl_(new I
     }
   } catch (const std::system_error& e) {
     // The system refused a thread (limits, memory): stop the ones started, then report it
-    // instead of terminating on their joinable std::threads.
+    // instead of terminating on their joinable std::threads. The caller is thread 1.
+    const size_t refused = impl_->workers.size() + 2;
     StopWorkers();
-    throw std::system_error(e.code(), "cannot start thread " +
-                                          std::to_string(impl_->workers.size() + 1) + " of " +
+    throw std::system_error(e.code(), "cannot start thread " + std::to_string(refused) + " of " +
                                           std::to_string(num_threads) + " (--threads)");
   }
 }
