@@ -6,8 +6,12 @@ find_package(CLI11 REQUIRED)
 find_package(yaml-cpp REQUIRED)  # the probe spec format
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
-# HTTP server and client (the OpenAI-compatible server, the webhook sink); Debian builds it as a
-# shared library with TLS, so the flags come from its pkg-config file.
+# The server's HTTP front end: Boost.Beast on Boost.Asio (header-only), zlib for gzip/deflate
+# request bodies.
+find_package(Boost 1.74 REQUIRED)
+find_package(ZLIB REQUIRED)
+# HTTP client (the webhook sink; the tests' client); Debian builds it as a shared library with
+# TLS, so the flags come from its pkg-config file.
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(prometheus-cpp REQUIRED COMPONENTS core)  # metrics, Prometheus text format
 if(UC_BUILD_TESTS)

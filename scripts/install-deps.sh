@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libcli11-dev
+  libboost-dev zlib1g-dev  # the server's HTTP front end: Boost.Beast/Asio; gzip request bodies
   libpcre2-dev
   python3 python3-pip python3-venv
   iproute2 util-linux procps

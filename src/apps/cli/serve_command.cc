@@ -371,8 +371,30 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--max-model-len", o->engine.max_model_len,
                   "Context length (default: the model's)");
   cmd->add_option("--http-threads", o->server.http_threads,
-                  "Connections served at once (streams hold one each)")
-      ->check(CLI::PositiveNumber)
+                  "Threads that parse requests and render prompts (connections and streams "
+                  "hold none)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", o->server.max_connections,
+                  "Open connections at most (more get 503)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", o->server.idle_timeout_seconds,
+                  "Seconds a kept-alive connection may wait for its next request")
+      ->check(Seconds(0.01))
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", o->server.header_timeout_seconds,
+                  "Seconds a request's headers may take, from their first byte")
+      ->check(Seconds(0.01))
+      ->capture_default_str();
+  cmd->add_option("--body-timeout", o->server.body_timeout_seconds,
+                  "Seconds a request's body may take")
+      ->check(Seconds(0.01))
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", o->server.write_timeout_seconds,
+                  "Seconds one write of a response may take (a client that stops reading is "
+                  "dropped)")
+      ->check(Seconds(0.01))
       ->capture_default_str();
   cmd->add_option("--max-body-size", o->max_body_size, "Largest request body (413 above)")
       ->capture_default_str();

@@ -13,11 +13,19 @@ std::vector<ChannelEvent> RequestChannel::Wait(std::chrono::milliseconds timeout
 }
 
 void RequestChannel::Push(ChannelEvent event) {
+  std::function<void()> notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(event));
+    notify = notify_;
   }
   cv_.notify_one();
+  if (notify) notify();
+}
+
+void RequestChannel::SetNotifier(std::function<void()> notify) {
+  std::lock_guard<std::mutex> lock(mu_);
+  notify_ = std::move(notify);
 }
 
 EngineLoop::EngineLoop(engine::LLMEngine* engine, probe::ProbingSession* session)

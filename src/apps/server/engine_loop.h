@@ -56,9 +56,14 @@ class RequestChannel {
   explicit RequestChannel(std::vector<std::string> engine_ids)
       : engine_ids_(std::move(engine_ids)) {}
 
-  // Waits at most `timeout` for events; returns them all (empty on timeout).
+  // Waits at most `timeout` for events; returns them all (empty on timeout; a zero timeout
+  // only takes what is there).
   std::vector<ChannelEvent> Wait(std::chrono::milliseconds timeout);
   void Push(ChannelEvent event);
+  // `notify` is called (on the pushing thread, without the channel's lock) after every Push
+  // from now on, so that an event-driven reader need not poll. It must be cheap and must not
+  // call back into the channel. Null clears it.
+  void SetNotifier(std::function<void()> notify);
 
   // The engine request id of each choice.
   const std::vector<std::string>& engine_ids() const { return engine_ids_; }
@@ -68,6 +73,7 @@ class RequestChannel {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<ChannelEvent> events_;  // guarded by mu_
+  std::function<void()> notify_;      // guarded by mu_
 };
 
 // One engine request of a submission.

@@ -1,8 +1,5 @@
 #include "apps/server/http_server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -25,8 +22,6 @@ constexpr char kJson[] = "application/json";
 std::string JsonText(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
-// Not "application/json": httplib would gzip a chunked JSON body for clients that accept it,
-// and a compressor that buffers would hide a heartbeat from the socket.
 constexpr char kChunkedJson[] = "application/json; charset=utf-8";
 
 std::string Hex(uint64_t v) {
@@ -44,21 +39,39 @@ std::string RouteLabel(const std::string& path) {
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{model}" : "other";
 }
 
-ApiError ErrorForStatus(const httplib::Request& req, int status, int64_t max_body_bytes) {
+ApiError ErrorForStatus(int status, const std::string& method, const std::string& path,
+                        int64_t max_body_bytes) {
   ApiError e;
   e.http_status = status;
   switch (status) {
     case 404:
-      e.message = "Invalid URL (" + req.method + " " + req.path + ")";
+      e.message = "Invalid URL (" + method + " " + path + ")";
       e.code = "not_found";
+      break;
+    case 408:
+      e.message = "The request body did not arrive in time.";
+      e.code = "request_timeout";
       break;
     case 413:
       e.message = "The request body is larger than this server's limit of " +
-                  std::to_string(max_body_bytes) + " bytes.";
+                  std::to_string(max_body_bytes) + " bytes (after decompression).";
       e.code = "request_too_large";
+      break;
+    case 415:
+      e.message = "Unsupported Content-Encoding: send the body as is, gzip or deflate.";
+      e.code = "unsupported_content_encoding";
+      break;
+    case 431:
+      e.message = "The request's headers are too many or too large.";
+      e.code = "request_header_fields_too_large";
       break;
     case 400:
       e.message = "Malformed HTTP request.";
+      break;
+    case 503:
+      e.message = "The server is at its connection limit or shutting down; retry later.";
+      e.type = "server_error";
+      e.code = "server_busy";
       break;
     default:
       e.message = "HTTP error " + std::to_string(status) + ".";
@@ -108,6 +121,7 @@ struct Server::ResponseState {
   };
   ~ResponseState() {
     // Normally every choice finished; otherwise the client went away mid-response.
+    channel->SetNotifier(nullptr);
     loop->Release(*channel, "client disconnected");
   }
   ChoiceResult Result(size_t i) const {
@@ -122,8 +136,32 @@ struct Server::ResponseState {
   std::vector<Choice> choices;
   Usage usage;
   bool started = false;
+  bool done = false;
   Clock::time_point last_write;
   std::unique_ptr<InFlight> in_flight;
+};
+
+// A completion's response as HttpFront pulls it.
+class Server::CompletionStream : public ResponseStream {
+ public:
+  CompletionStream(const Server* server, std::unique_ptr<ResponseState> state)
+      : server_(server), state_(std::move(state)) {}
+  bool Poll(std::string* out) override {
+    if (state_->done) return true;
+    const bool done = server_->Produce(*state_, out);
+    if (done) {
+      state_->done = true;
+      state_->in_flight.reset();  // the drain need not wait for the last bytes' write
+    }
+    return done;
+  }
+  void SetNotifier(std::function<void()> notify) override {
+    state_->channel->SetNotifier(std::move(notify));
+  }
+
+ private:
+  const Server* const server_;
+  std::unique_ptr<ResponseState> state_;
 };
 
 Server::Server(engine::LLMEngine* engine, probe::ProbingSession* session, probe::Metrics* metrics,
@@ -131,7 +169,6 @@ Server::Server(engine::LLMEngine* engine, probe::ProbingSession* session, probe:
     : engine_(engine),
       session_(session),
       options_(std::move(options)),
-      http_(std::make_unique<httplib::Server>()),
       chat_(std::move(chat)),
       metrics_(metrics),
       loop_(engine, session) {
@@ -144,105 +181,102 @@ Server::Server(engine::LLMEngine* engine, probe::ProbingSession* session, probe:
     metrics_.metrics().RecordFinished(FinishReasonOf(out));
   });
   metrics_.metrics().RecordEngineStep(engine_->stats(), 0.0);
-  InstallRoutes();
+  HttpFrontOptions front;
+  front.host = options_.host;
+  front.port = options_.port;
+  front.handler_threads = std::max(1, options_.http_threads);
+  front.max_connections = std::max(1, options_.max_connections);
+  front.max_body_bytes = options_.max_body_bytes;
+  front.idle_timeout_seconds = options_.idle_timeout_seconds;
+  front.header_timeout_seconds = options_.header_timeout_seconds;
+  front.body_timeout_seconds = options_.body_timeout_seconds;
+  front.write_timeout_seconds = options_.write_timeout_seconds;
+  // Text arrives by notification; the tick only paces heartbeats and the probe-result wait.
+  front.stream_tick_seconds = std::clamp(options_.heartbeat_seconds / 2, 0.01, 0.5);
+  front_ = std::make_unique<HttpFront>(
+      front, [this](const HttpRequest& req) { return Handle(req); },
+      [this](int status, const std::string& method, const std::string& path) {
+        return ErrorResponse(status, method, path);
+      },
+      [this](const std::string& path, int status) {
+        metrics_.RecordHttpResponse(RouteLabel(path), status);
+      });
 }
 
-Server::~Server() = default;
+Server::~Server() {
+  front_->Stop();  // before the loop: open streams release their requests
+}
 
-void Server::InstallRoutes() {
-  const int threads = std::max(1, options_.http_threads);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(static_cast<size_t>(options_.max_body_bytes));
-  http_->set_keep_alive_max_count(1000);
-  http_->set_read_timeout(30, 0);
-  // Replaces httplib's defaults (SO_REUSEADDR, and SO_REUSEPORT, which would let a second
-  // server share the port); keeps the listening socket so that Bind can deepen its backlog.
-  http_->set_socket_options([this](socket_t sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (listen_fd_ < 0) listen_fd_ = static_cast<int>(sock);
-  });
-  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;  // one of ours
-    res.set_content(JsonText(ErrorForStatus(req, res.status, options_.max_body_bytes).Body()),
-                    kJson);
-  });
-  http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.RecordHttpResponse(RouteLabel(req.path), res.status);
-  });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res, Endpoint::kCompletions);
-  });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleCompletion(req, res, Endpoint::kChatCompletions);
-  });
-  http_->Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleModels(req, res);
-  });
-  http_->Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
-    HandleModels(req, res);
-  });
-  http_->Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+HttpResponse Server::ErrorResponse(int status, const std::string& method,
+                                   const std::string& path) const {
+  return Respond(ErrorForStatus(status, method, path, options_.max_body_bytes));
+}
+
+HttpResponse Server::Handle(const HttpRequest& req) {
+  const std::string& path = req.path;
+  const bool get = req.method == "GET";
+  const bool post = req.method == "POST";
+  if (post && path == "/v1/completions") return HandleCompletion(req, Endpoint::kCompletions);
+  if (post && path == "/v1/chat/completions") {
+    return HandleCompletion(req, Endpoint::kChatCompletions);
+  }
+  if (get && (path == "/v1/models" || (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))) {
+    return HandleModels(req);
+  }
+  if (get && path == "/health") {
     const bool draining = draining_.load();
+    HttpResponse res;
     res.status = draining ? 503 : 200;
-    res.set_content(JsonText(json{{"status", draining ? "draining" : "ok"},
-                                  {"model", options_.served_model_name}}),
-                    kJson);
-  });
-  http_->Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!options_.metrics_without_key && !Authorized(req)) return Respond(res, Unauthorized());
-    res.set_content(metrics_.Serialize(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+    res.content_type = kJson;
+    res.body = JsonText(
+        json{{"status", draining ? "draining" : "ok"}, {"model", options_.served_model_name}});
+    return res;
+  }
+  if (get && path == "/metrics") {
+    if (!options_.metrics_without_key && !Authorized(req)) return Respond(Unauthorized());
+    HttpResponse res;
+    res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    res.body = metrics_.Serialize();
+    return res;
+  }
+  return ErrorResponse(404, req.method, path);
 }
 
 Status Server::Bind() {
-  const int port = options_.port == 0
-                       ? http_->bind_to_any_port(options_.host)
-                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port <= 0) {
-    return UnavailableError("cannot listen on " + options_.host + ":" +
-                            std::to_string(options_.port) +
-                            " (address in use, or not an address of this machine)");
-  }
-  port_ = port;
-  // httplib listens with a backlog of 5: a burst of clients connecting at once would overflow
-  // it, and a connection whose handshake the kernel dropped can arrive after the read timeout.
-  if (listen_fd_ >= 0) ::listen(listen_fd_, SOMAXCONN);
+  UC_RETURN_IF_ERROR(front_->Bind());
+  port_ = front_->port();
   return OkStatus();
 }
 
 Status Server::Serve() {
   loop_.Start();
-  std::atomic<bool> listening_done{false};
-  std::thread listener([this, &listening_done] {
-    http_->listen_after_bind();
-    listening_done = true;
-  });
+  front_->Start();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return shutdown_requests_ > 0; });
     UC_LOG(INFO) << "shutting down: draining " << in_flight_ << " request(s)";
+    lock.unlock();
+    front_->BeginShutdown();
+    lock.lock();
     const auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(options_.drain_timeout_seconds));
-    bool aborted = false;
+    std::optional<Clock::time_point> aborted_at;
     while (in_flight_ > 0) {
-      if (!aborted && (shutdown_requests_ > 1 || Clock::now() >= deadline)) {
+      if (!aborted_at && (shutdown_requests_ > 1 || Clock::now() >= deadline)) {
         UC_LOG(WARNING) << "aborting " << in_flight_ << " request(s) still running";
         lock.unlock();
         loop_.AbortAll("server shutting down");
         lock.lock();
-        aborted = true;
+        aborted_at = Clock::now();
       }
+      // Aborted requests finish at the next engine step; a client that does not read its
+      // answer is not waited for long.
+      if (aborted_at && Clock::now() - *aborted_at > std::chrono::seconds(5)) break;
       cv_.wait_for(lock, std::chrono::milliseconds(100));
     }
   }
-  // stop() before the listener runs would be lost; it runs at once after Bind.
-  while (!http_->is_running() && !listening_done) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  http_->stop();
-  listener.join();
+  front_->Stop();
   loop_.Stop();
   return OkStatus();
 }
@@ -256,9 +290,12 @@ void Server::Shutdown() {
   cv_.notify_all();
 }
 
-void Server::Respond(httplib::Response& res, const ApiError& error) const {
+HttpResponse Server::Respond(const ApiError& error) {
+  HttpResponse res;
   res.status = error.http_status;
-  res.set_content(JsonText(error.Body()), kJson);
+  res.content_type = kJson;
+  res.body = JsonText(error.Body());
+  return res;
 }
 
 json Server::ModelCard() const {
@@ -270,9 +307,9 @@ json Server::ModelCard() const {
           {"max_model_len", engine_->max_model_len()}};
 }
 
-bool Server::Authorized(const httplib::Request& req) const {
+bool Server::Authorized(const HttpRequest& req) const {
   return options_.api_key.empty() ||
-         ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options_.api_key);
+         ConstantTimeEquals(req.Header("Authorization"), "Bearer " + options_.api_key);
 }
 
 ApiError Server::Unauthorized() {
@@ -283,21 +320,25 @@ ApiError Server::Unauthorized() {
   return e;
 }
 
-void Server::HandleModels(const httplib::Request& req, httplib::Response& res) {
-  if (!Authorized(req)) return Respond(res, Unauthorized());
-  if (req.matches.size() > 1) {
-    if (req.matches[1] != options_.served_model_name) {
+HttpResponse Server::HandleModels(const HttpRequest& req) {
+  if (!Authorized(req)) return Respond(Unauthorized());
+  HttpResponse res;
+  res.content_type = kJson;
+  if (req.path != "/v1/models") {
+    const std::string model = req.path.substr(std::string("/v1/models/").size());
+    if (model != options_.served_model_name) {
       ApiError e;
       e.http_status = 404;
-      e.message = "The model '" + req.matches[1].str() + "' does not exist.";
+      e.message = "The model '" + model + "' does not exist.";
       e.param = "model";
       e.code = "model_not_found";
-      return Respond(res, e);
+      return Respond(e);
     }
-    res.set_content(JsonText(ModelCard()), kJson);
-    return;
+    res.body = JsonText(ModelCard());
+    return res;
   }
-  res.set_content(JsonText(json{{"object", "list"}, {"data", json::array({ModelCard()})}}), kJson);
+  res.body = JsonText(json{{"object", "list"}, {"data", json::array({ModelCard()})}});
+  return res;
 }
 
 std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& request,
@@ -363,9 +404,8 @@ std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& req
   return std::nullopt;
 }
 
-void Server::HandleCompletion(const httplib::Request& req, httplib::Response& res,
-                              Endpoint endpoint) {
-  if (!Authorized(req)) return Respond(res, Unauthorized());
+HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint) {
+  if (!Authorized(req)) return Respond(Unauthorized());
   std::unique_ptr<InFlight> in_flight = InFlight::Enter(this);
   if (in_flight == nullptr) {
     ApiError e;
@@ -373,19 +413,20 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
     e.type = "server_error";
     e.message = "The server is shutting down.";
     e.code = "server_shutting_down";
-    res.set_header("Connection", "close");
-    return Respond(res, e);
+    HttpResponse res = Respond(e);
+    res.close = true;
+    return res;
   }
   json body;
   try {
     body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    return Respond(res, BadRequest(std::string("We could not parse the JSON body of your "
-                                               "request: ") +
-                                   e.what()));
+  } catch (const json::exception& e) {
+    return Respond(BadRequest(std::string("We could not parse the JSON body of your "
+                                          "request: ") +
+                              e.what()));
   }
   CompletionRequest request;
-  if (auto error = ParseCompletionRequest(body, endpoint, &request)) return Respond(res, *error);
+  if (auto error = ParseCompletionRequest(body, endpoint, &request)) return Respond(*error);
   if (!request.model.empty() && request.model != options_.served_model_name) {
     ApiError e;
     e.http_status = 404;
@@ -393,28 +434,28 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
                 options_.served_model_name + "'.";
     e.param = "model";
     e.code = "model_not_found";
-    return Respond(res, e);
+    return Respond(e);
   }
   const bool chat = endpoint == Endpoint::kChatCompletions;
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + Hex(next_id_++);
   std::vector<EngineRequest> requests;
   Usage usage;
   if (auto error = BuildEngineRequests(request, id, &requests, &usage)) {
-    return Respond(res, *error);
+    return Respond(*error);
   }
   const size_t num_choices = requests.size();
   StatusOr<std::shared_ptr<RequestChannel>> channel = loop_.Submit(std::move(requests));
   if (!channel.ok()) {
     if (channel.status().code() == StatusCode::kInvalidArgument) {
-      return Respond(res, BadRequest(channel.status().message()));
+      return Respond(BadRequest(channel.status().message()));
     }
     ApiError e;
     e.http_status = 500;
     e.type = "server_error";
     e.message = channel.status().message();
-    return Respond(res, e);
+    return Respond(e);
   }
-  auto state = std::make_shared<ResponseState>();
+  auto state = std::make_unique<ResponseState>();
   state->loop = &loop_;
   state->channel = std::move(channel).value();
   state->ctx = {endpoint, id, static_cast<int64_t>(std::time(nullptr)), options_.served_model_name,
@@ -425,20 +466,15 @@ void Server::HandleCompletion(const httplib::Request& req, httplib::Response& re
   state->usage = usage;
   state->last_write = Clock::now();
   state->in_flight = std::move(in_flight);
-  if (request.stream) res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      request.stream ? "text/event-stream" : kChunkedJson,
-      [this, state](size_t, httplib::DataSink& sink) { return Produce(*state, sink); });
+  HttpResponse res;
+  res.content_type = request.stream ? "text/event-stream" : kChunkedJson;
+  if (request.stream) res.headers.emplace_back("Cache-Control", "no-cache");
+  res.stream = std::make_shared<CompletionStream>(this, std::move(state));
+  return res;
 }
 
-bool Server::Produce(ResponseState& s, httplib::DataSink& sink) const {
-  const auto now_write = [&](const std::string& data) {
-    if (data.empty()) return true;
-    if (!sink.write(data.data(), data.size())) return false;
-    s.last_write = Clock::now();
-    return true;
-  };
-  std::string out;
+bool Server::Produce(ResponseState& s, std::string* result) const {
+  std::string& out = *result;
   if (!s.started) {
     s.started = true;
     if (s.stream && s.ctx.endpoint == Endpoint::kChatCompletions) {
@@ -447,9 +483,7 @@ bool Server::Produce(ResponseState& s, httplib::DataSink& sink) const {
       }
     }
   }
-  const auto poll = std::chrono::milliseconds(
-      std::clamp<int64_t>(static_cast<int64_t>(options_.heartbeat_seconds * 1000), 1, 50));
-  for (ChannelEvent& e : s.channel->Wait(poll)) {
+  for (ChannelEvent& e : s.channel->Wait(std::chrono::milliseconds(0))) {
     ResponseState::Choice& c = s.choices[static_cast<size_t>(e.index)];
     switch (e.kind) {
       case ChannelEvent::Kind::kText:
@@ -482,13 +516,13 @@ bool Server::Produce(ResponseState& s, httplib::DataSink& sink) const {
     }
   }
   if (!complete) {
-    if (!out.empty()) return now_write(out);
     const auto heartbeat = std::chrono::duration<double>(options_.heartbeat_seconds);
-    if (Clock::now() - s.last_write >= heartbeat) {
+    if (out.empty() && Clock::now() - s.last_write >= heartbeat) {
       // An SSE comment, or whitespace before the JSON body: both are ignored by clients.
-      return now_write(s.stream ? ": keep-alive\n\n" : "\n");
+      out = s.stream ? ": keep-alive\n\n" : "\n";
     }
-    return true;
+    if (!out.empty()) s.last_write = Clock::now();
+    return false;
   }
   s.usage.completion_tokens = 0;
   std::vector<ChoiceResult> results;
@@ -508,8 +542,6 @@ bool Server::Produce(ResponseState& s, httplib::DataSink& sink) const {
     out +=
         ResponseBody(s.ctx, results, s.usage).dump(-1, ' ', false, json::error_handler_t::replace);
   }
-  if (!now_write(out)) return false;
-  sink.done();
   return true;
 }
 

@@ -1,29 +1,34 @@
 // File: http_server.h
 // -----------------------------------------------------------------------------
-// Server: the OpenAI-compatible HTTP front of one LLMEngine (cpp-httplib), with the probing
-// additions of Undercurrent's wire format (see protocol.h).
+// Server: the OpenAI-compatible HTTP application of one LLMEngine, with the probing additions of
+// Undercurrent's wire format (see protocol.h), behind HttpFront (http_front.h: Boost.Beast,
+// event-driven, every size and phase bounded).
 //
 //   POST /v1/completions, POST /v1/chat/completions   (stream: true -> server-sent events)
 //   GET  /v1/models, /v1/models/{model}, /health, /metrics
 //
-// Every HTTP request runs on a handler thread of a fixed pool; its engine requests (n choices,
-// or one per prompt of a batch) join the one engine thread's batch (EngineLoop). Responses,
-// streamed or not, are written as they are produced with chunked transfer encoding; while a
-// response waits, the connection is written to at least every `heartbeat_seconds` (an SSE
-// comment, or JSON whitespace before a non-streamed body) so that a client that went away is
-// noticed and its requests are aborted, which frees their KV blocks.
+// Requests are answered on HttpFront's handler threads; their engine requests (n choices, or
+// one per prompt of a batch) join the one engine thread's batch (EngineLoop). Responses,
+// streamed or not, are written as they are produced with chunked transfer encoding, without a
+// thread waiting on them; while a response waits, the connection is written to at least every
+// `heartbeat_seconds` (an SSE comment, or JSON whitespace before a non-streamed body) so that a
+// client that went away is noticed and its requests are aborted, which frees their KV blocks.
 //
-// Errors are OpenAI-style bodies {"error": {message, type, param, code}}: 400 malformed JSON,
-// wrong types, unknown fields, impossible values and prompts longer than the context (code
+// Errors are OpenAI-style bodies {"error": {message, type, param, code}}: 400 malformed HTTP or
+// JSON, wrong types, unknown fields, impossible values and prompts longer than the context (code
 // context_length_exceeded, as OpenAI and vLLM do); 401 a missing or wrong bearer key; 404
-// unknown routes and models; 413 bodies over max_body_bytes; 503 while shutting down. None
-// affects other requests.
+// unknown routes and models; 408 a body that did not arrive in time; 413 bodies over
+// max_body_bytes (after decompression); 415 an unknown Content-Encoding; 431 too many or too
+// large headers; 503 while shutting down or over max_connections. None affects other requests;
+// bytes that are not UTF-8 (in paths, bodies, the model name) are replaced in answers.
 //
-// Shutdown (SIGTERM): new requests get 503, in-flight requests run to completion (after
-// drain_timeout_seconds they are aborted), then the listener closes and Serve returns.
+// Shutdown (SIGTERM): connections waiting for a request are closed, new requests get 503,
+// in-flight requests run to completion (after drain_timeout_seconds they are aborted), then
+// every connection closes and Serve returns.
 //
 // Thread-safety: Bind then Serve on one thread; Shutdown from any thread (not from a signal
-// handler). The engine, the session and the metrics must outlive the Server.
+// handler); Handle from any thread. The engine, the session and the metrics must outlive the
+// Server.
 #pragma once
 
 #include <atomic>
@@ -36,17 +41,12 @@
 
 #include "apps/server/chat_prompt.h"
 #include "apps/server/engine_loop.h"
+#include "apps/server/http_front.h"
+#include "apps/server/http_message.h"
 #include "apps/server/server_metrics.h"
 #include "base/status.h"
 #include "engine/llm_engine.h"
 #include "probe/probing_session.h"
-
-namespace httplib {
-class DataSink;
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
 
 namespace uc::server {
 
@@ -57,8 +57,13 @@ struct ServerOptions {
   bool metrics_without_key = false;  // /metrics open even with an api_key (private scrapers)
   std::string served_model_name;     // the `model` clients name; required
   std::filesystem::path model_path;
-  int64_t max_body_bytes = int64_t{8} << 20;
-  int http_threads = 128;  // concurrent connections served at once
+  int64_t max_body_bytes = int64_t{8} << 20;  // after Content-Encoding is undone
+  int http_threads = 8;  // handler threads (parse, render, tokenize); connections need none
+  int max_connections = 1024;
+  double idle_timeout_seconds = 60;    // a kept-alive connection waiting for its next request
+  double header_timeout_seconds = 10;  // a request head, from its first byte
+  double body_timeout_seconds = 60;    // a request body
+  double write_timeout_seconds = 60;   // each write of a response
   double heartbeat_seconds = 1.0;
   // How long a finished response waits for its probe results (async points deliver them once
   // their queues drained, which the session bounds by its own drain timeout).
@@ -86,33 +91,37 @@ class Server {
   // Begins the drain; a second call aborts the requests still running. Returns at once.
   void Shutdown();
 
+  // Answers one request (what HttpFront calls). Never throws for anything a client sends.
+  HttpResponse Handle(const HttpRequest& req);
+  // The OpenAI-style error response for a status the front end found (400, 404, 413, ...).
+  HttpResponse ErrorResponse(int status, const std::string& method, const std::string& path) const;
+
  private:
   struct ResponseState;
+  class CompletionStream;
   class InFlight;
-  void InstallRoutes();
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  void HandleModels(const httplib::Request& req, httplib::Response& res);
-  void Respond(httplib::Response& res, const ApiError& error) const;
+  HttpResponse HandleCompletion(const HttpRequest& req, Endpoint endpoint);
+  HttpResponse HandleModels(const HttpRequest& req);
+  static HttpResponse Respond(const ApiError& error);
   // True when no API key is set or the request carries it ("Authorization: Bearer KEY").
-  bool Authorized(const httplib::Request& req) const;
+  bool Authorized(const HttpRequest& req) const;
   static ApiError Unauthorized();  // 401 invalid_api_key
   // Builds the engine requests; an error when a prompt does not fit.
   std::optional<ApiError> BuildEngineRequests(const CompletionRequest& request,
                                               const std::string& id,
                                               std::vector<EngineRequest>* out, Usage* usage) const;
-  // Streams (or writes at the end) the response of `state`; false when the client is gone.
-  bool Produce(ResponseState& state, httplib::DataSink& sink) const;
+  // Appends what `state` has ready to `*out`; true when the response is complete.
+  bool Produce(ResponseState& state, std::string* out) const;
   nlohmann::json ModelCard() const;
 
   engine::LLMEngine* const engine_;
   probe::ProbingSession* const session_;
   const ServerOptions options_;
-  std::unique_ptr<httplib::Server> http_;
   std::unique_ptr<ChatPrompt> chat_;
   ServerMetrics metrics_;
   EngineLoop loop_;
+  std::unique_ptr<HttpFront> front_;  // declared after loop_: its connections use the loop
   int port_ = 0;
-  int listen_fd_ = -1;   // the listening socket, owned by httplib
   int64_t started_ = 0;  // unix seconds
 
   std::mutex mu_;
