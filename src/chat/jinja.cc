@@ -284,7 +284,7 @@ class Evaluator {
       }
       for (auto& [k, v] : a.keyword) {
         const bool known = std::any_of(macro->params.begin(), macro->params.end(),
-                                       [&](const auto& p) { return p.first == k; });
+                                       [&k = k](const auto& p) { return p.first == k; });
         if (!known) throw JinjaError("macro '" + macro->name + "' has no parameter '" + k + "'");
         frame[k] = v;
       }

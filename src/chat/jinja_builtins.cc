@@ -864,8 +864,8 @@ std::vector<std::pair<std::string, Value>> Builtins::Globals(
       for (const auto& kv : v.as_dict()) items.push_back(kv);
     }
     for (auto& [k, v] : a.keyword) {
-      auto it =
-          std::find_if(items.begin(), items.end(), [&](const auto& kv) { return kv.first == k; });
+      auto it = std::find_if(items.begin(), items.end(),
+                             [&k = k](const auto& kv) { return kv.first == k; });
       if (it != items.end()) {
         it->second = v;
       } else {

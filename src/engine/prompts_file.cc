@@ -32,7 +32,7 @@ void ParseObject(const json& obj, const std::string& where, GenerateRequest& req
   };
   for (const auto& [key, value] : obj.items()) {
     if (std::find_if(std::begin(kFields), std::end(kFields),
-                     [&](const char* f) { return key == f; }) == std::end(kFields)) {
+                     [&key = key](const char* f) { return key == f; }) == std::end(kFields)) {
       errors.push_back(where + ": unknown field '" + key + "'" + Suggest(key));
     }
   }
