@@ -1,5 +1,6 @@
 // The spec parser, document level: YAML (yaml-cpp, typed like PyYAML's safe_load) -> Spec,
 // every problem reported at once. spec_point.cc checks each extraction point.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -21,6 +22,42 @@ using internal::MapEntry;
 using internal::PyQuote;
 using internal::Reporter;
 using internal::ScalarKind;
+
+// yaml-cpp (0.7) never gets past a ',' outside brackets (a file holding just `,`, or `a\n...\n,`):
+// each HandleNextDocument returns one more empty document without consuming the token, so
+// LoadAll loops until memory runs out. Such a token is where a document starts at the same
+// place as the one before it. Returns its mark, or nullopt when the stream ends. Throws
+// YAML::Exception where LoadAll would.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark& mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+  std::vector<YAML::Mark> starts;
+};
+
+std::optional<YAML::Mark> FindStuckToken(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  DocumentStarts handler;
+  while (parser.HandleNextDocument(handler)) {
+    const size_t n = handler.starts.size();
+    if (n >= 2 && handler.starts[n - 1].pos == handler.starts[n - 2].pos) {
+      return handler.starts[n - 1];
+    }
+  }
+  return std::nullopt;
+}
 
 const std::vector<std::string_view>& TopKeys() {
   static const std::vector<std::string_view> keys = {"version", "extraction_points"};
@@ -82,7 +119,18 @@ std::optional<YAML::Node> SpecParser::Load(std::string_view text) {
   }
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(std::string(text));
+    const std::string owned(text);
+    if (const std::optional<YAML::Mark> stuck = FindStuckToken(owned)) {
+      const std::string token = stuck->pos >= 0 && static_cast<size_t>(stuck->pos) < owned.size()
+                                    ? std::string(1, owned[stuck->pos])
+                                    : "token";
+      r_.Error(stuck->line + 1, "",
+               "invalid YAML: unexpected '" + token + "' (column " +
+                   std::to_string(stuck->column + 1) +
+                   "). Check the indentation and quoting around that line.");
+      return std::nullopt;
+    }
+    docs = YAML::LoadAll(owned);
   } catch (const YAML::Exception& e) {
     const bool has_mark = !e.mark.is_null() && e.mark.line >= 0;
     r_.Error(has_mark ? e.mark.line + 1 : 0, "",

@@ -608,6 +608,13 @@ TEST(SpecErrorTest, YamlSyntaxErrorsBecomeOneLine) {
   EXPECT_EQ(Problems("\xEF\xBB\xBF"
                      "extraction_points: []\nversion: \"a\\\"b\"\n"),
             "OK");
+  // A ',' outside brackets: yaml-cpp would return empty documents forever (found by fuzz_spec).
+  EXPECT_EQ(Problems(","),
+            "spec.yaml:1: invalid YAML: unexpected ',' (column 1). Check the indentation and "
+            "quoting around that line.");
+  EXPECT_EQ(Problems("extraction_points: []\n...\n  ,--\n"),
+            "spec.yaml:3: invalid YAML: unexpected ',' (column 3). Check the indentation and "
+            "quoting around that line.");
 }
 
 // ---------------------------------------------------------------------------------------------
