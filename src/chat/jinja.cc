@@ -57,8 +57,10 @@ std::vector<size_t> SliceIndices(int64_t size, const Value& start_v, const Value
   const int64_t start = clamp(get(start_v, "start"), step > 0 ? 0 : size - 1);
   const int64_t stop = clamp(get(stop_v, "stop"), step > 0 ? size : -1);
   std::vector<size_t> out;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     out.push_back(static_cast<size_t>(i));
+    if (__builtin_add_overflow(i, step, &i)) break;  // past either end of the sequence
+  }
   return out;
 }
 
@@ -476,7 +478,9 @@ class Evaluator {
     if (op == "not") return Value::Bool(!v.Truthy());
     if (v.is_undefined()) ThrowUndefined(v, "unary " + op);
     if (v.is_float()) return Value::Float(op == "-" ? -v.as_double() : v.as_double());
-    if (v.is_int() || v.is_bool()) return Value::Int(op == "-" ? -v.as_int() : v.as_int());
+    if (v.is_int() || v.is_bool()) {
+      return Value::Int(op == "-" ? CheckedSub(0, v.as_int()) : v.as_int());
+    }
     throw JinjaError("bad operand type for unary " + op + ": '" + v.TypeName() + "'");
   }
 
@@ -489,7 +493,7 @@ class Evaluator {
     if (op == "+") {
       if (numbers) {
         return floats ? Value::Float(a.as_double() + b.as_double())
-                      : Value::Int(a.as_int() + b.as_int());
+                      : Value::Int(CheckedAdd(a.as_int(), b.as_int()));
       }
       if (a.is_string() && b.is_string()) return Value::String(a.as_string() + b.as_string());
       if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
@@ -529,11 +533,11 @@ class Evaluator {
     if (!numbers) ThrowOperands(op, a, b);
     if (op == "-") {
       return floats ? Value::Float(a.as_double() - b.as_double())
-                    : Value::Int(a.as_int() - b.as_int());
+                    : Value::Int(CheckedSub(a.as_int(), b.as_int()));
     }
     if (op == "*") {
       return floats ? Value::Float(a.as_double() * b.as_double())
-                    : Value::Int(a.as_int() * b.as_int());
+                    : Value::Int(CheckedMul(a.as_int(), b.as_int()));
     }
     if (op == "/") {
       if (b.as_double() == 0.0) throw JinjaError("division by zero");
@@ -545,13 +549,18 @@ class Evaluator {
         const double q = std::floor(a.as_double() / b.as_double());
         return op == "//" ? Value::Float(q) : Value::Float(a.as_double() - q * b.as_double());
       }
+      // x // -1 is -x, which overflows for the smallest int; x % -1 is 0.
+      if (b.as_int() == -1) return Value::Int(op == "//" ? CheckedSub(0, a.as_int()) : 0);
       const int64_t q = FloorDiv(a.as_int(), b.as_int());
       return op == "//" ? Value::Int(q) : Value::Int(a.as_int() - q * b.as_int());
     }
     if (op == "**") {
       if (!floats && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
+        const int64_t base = a.as_int(), exp = b.as_int();
+        if (base == 0 || base == 1) return Value::Int(exp == 0 ? 1 : base);
+        if (base == -1) return Value::Int(exp % 2 == 0 ? 1 : -1);
+        int64_t r = 1;  // |base| >= 2: overflows within 64 factors
+        for (int64_t i = 0; i < exp; ++i) r = CheckedMul(r, base);
         return Value::Int(r);
       }
       return Value::Float(std::pow(a.as_double(), b.as_double()));

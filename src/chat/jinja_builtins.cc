@@ -286,7 +286,10 @@ Value Sorted(List items, bool reverse, const std::string* attribute) {
 Value Number(const Value& v, bool to_float, const Value& fallback) {
   if (v.is_bool()) return to_float ? Value::Float(v.as_int()) : Value::Int(v.as_int());
   if (v.is_int()) return to_float ? Value::Float(static_cast<double>(v.as_int())) : v;
-  if (v.is_float()) return to_float ? v : Value::Int(static_cast<int64_t>(v.as_double()));
+  if (v.is_float()) {
+    if (to_float) return v;
+    return std::isnan(v.as_double()) ? fallback : Value::Int(FloatToInt(v.as_double()));
+  }
   if (v.is_string()) {
     const std::string s = PythonStrip(v.as_string(), true, true);
     try {
@@ -298,9 +301,9 @@ Value Number(const Value& v, bool to_float, const Value& fallback) {
         const long long i = std::stoll(s, &used);
         if (used == s.size()) return Value::Int(i);
         const double d = std::stod(s, &used);
-        if (used == s.size()) return Value::Int(static_cast<int64_t>(d));
+        if (used == s.size()) return std::isnan(d) ? fallback : Value::Int(FloatToInt(d));
       }
-    } catch (const std::exception&) {
+    } catch (const std::logic_error&) {  // not a number (stoll/stod); FloatToInt's error stays
     }
   }
   return fallback;
@@ -404,7 +407,9 @@ UC_FILTER(float) {
 UC_FILTER(abs) {
   Params p("abs", a, {});
   if (v.is_float()) return Value::Float(std::fabs(v.as_double()));
-  if (v.is_int() || v.is_bool()) return Value::Int(std::llabs(v.as_int()));
+  if (v.is_int() || v.is_bool()) {
+    return Value::Int(v.as_int() < 0 ? CheckedSub(0, v.as_int()) : v.as_int());
+  }
   throw JinjaError("bad operand type for abs(): '" + v.TypeName() + "'");
 }
 UC_FILTER(select) { return FilterByTest(v, a.positional, true, nullptr); }
@@ -495,7 +500,7 @@ UC_FILTER(sum) {
     const Value x = p.has(0) ? GetAttribute(item, RequireString(p[0], "attribute")) : item;
     if (!x.is_number() && !x.is_bool()) throw JinjaError("sum: cannot add " + x.TypeName());
     total = total.is_float() || x.is_float() ? Value::Float(total.as_double() + x.as_double())
-                                             : Value::Int(total.as_int() + x.as_int());
+                                             : Value::Int(CheckedAdd(total.as_int(), x.as_int()));
   }
   return total;
 }
@@ -524,10 +529,14 @@ UC_FILTER(round) {
 }
 UC_FILTER(indent) {
   Params p("indent", a, {"width", "first", "blank"});
-  const std::string pad =
-      p.has(0) && p[0].is_string()
-          ? p[0].as_string()
-          : std::string(static_cast<size_t>(p.has(0) ? RequireInt(p[0], "width") : 4), ' ');
+  // Python's " " * width: empty for a negative width.
+  const int64_t width = p.has(0) && !p[0].is_string() ? RequireInt(p[0], "width") : 4;
+  if (width > (int64_t{1} << 24)) {
+    throw JinjaError("indent width " + std::to_string(width) + " is too large");
+  }
+  const std::string pad = p.has(0) && p[0].is_string()
+                              ? p[0].as_string()
+                              : std::string(static_cast<size_t>(std::max<int64_t>(width, 0)), ' ');
   const std::string s = v.Str();
   std::string out;
   size_t pos = 0;
@@ -620,6 +629,7 @@ bool Test(const std::string& name, const Value& v, CallArgs& a) {
   if (name == "divisibleby") {
     const int64_t d = RequireInt(arg(), "divisibleby's argument");
     if (d == 0) throw JinjaError("divisibleby 0");
+    if (d == -1) return true;  // and the smallest int % -1 would overflow
     return RequireInt(v, "the tested value") % d == 0;
   }
   if (name == "eq" || name == "equalto" || name == "==") return Equals(v, arg());
@@ -851,9 +861,10 @@ std::vector<std::pair<std::string, Value>> Builtins::Globals(
         }
         if (step == 0) throw JinjaError("range() step must not be zero");
         List out;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
           if (out.size() > 100000) throw JinjaError("range() too long");
           out.push_back(Value::Int(i));
+          if (__builtin_add_overflow(i, step, &i)) break;  // past stop
         }
         return Value::MakeList(std::move(out));
       }));

@@ -66,6 +66,30 @@ TEST(JinjaTest, RaiseExceptionIsReportedAsSuch) {
   EXPECT_EQ(out.status().message(), "Bad: 2");
 }
 
+// Ints are 64-bit: a result that does not fit is an error, never a wrapped value (found by
+// fuzz_chat_template).
+TEST(JinjaTest, IntegerOverflowIsAnError) {
+  EXPECT_EQ(Render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ (-1) ** 65 }} {{ 1 ** 100 }}"),
+            "4611686018427387904 -9223372036854775808 -1 1");
+  EXPECT_EQ(Render("{{ 2 ** 100 }}"),
+            "RENDER ERROR: line 1: integer overflow in 4611686018427387904 * 2: the result does "
+            "not fit in 64 bits");
+  EXPECT_EQ(Render("\n{{ 9223372036854775807 + 1 }}"),
+            "RENDER ERROR: line 2: integer overflow in 9223372036854775807 + 1: the result does "
+            "not fit in 64 bits");
+  for (const char* text :
+       {"{{ -(-9223372036854775807 - 1) }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+        "{{ (-9223372036854775807 - 1) | abs }}", "{{ [9223372036854775807, 1] | sum }}",
+        "{{ 4294967296 * 4294967296 }}", "{{ 1e300 | int }}", "{{ '1e300' | int }}"}) {
+    EXPECT_NE(Render(text).find("RENDER ERROR: line 1: integer overflow"), std::string::npos)
+        << text;
+  }
+  EXPECT_EQ(Render("{{ (-9223372036854775807 - 1) % -1 }} {{ 5 is divisibleby(-1) }}"), "0 True");
+  EXPECT_EQ(Render("{{ range(9223372036854775806, 9223372036854775807, 5) | list }}"),
+            "[9223372036854775806]");
+  EXPECT_EQ(Render("{{ 'abc'[1::9223372036854775807] }}|{{ 'ab' | indent(-3, true) }}"), "b|ab");
+}
+
 TEST(JinjaTest, UnsupportedConstructsNameTheConstructAndLine) {
   EXPECT_EQ(Render("{% include 'other.jinja' %}"),
             "PARSE ERROR: line 1: unsupported construct '{% include %}'");

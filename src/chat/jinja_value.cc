@@ -512,4 +512,41 @@ std::string PythonFloatRepr(double value) {
   return out + exp_buf;
 }
 
+namespace {
+
+[[noreturn]] void ThrowOverflow(int64_t a, const char* op, int64_t b) {
+  throw JinjaError("integer overflow in " + std::to_string(a) + " " + op + " " + std::to_string(b) +
+                   ": the result does not fit in 64 bits");
+}
+
+}  // namespace
+
+int64_t CheckedAdd(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) ThrowOverflow(a, "+", b);
+  return r;
+}
+
+int64_t CheckedSub(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) ThrowOverflow(a, "-", b);
+  return r;
+}
+
+int64_t CheckedMul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) ThrowOverflow(a, "*", b);
+  return r;
+}
+
+int64_t FloatToInt(double d) {
+  // [-2^63, 2^63): both bounds are exact doubles.
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", d);
+    throw JinjaError(std::string("integer overflow: ") + text + " does not fit in 64 bits");
+  }
+  return static_cast<int64_t>(d);
+}
+
 }  // namespace uc::chat::jinja

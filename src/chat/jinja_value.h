@@ -44,6 +44,15 @@ class JinjaError : public std::runtime_error {
   bool raised_ = false;
 };
 
+// Template ints are 64-bit where Python's are unbounded: arithmetic whose result does not fit
+// fails with JinjaError "integer overflow in A OP B" instead of wrapping (undefined behaviour).
+int64_t CheckedAdd(int64_t a, int64_t b);
+int64_t CheckedSub(int64_t a, int64_t b);
+int64_t CheckedMul(int64_t a, int64_t b);
+// A float truncated to an int (int(x), |int); JinjaError when it is infinite or out of range.
+// REQUIRES: !isnan(d).
+int64_t FloatToInt(double d);
+
 class Value;
 using List = std::vector<Value>;
 using Dict = std::vector<std::pair<std::string, Value>>;  // insertion order, unique keys
