@@ -21,6 +21,18 @@ if(UC_SANITIZE)
   add_link_options(-fsanitize=address,undefined)
 endif()
 
+# UC_BUILD_FUZZ with clang: every library gets libFuzzer's coverage instrumentation and the
+# sanitizers, so the fuzz targets (fuzz/CMakeLists.txt) see inside the parsers they call.
+if(UC_BUILD_FUZZ)
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+                        -fno-sanitize-recover=undefined)
+    add_link_options(-fsanitize=address,undefined)
+  else()
+    message(WARNING "UC_BUILD_FUZZ needs clang (CXX=clang++); only the replay tests are built")
+  endif()
+endif()
+
 function(uc_library)
   cmake_parse_arguments(UC "" "NAME" "SRCS;DEPS;AVX2_SRCS" ${ARGN})
   add_library(uc_${UC_NAME} STATIC ${UC_SRCS} ${UC_AVX2_SRCS})
