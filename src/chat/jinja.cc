@@ -12,13 +12,6 @@ namespace {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-// A render budget ran out (RenderLimits): reported as ResourceExhausted, not as a template
-// error.
-class BudgetError : public JinjaError {
- public:
-  using JinjaError::JinjaError;
-};
-
 [[noreturn]] void ThrowUndefined(const Value& v, const std::string& what) {
   if (!v.undefined_name().empty()) throw JinjaError("'" + v.undefined_name() + "' is undefined");
   throw JinjaError(what + " of an undefined value");
@@ -629,6 +622,7 @@ StatusOr<std::string> Template::Render(const std::vector<std::pair<std::string, 
                                        std::chrono::system_clock::time_point now,
                                        RenderError* error, const RenderLimits& limits) const {
   try {
+    const ScopedStringBudget string_budget(limits.max_output_bytes);
     Evaluator evaluator(variables, now, limits);
     return evaluator.Run(*root_);
   } catch (const BudgetError& e) {

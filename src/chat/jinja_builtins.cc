@@ -145,6 +145,7 @@ std::string Replace(const std::string& s, const std::string& old_text, const std
     if (hit == std::string::npos) break;
     out.append(s, pos, hit - pos);
     out += new_text;
+    CheckStringBudget(out.size());
     pos = hit + old_text.size();
     ++done;
   }
@@ -375,6 +376,7 @@ UC_FILTER(join) {
     if (!first) out += sep;
     first = false;
     out += p.has(1) ? GetAttribute(item, RequireString(p[1], "attribute")).Str() : item.Str();
+    CheckStringBudget(out.size());
   }
   return Value::String(out);
 }
@@ -531,9 +533,7 @@ UC_FILTER(indent) {
   Params p("indent", a, {"width", "first", "blank"});
   // Python's " " * width: empty for a negative width.
   const int64_t width = p.has(0) && !p[0].is_string() ? RequireInt(p[0], "width") : 4;
-  if (width > (int64_t{1} << 24)) {
-    throw JinjaError("indent width " + std::to_string(width) + " is too large");
-  }
+  CheckStringBudget(static_cast<size_t>(std::max<int64_t>(width, 0)));
   const std::string pad = p.has(0) && p[0].is_string()
                               ? p[0].as_string()
                               : std::string(static_cast<size_t>(std::max<int64_t>(width, 0)), ' ');
@@ -549,6 +549,7 @@ UC_FILTER(indent) {
       out += pad;
     }
     out += line;
+    CheckStringBudget(out.size());
     first_line = false;
     if (nl == std::string::npos) break;
     out += '\n';
@@ -741,6 +742,7 @@ Value StringMethod(const std::string& s, const std::string& name) {
         if (!first) out += s;
         first = false;
         out += RequireString(item, "join() item");
+        CheckStringBudget(out.size());
       }
       return Value::String(out);
     });

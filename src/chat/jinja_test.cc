@@ -90,6 +90,22 @@ TEST(JinjaTest, IntegerOverflowIsAnError) {
   EXPECT_EQ(Render("{{ 'abc'[1::9223372036854775807] }}|{{ 'ab' | indent(-3, true) }}"), "b|ab");
 }
 
+// Text built from one shared string (a list of a million references to it) is checked as it
+// grows, not after: join, replace, indent, printing and tojson stop at the string budget
+// (found by fuzz_chat_template).
+TEST(JinjaTest, TextBuiltFromSharedValuesStaysWithinTheBudget) {
+  const std::string big = "{% set s = 'xxxxxxxxxx' * 100000 %}{% set l = [s] * 100000 %}";
+  for (const char* expr :
+       {"{{ l | join }}", "{{ ''.join(l) }}", "{{ l }}", "{{ l | string }}", "{{ l | tojson }}",
+        "{{ l | tojson(indent=2) }}", "{{ (s ~ '\\n') | indent(100000000) }}",
+        "{{ ('\\n' * 1000000) | indent(1000, true, true) }}",
+        "{{ s | replace('x', 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx') }}"}) {
+    EXPECT_EQ(Render(big + expr), "RENDER ERROR: line 1: a string grew past its budget of " +
+                                      std::to_string(16 << 20) + " bytes")
+        << expr;
+  }
+}
+
 TEST(JinjaTest, UnsupportedConstructsNameTheConstructAndLine) {
   EXPECT_EQ(Render("{% include 'other.jinja' %}"),
             "PARSE ERROR: line 1: unsupported construct '{% include %}'");

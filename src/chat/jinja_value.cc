@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace uc::chat::jinja {
 
@@ -204,8 +205,10 @@ void AppendJsonString(std::string& out, const std::string& s) {
 }
 
 void AppendNewlineIndent(std::string& out, int indent, int depth) {
+  const size_t pad = static_cast<size_t>(indent) * static_cast<size_t>(depth);
+  CheckStringBudget(out.size() + 1 + pad);
   out += '\n';
-  out.append(static_cast<size_t>(indent) * depth, ' ');
+  out.append(pad, ' ');
 }
 
 }  // namespace
@@ -234,6 +237,7 @@ std::string Value::Str() const {
       for (size_t i = 0; i < list_->size(); ++i) {
         if (i > 0) out += ", ";
         out += (*list_)[i].Repr();
+        CheckStringBudget(out.size());
       }
       if (tuple_ && list_->size() == 1) out += ",";
       out += tuple_ ? ")" : "]";
@@ -244,6 +248,7 @@ std::string Value::Str() const {
       for (size_t i = 0; i < dict_->size(); ++i) {
         if (i > 0) out += ", ";
         out += StringRepr((*dict_)[i].first) + ": " + (*dict_)[i].second.Repr();
+        CheckStringBudget(out.size());
       }
       out += "}";
       return namespace_ ? "<Namespace " + out + ">" : out;
@@ -284,6 +289,7 @@ void Value::AppendJson(std::string& out, int indent, int depth, bool sort_keys) 
       return;
     case Kind::kString:
       AppendJsonString(out, *s_);
+      CheckStringBudget(out.size());
       return;
     case Kind::kList: {
       if (list_->empty()) {
@@ -295,6 +301,7 @@ void Value::AppendJson(std::string& out, int indent, int depth, bool sort_keys) 
         if (i > 0) out += indent >= 0 ? "," : ", ";
         if (indent >= 0) AppendNewlineIndent(out, indent, depth + 1);
         (*list_)[i].AppendJson(out, indent, depth + 1, sort_keys);
+        CheckStringBudget(out.size());
       }
       if (indent >= 0) AppendNewlineIndent(out, indent, depth);
       out += ']';
@@ -318,6 +325,7 @@ void Value::AppendJson(std::string& out, int indent, int depth, bool sort_keys) 
         AppendJsonString(out, items[i]->first);
         out += ": ";
         items[i]->second.AppendJson(out, indent, depth + 1, sort_keys);
+        CheckStringBudget(out.size());
       }
       if (indent >= 0) AppendNewlineIndent(out, indent, depth);
       out += '}';
@@ -511,6 +519,25 @@ std::string PythonFloatRepr(double value) {
   std::snprintf(exp_buf, sizeof(exp_buf), "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
   return out + exp_buf;
 }
+
+namespace {
+
+thread_local int64_t g_string_budget = std::numeric_limits<int64_t>::max();
+
+}  // namespace
+
+void CheckStringBudget(size_t bytes) {
+  if (bytes > static_cast<uint64_t>(g_string_budget)) {
+    throw BudgetError("a string grew past its budget of " + std::to_string(g_string_budget) +
+                      " bytes");
+  }
+}
+
+ScopedStringBudget::ScopedStringBudget(int64_t max_bytes) : saved_(g_string_budget) {
+  g_string_budget = std::max<int64_t>(max_bytes, 0);
+}
+
+ScopedStringBudget::~ScopedStringBudget() { g_string_budget = saved_; }
 
 namespace {
 

@@ -44,6 +44,30 @@ class JinjaError : public std::runtime_error {
   bool raised_ = false;
 };
 
+// A render budget ran out (RenderLimits): reported as ResourceExhausted, not as a template
+// error.
+class BudgetError : public JinjaError {
+ public:
+  using JinjaError::JinjaError;
+};
+
+// The longest string the render running on this thread may build (its
+// RenderLimits::max_output_bytes; unlimited outside a render). What turns a value into text
+// (Str, ToJson) and the builtins whose output can outgrow their inputs many times over (join,
+// replace, indent) check it as they build, so a template that would make gigabytes of text from a
+// list of one shared string fails before it allocates them: BudgetError.
+void CheckStringBudget(size_t bytes);
+class ScopedStringBudget {
+ public:
+  explicit ScopedStringBudget(int64_t max_bytes);
+  ~ScopedStringBudget();
+  ScopedStringBudget(const ScopedStringBudget&) = delete;
+  ScopedStringBudget& operator=(const ScopedStringBudget&) = delete;
+
+ private:
+  int64_t saved_;
+};
+
 // Template ints are 64-bit where Python's are unbounded: arithmetic whose result does not fit
 // fails with JinjaError "integer overflow in A OP B" instead of wrapping (undefined behaviour).
 int64_t CheckedAdd(int64_t a, int64_t b);
