@@ -311,7 +311,8 @@ TEST(ServeHostileTest, IdleAndSlowlorisClientsStarveNobody) {
 
 // Requests sent back to back on one connection are all answered, in order; a client that sends
 // its request and then closes its sending side still gets the answer; Expect: 100-continue is
-// honoured; a kept-alive connection left idle is closed after --idle-timeout.
+// honoured; HTTP/1.0 streams end with the connection; a kept-alive connection left idle is
+// closed after --idle-timeout.
 TEST(ServeHostileTest, PipeliningHalfCloseContinueAndIdleTimeout) {
   ServeProcess server({"--model", kModel, "--threads", "1", "--idle-timeout", "1"});
   ASSERT_TRUE(server.ok()) << server.log();
@@ -367,6 +368,18 @@ TEST(ServeHostileTest, PipeliningHalfCloseContinueAndIdleTimeout) {
     const std::string r = ReadAll(fd, 30);
     close(fd);
     EXPECT_EQ(StatusOf(r), 200) << r;
+  }
+  {
+    // An HTTP/1.0 client gets a streamed answer without chunked coding, ended by the close.
+    const std::string body =
+        R"({"prompt": "Once", "max_tokens": 4, "temperature": 0, "stream": true})";
+    const std::string r = testing::RawHttp(
+        port, "POST /v1/completions HTTP/1.0\r\nContent-Length: " + std::to_string(body.size()) +
+                  "\r\n\r\n" + body);
+    EXPECT_EQ(r.rfind("HTTP/1.0 200", 0), 0u) << r;
+    EXPECT_EQ(r.find("Transfer-Encoding"), std::string::npos) << r;
+    EXPECT_NE(r.find("\r\n\r\ndata: {"), std::string::npos) << r;
+    EXPECT_NE(r.find("data: [DONE]\n\n"), std::string::npos) << r;
   }
   {
     const int fd = Connect(port);

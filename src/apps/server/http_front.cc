@@ -407,9 +407,12 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       return;
     }
     body_ = std::move(response.stream);
+    // HTTP/1.0 has no chunked coding: the body is sent as is and ends with the connection.
+    chunked_ = version_ != 10;
+    if (!chunked_) close_after_ = true;
     head_.emplace();
     FillHead(*head_, response, close_after_);
-    head_->chunked(true);
+    head_->chunked(chunked_);
     serializer_.emplace(*head_);
     http::async_write_header(stream_, *serializer_,
                              [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -465,10 +468,17 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       });
     };
     if (chunk_.empty()) return after({}, 0);
+    if (!chunked_) return asio::async_write(stream_, asio::buffer(chunk_), after);
     asio::async_write(stream_, http::make_chunk(asio::buffer(chunk_)), after);
   }
 
   void FinishStream() {
+    if (!chunked_) {
+      body_.reset();
+      serializer_.reset();
+      head_.reset();
+      return ResponseDone();
+    }
     stream_.expires_after(Seconds(options().write_timeout_seconds));
     asio::async_write(stream_, http::make_chunk_last(),
                       [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -535,6 +545,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::optional<http::response<http::empty_body>> head_;
   std::optional<http::response_serializer<http::empty_body>> serializer_;
   std::string chunk_;
+  bool chunked_ = true;
   bool writing_ = false;
   bool pump_again_ = false;
   size_t lingered_ = 0;
