@@ -410,6 +410,13 @@ TEST(ServeHostileTest, ConnectionsBeyondTheLimitGet503) {
   for (int fd : held) close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(HttpGet(server.port(), "/health").status, 200);
+  const int fd = Connect(server.port());  // held open while /metrics is read
+  ASSERT_GE(fd, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(testing::MetricValue(HttpGet(server.port(), "/metrics").body,
+                                 "undercurrent_http_connections"),
+            2);
+  close(fd);
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(), 0) << server.log();
 }

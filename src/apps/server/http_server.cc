@@ -236,6 +236,7 @@ HttpResponse Server::Handle(const HttpRequest& req) {
     if (!options_.metrics_without_key && !Authorized(req)) return Respond(Unauthorized());
     HttpResponse res;
     res.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    metrics_.SetOpenConnections(front_->connections());
     res.body = metrics_.Serialize();
     return res;
   }

@@ -2,6 +2,7 @@
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
 namespace uc::server {
@@ -11,6 +12,15 @@ ServerMetrics::ServerMetrics(probe::Metrics* metrics) : metrics_(metrics) {
                .Name("undercurrent_http_responses_total")
                .Help("HTTP responses sent, by route and status code")
                .Register(*metrics_->registry());
+  connections_ = &prometheus::BuildGauge()
+                      .Name("undercurrent_http_connections")
+                      .Help("Open client connections")
+                      .Register(*metrics_->registry())
+                      .Add({});
+}
+
+void ServerMetrics::SetOpenConnections(int connections) {
+  connections_->Set(static_cast<double>(connections));
 }
 
 void ServerMetrics::RecordHttpResponse(const std::string& route, int status) {
