@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-ALL_TARGETS=(spec chat_template gguf safetensors tokenizer_json prompts)
+ALL_TARGETS=(spec chat_template gguf safetensors tokenizer_json prompts http_request)
 SECONDS_EACH=600
 BUILD=1
 TARGETS=()
