@@ -52,8 +52,8 @@ void ReadTensors(const uc::io::GgufFile& gguf, size_t file_size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const uc::fuzz::ScratchDir* scratch = new uc::fuzz::ScratchDir("gguf");
-  const auto path = scratch->Write("model.gguf", data, size);
+  static const uc::fuzz::ScratchDir scratch("gguf");  // removed at exit
+  const auto path = scratch.Write("model.gguf", data, size);
   uc::StatusOr<std::shared_ptr<const uc::io::GgufFile>> gguf = uc::io::GgufFile::Open(path);
   if (!gguf.ok()) return 0;
   ReadMetadata(**gguf);

@@ -12,8 +12,8 @@
 #include "io/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const uc::fuzz::ScratchDir* scratch = new uc::fuzz::ScratchDir("safetensors");
-  const auto path = scratch->Write("model.safetensors", data, size);
+  static const uc::fuzz::ScratchDir scratch("safetensors");  // removed at exit
+  const auto path = scratch.Write("model.safetensors", data, size);
   uc::StatusOr<std::shared_ptr<const uc::io::SafetensorsFile>> file =
       uc::io::SafetensorsFile::Open(path);
   if (!file.ok()) return 0;

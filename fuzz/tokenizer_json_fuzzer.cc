@@ -11,8 +11,8 @@
 #include "tokenizer/loaders.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const uc::fuzz::ScratchDir* scratch = new uc::fuzz::ScratchDir("tokenizer");
-  const auto path = scratch->Write("tokenizer.json", data, size);
+  static const uc::fuzz::ScratchDir scratch("tokenizer");  // removed at exit
+  const auto path = scratch.Write("tokenizer.json", data, size);
   uc::StatusOr<std::unique_ptr<uc::tokenizer::Tokenizer>> tokenizer =
       uc::tokenizer::LoadHfTokenizer(path);
   if (!tokenizer.ok()) {
