@@ -209,17 +209,23 @@ StreamResult HttpStream(int port, const std::string& path, const std::string& bo
   return result;
 }
 
-std::string RawHttp(int port, const std::string& request, double timeout_seconds) {
+int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+std::string RawHttp(int port, const std::string& request, double timeout_seconds) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   size_t sent = 0;
   while (sent < request.size()) {
     const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);

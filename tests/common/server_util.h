@@ -71,6 +71,9 @@ struct StreamResult {
 StreamResult HttpStream(int port, const std::string& path, const std::string& body,
                         const std::function<bool(const SseEvent&)>& on_event = nullptr);
 
+// A socket connected to 127.0.0.1:port (the caller closes it), or -1.
+int ConnectLoopback(int port);
+
 // Sends `request` (raw bytes, e.g. "GET /%ff HTTP/1.1\r\nHost: x\r\n\r\n") on a fresh
 // connection to 127.0.0.1:port and returns all the server sent until it closed the connection
 // or `timeout_seconds` passed; "" when it could not connect.

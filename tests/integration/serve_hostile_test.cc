@@ -33,20 +33,7 @@ using testing::ServeProcess;
 
 const std::string kModel = std::string(UC_SOURCE_DIR) + "/models/stories260K";
 
-// A connected loopback socket (-1 on failure).
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+int Connect(int port) { return testing::ConnectLoopback(port); }
 
 bool SendAll(int fd, const std::string& data) {
   size_t sent = 0;

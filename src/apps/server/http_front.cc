@@ -74,19 +74,27 @@ constexpr size_t kLingerBytes = size_t{64} << 20;
 // through it.
 constexpr size_t kReadBufferBytes = size_t{256} << 10;
 
+std::string TrimLower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") + 1 - b);
+}
+
 enum class Decoded { kOk, kTooLarge, kCorrupt, kUnsupported };
 
+// True for the content codings the front end undoes ("" is none).
+bool KnownEncoding(const std::string& encoding) {
+  return encoding.empty() || encoding == "identity" || encoding == "gzip" || encoding == "x-gzip" ||
+         encoding == "deflate";
+}
+
 // Undoes the Content-Encoding of `*body` in place, producing at most `max_bytes`.
-Decoded DecodeContent(std::string encoding, std::string* body, int64_t max_bytes) {
-  std::transform(encoding.begin(), encoding.end(), encoding.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const size_t b = encoding.find_first_not_of(" \t");
-  encoding =
-      b == std::string::npos ? "" : encoding.substr(b, encoding.find_last_not_of(" \t") + 1 - b);
+Decoded DecodeContent(const std::string& header, std::string* body, int64_t max_bytes) {
+  const std::string encoding = TrimLower(header);
+  if (!KnownEncoding(encoding)) return Decoded::kUnsupported;
   if (encoding.empty() || encoding == "identity") return Decoded::kOk;
-  if (encoding != "gzip" && encoding != "x-gzip" && encoding != "deflate") {
-    return Decoded::kUnsupported;
-  }
   if (body->size() > UINT_MAX) return Decoded::kTooLarge;
   z_stream zs{};
   // 15 + 32: zlib or gzip framing, detected from the header (what "deflate" means in practice).
@@ -117,14 +125,6 @@ Decoded DecodeContent(std::string encoding, std::string* body, int64_t max_bytes
   return result;
 }
 
-std::string TrimLower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") + 1 - b);
-}
-
 using RequestParser = http::request_parser<http::string_body>;
 
 void ConfigureParser(RequestParser& parser, const HttpFrontOptions& options) {
@@ -151,11 +151,7 @@ int CheckHead(const http::request_header<>& head, const HttpFrontOptions& option
   int fields = 0;
   for (auto it = head.begin(); it != head.end(); ++it) ++fields;
   if (fields > options.max_header_fields) return 431;
-  const std::string encoding = TrimLower(std::string(head[http::field::content_encoding]));
-  if (!encoding.empty() && encoding != "identity" && encoding != "gzip" && encoding != "x-gzip" &&
-      encoding != "deflate") {
-    return 415;
-  }
+  if (!KnownEncoding(TrimLower(std::string(head[http::field::content_encoding])))) return 415;
   return 0;
 }
 
