@@ -219,17 +219,17 @@ StatusOr<Tensor> GgufFile::Get(std::string_view name) const {
   if (info == nullptr) return TensorNotFoundError(*this, name);
   const std::optional<DType> dtype = DTypeFromGgml(info->ggml_type);
   if (!dtype) {
-    return UnimplementedError(path() + ": tensor '" + info->name + "' has ggml type " +
-                              GgmlTypeName(info->ggml_type) + " (" +
-                              std::to_string(info->ggml_type) +
-                              "), which is not supported (supported: F32, F16, BF16, Q8_0, "
-                              "Q4_0, Q4_1, I32)");
+    return UnimplementedError(
+        path() + ": tensor '" + info->name + "' has ggml type " + GgmlTypeName(info->ggml_type) +
+        " (" + std::to_string(info->ggml_type) +
+        "), which is not supported (supported: " + SupportedGgmlTypeNames() + ")");
   }
   const std::byte* data = file_->data() + data_offset_ + info->offset;
   Tensor tensor = Tensor::Borrow(data, info->shape, *dtype, file_);
   // Valid files keep every tensor aligned; a file with general.alignment 1 may not, and kernels
   // must not read misaligned floats, so such a tensor is copied.
-  const size_t natural = *dtype == DType::kF32 || *dtype == DType::kI32 ? 4 : 2;
+  const size_t natural =
+      *dtype == DType::kF32 || *dtype == DType::kI32 || *dtype == DType::kQ8_K ? 4 : 2;
   if (reinterpret_cast<uintptr_t>(data) % natural != 0) return tensor.Clone();
   return tensor;
 }

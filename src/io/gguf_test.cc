@@ -373,14 +373,16 @@ TEST_F(GgufBadFileTest, TensorDataPastTheEnd) {
 
 TEST_F(GgufBadFileTest, UnsupportedTypeFailsOnlyWhenRequested) {
   std::string bytes = bytes_;
-  Patch<uint32_t>(&bytes, InfoOffset("t.f32") + 4 + 2 * 8, 14);  // Q6_K
+  Patch<uint32_t>(&bytes, InfoOffset("t.f32") + 4 + 2 * 8, 16);  // IQ2_XXS
   Patch<uint32_t>(&bytes, InfoOffset("t.f16") + 4 + 8, 77);      // unknown
   testing::WriteBytes(path_, bytes);
   auto gguf = GgufFile::Open(path_);
   ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
   EXPECT_TRUE((*gguf)->Has("t.f32"));
   EXPECT_TRUE(IsError((*gguf)->Get("t.f32").status(), StatusCode::kUnimplemented,
-                      {path_, "tensor 't.f32'", "Q6_K (14)"}));
+                      {path_, "tensor 't.f32'", "IQ2_XXS (16)",
+                       "(supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, "
+                       "Q5_K, Q6_K, Q8_K, IQ4_NL, I32, BF16)"}));
   EXPECT_TRUE(IsError((*gguf)->Get("t.f16").status(), StatusCode::kUnimplemented,
                       {"tensor 't.f16'", "type 77"}));
   EXPECT_TRUE((*gguf)->Get("t.q4_1").ok());

@@ -21,10 +21,14 @@ inline std::vector<std::pair<std::string, Tensor>> AllTypeTensors() {
     const char* name;
     DType dtype;
     Shape shape;
-  } kSpecs[] = {{"t.f32", DType::kF32, {2, 3}},    {"t.f16", DType::kF16, {4}},
-                {"t.bf16", DType::kBF16, {2, 2}},  {"t.q8_0", DType::kQ8_0, {2, 32}},
-                {"t.q4_0", DType::kQ4_0, {1, 32}}, {"t.q4_1", DType::kQ4_1, {1, 2, 64}},
-                {"t.i32", DType::kI32, {3}}};
+  } kSpecs[] = {{"t.f32", DType::kF32, {2, 3}},     {"t.f16", DType::kF16, {4}},
+                {"t.bf16", DType::kBF16, {2, 2}},   {"t.q8_0", DType::kQ8_0, {2, 32}},
+                {"t.q4_0", DType::kQ4_0, {1, 32}},  {"t.q4_1", DType::kQ4_1, {1, 2, 64}},
+                {"t.q5_0", DType::kQ5_0, {32}},     {"t.q5_1", DType::kQ5_1, {2, 32}},
+                {"t.iq4_nl", DType::kIQ4_NL, {32}}, {"t.q2_k", DType::kQ2_K, {256}},
+                {"t.q3_k", DType::kQ3_K, {256}},    {"t.q4_k", DType::kQ4_K, {1, 256}},
+                {"t.q5_k", DType::kQ5_K, {256}},    {"t.q6_k", DType::kQ6_K, {256}},
+                {"t.q8_k", DType::kQ8_K, {256}},    {"t.i32", DType::kI32, {3}}};
   uint8_t next = 1;
   for (const auto& spec : kSpecs) {
     Tensor t = Tensor::Empty(spec.shape, spec.dtype);

@@ -107,8 +107,26 @@ std::optional<DType> DTypeFromGgml(uint32_t ggml_type) {
       return DType::kQ4_0;
     case 3:
       return DType::kQ4_1;
+    case 6:
+      return DType::kQ5_0;
+    case 7:
+      return DType::kQ5_1;
     case 8:
       return DType::kQ8_0;
+    case 10:
+      return DType::kQ2_K;
+    case 11:
+      return DType::kQ3_K;
+    case 12:
+      return DType::kQ4_K;
+    case 13:
+      return DType::kQ5_K;
+    case 14:
+      return DType::kQ6_K;
+    case 15:
+      return DType::kQ8_K;
+    case 20:
+      return DType::kIQ4_NL;
     case 26:
       return DType::kI32;
     case 30:
@@ -134,9 +152,37 @@ uint32_t GgmlTypeFromDType(DType dtype) {
       return 26;
     case DType::kBF16:
       return 30;
+    case DType::kQ5_0:
+      return 6;
+    case DType::kQ5_1:
+      return 7;
+    case DType::kQ2_K:
+      return 10;
+    case DType::kQ3_K:
+      return 11;
+    case DType::kQ4_K:
+      return 12;
+    case DType::kQ5_K:
+      return 13;
+    case DType::kQ6_K:
+      return 14;
+    case DType::kQ8_K:
+      return 15;
+    case DType::kIQ4_NL:
+      return 20;
   }
   UC_CHECK(false, "unhandled DType %d", static_cast<int>(dtype));
   return 0;
+}
+
+std::string SupportedGgmlTypeNames() {
+  std::string names;
+  for (uint32_t id = 0; id < kGgmlTypeNames.size(); ++id) {
+    if (!DTypeFromGgml(id)) continue;
+    if (!names.empty()) names += ", ";
+    names += kGgmlTypeNames[id];
+  }
+  return names;
 }
 
 }  // namespace uc::io

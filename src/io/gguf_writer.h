@@ -1,10 +1,10 @@
 // File: gguf_writer.h
 // -----------------------------------------------------------------------------
 // GgufWriter: writes a GGUF v3 file (little endian) that GgufFile reads back: metadata of every
-// scalar type, strings, arrays of numbers or strings, and tensors of any DType (F32, F16, BF16,
-// Q8_0, Q4_0, Q4_1, I32), at the given alignment (written as `general.alignment` when it is not
-// the default 32). Tensors are in memory (Add) or produced one at a time while writing
-// (AddLazy).
+// scalar type, strings, arrays of numbers or strings, and tensors of any DType (plain, block-
+// quantized and K-quant types alike; gguf_types.h maps them to ggml ids), at the given alignment
+// (written as `general.alignment` when it is not the default 32). Tensors are in memory (Add) or
+// produced one at a time while writing (AddLazy).
 //
 //   GgufWriter writer;
 //   writer.SetString("general.architecture", "llama");

@@ -20,11 +20,41 @@ std::string_view DTypeName(DType dtype) {
       return "Q4_1";
     case DType::kI32:
       return "I32";
+    case DType::kQ5_0:
+      return "Q5_0";
+    case DType::kQ5_1:
+      return "Q5_1";
+    case DType::kIQ4_NL:
+      return "IQ4_NL";
+    case DType::kQ2_K:
+      return "Q2_K";
+    case DType::kQ3_K:
+      return "Q3_K";
+    case DType::kQ4_K:
+      return "Q4_K";
+    case DType::kQ5_K:
+      return "Q5_K";
+    case DType::kQ6_K:
+      return "Q6_K";
+    case DType::kQ8_K:
+      return "Q8_K";
   }
   return "?";
 }
 
-int64_t DTypeBlockSize(DType dtype) { return DTypeIsQuantized(dtype) ? 32 : 1; }
+int64_t DTypeBlockSize(DType dtype) {
+  switch (dtype) {
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kQ8_K:
+      return kQK_K;
+    default:
+      return DTypeIsQuantized(dtype) ? 32 : 1;
+  }
+}
 
 int64_t DTypeBlockBytes(DType dtype) {
   switch (dtype) {
@@ -42,12 +72,50 @@ int64_t DTypeBlockBytes(DType dtype) {
       return sizeof(BlockQ4_1);
     case DType::kI32:
       return 4;
+    case DType::kQ5_0:
+      return sizeof(BlockQ5_0);
+    case DType::kQ5_1:
+      return sizeof(BlockQ5_1);
+    case DType::kIQ4_NL:
+      return sizeof(BlockIQ4_NL);
+    case DType::kQ2_K:
+      return sizeof(BlockQ2_K);
+    case DType::kQ3_K:
+      return sizeof(BlockQ3_K);
+    case DType::kQ4_K:
+      return sizeof(BlockQ4_K);
+    case DType::kQ5_K:
+      return sizeof(BlockQ5_K);
+    case DType::kQ6_K:
+      return sizeof(BlockQ6_K);
+    case DType::kQ8_K:
+      return sizeof(BlockQ8_K);
   }
   return 0;
 }
 
 bool DTypeIsQuantized(DType dtype) {
-  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1;
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kI32:
+      return false;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kQ8_K:
+      return true;
+  }
+  return false;
 }
 
 int64_t DTypeRowBytes(DType dtype, int64_t n) {

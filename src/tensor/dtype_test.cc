@@ -16,6 +16,53 @@ TEST(DTypeTest, BlockGeometry) {
   EXPECT_EQ(DTypeRowBytes(DType::kQ4_1, 96), 60);
   EXPECT_TRUE(DTypeIsQuantized(DType::kQ4_1));
   EXPECT_FALSE(DTypeIsQuantized(DType::kBF16));
+  EXPECT_FALSE(DTypeIsQuantized(DType::kI32));
+}
+
+// ggml's block sizes and bytes (GGML_QUANT_SIZES) and names.
+TEST(DTypeTest, GgmlBlockTypes) {
+  const struct {
+    DType dtype;
+    const char* name;
+    int64_t block_size;
+    int64_t block_bytes;
+  } kTypes[] = {{DType::kQ5_0, "Q5_0", 32, 22},     {DType::kQ5_1, "Q5_1", 32, 24},
+                {DType::kIQ4_NL, "IQ4_NL", 32, 18}, {DType::kQ2_K, "Q2_K", 256, 84},
+                {DType::kQ3_K, "Q3_K", 256, 110},   {DType::kQ4_K, "Q4_K", 256, 144},
+                {DType::kQ5_K, "Q5_K", 256, 176},   {DType::kQ6_K, "Q6_K", 256, 210},
+                {DType::kQ8_K, "Q8_K", 256, 292}};
+  for (const auto& t : kTypes) {
+    EXPECT_EQ(DTypeName(t.dtype), t.name);
+    EXPECT_TRUE(DTypeIsQuantized(t.dtype)) << t.name;
+    EXPECT_EQ(DTypeBlockSize(t.dtype), t.block_size) << t.name;
+    EXPECT_EQ(DTypeBlockBytes(t.dtype), t.block_bytes) << t.name;
+    EXPECT_EQ(DTypeRowBytes(t.dtype, 2 * t.block_size), 2 * t.block_bytes) << t.name;
+  }
+}
+
+// The 6-bit scale packings against hand-packed bytes.
+TEST(DTypeTest, KQuantScaleUnpacking) {
+  uint8_t q4k[12];
+  const uint8_t scales[8] = {1, 2, 3, 63, 40, 17, 0, 33};
+  const uint8_t mins[8] = {5, 62, 7, 8, 50, 1, 63, 12};
+  for (int g = 0; g < 4; ++g) {
+    q4k[g] = static_cast<uint8_t>(scales[g] | (scales[g + 4] >> 4) << 6);
+    q4k[g + 4] = static_cast<uint8_t>(mins[g] | (mins[g + 4] >> 4) << 6);
+    q4k[g + 8] = static_cast<uint8_t>((scales[g + 4] & 15) | (mins[g + 4] & 15) << 4);
+  }
+  for (int g = 0; g < 8; ++g) {
+    uint8_t scale = 0, min = 0;
+    KScaleMin(q4k, g, &scale, &min);
+    EXPECT_EQ(scale, scales[g]) << g;
+    EXPECT_EQ(min, mins[g]) << g;
+  }
+  uint8_t q3k[12] = {};
+  for (int i = 0; i < 16; ++i) {
+    const int value = (i * 7 + 3) % 64;  // stored as scale + 32
+    q3k[i % 8] |= static_cast<uint8_t>((value & 15) << (i < 8 ? 0 : 4));
+    q3k[8 + i % 4] |= static_cast<uint8_t>((value >> 4) << (2 * (i / 4)));
+  }
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(Q3KScale(q3k, i), (i * 7 + 3) % 64 - 32) << i;
 }
 
 // Known encodings (IEEE 754 binary16 tables).

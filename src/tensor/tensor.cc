@@ -158,6 +158,15 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) {
       return;
     }
     case DType::kI32:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kQ8_K:
       break;
   }
   UC_CHECK(false, "DequantizeRow: unsupported dtype %s", DTypeName(dtype).data());
@@ -235,6 +244,15 @@ void QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
         QuantizeQ4_1(src + 32 * k, static_cast<BlockQ4_1*>(dst) + k);
       return;
     case DType::kI32:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kQ8_K:
       break;
   }
   UC_CHECK(false, "QuantizeRow: unsupported dtype %s", DTypeName(dtype).data());

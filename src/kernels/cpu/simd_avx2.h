@@ -240,6 +240,15 @@ bool VisitDecoder(DType dtype, Fn&& fn) {
       fn(DecodeQ4_1{});
       return true;
     case DType::kI32:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kIQ4_NL:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+    case DType::kQ8_K:
       break;
   }
   return false;
