@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -151,6 +152,29 @@ void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
            Name(out.dtype()), ShapeToString(out.shape()).c_str());
   if (out.numel() == 0) return;
   UC_DISPATCH(SiluAndMul, gate.data<float>(), up.data<float>(), out.numel(), out.data<float>());
+}
+
+void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  CheckF32Matrix(gate, "GeluTanhAndMul", "gate");
+  UC_CHECK(up.dtype() == DType::kF32 && out.dtype() == DType::kF32 && up.shape() == gate.shape() &&
+               out.shape() == gate.shape(),
+           "GeluTanhAndMul: gate %s, up %s %s and out %s %s must be F32 of equal shape",
+           ShapeToString(gate.shape()).c_str(), Name(up.dtype()), ShapeToString(up.shape()).c_str(),
+           Name(out.dtype()), ShapeToString(out.shape()).c_str());
+  if (out.numel() == 0) return;
+  cpu::GeluTanhAndMul(gate.data<float>(), up.data<float>(), out.numel(), out.data<float>());
+}
+
+void SoftCap(float cap, Tensor& x) {
+  UC_CHECK(x.dtype() == DType::kF32 && cap > 0.0f, "SoftCap: x must be F32 and cap positive");
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = cap * std::tanh(p[i] / cap);
+}
+
+void Scale(float factor, Tensor& x) {
+  UC_CHECK(x.dtype() == DType::kF32, "Scale: x must be F32");
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] *= factor;
 }
 
 void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

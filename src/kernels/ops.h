@@ -46,6 +46,17 @@ void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, i
 // out[m, i] = silu(gate[m, i]) * up[m, i], silu(z) = z / (1 + exp(-z)). All F32.
 void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
 
+// out[m, i] = gelu_tanh(gate[m, i]) * up[m, i] with PyTorch's tanh approximation
+// gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z³))) (Gemma). All F32.
+void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
+
+// x = cap * tanh(x / cap), elementwise, in place (F32; Gemma 2's logit soft-capping).
+// REQUIRES: cap > 0.
+void SoftCap(float cap, Tensor& x);
+
+// x *= factor, elementwise, in place (F32).
+void Scale(float factor, Tensor& x);
+
 // Causal grouped-query attention of new tokens against one sequence's contiguous KV cache.
 //   q:        [m, num_heads * head_dim]      (F32, RoPE already applied)
 //   k_cache:  [capacity, num_kv_heads * head_dim] (F32), rows 0..max(positions) filled
@@ -54,11 +65,21 @@ void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
 // Token i attends to cache rows 0..positions[i] inclusive. Query head h uses KV head
 // h / (num_heads / num_kv_heads). Scores are scaled by `scale` (normally 1/sqrt(head_dim)).
 // REQUIRES: num_heads % num_kv_heads == 0; positions[i] < capacity.
+// window > 0 limits each token to the last `window` positions (itself included: keys at
+// positions[i] - window < t <= positions[i]), the sliding window of Mistral and Gemma; 0 attends
+// to the whole prefix. softcap > 0 squashes each scaled score s to softcap * tanh(s / softcap)
+// before the softmax (Gemma 2).
 struct AttentionShape {
   int num_heads;
   int num_kv_heads;
   int head_dim;
   float scale;
+  int window = 0;
+  float softcap = 0.0f;
+  // First position token at `position` attends to.
+  int64_t FirstPosition(int64_t position) const {
+    return window > 0 && position >= window ? position - window + 1 : 0;
+  }
 };
 void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      std::span<const int32_t> positions, const AttentionShape& shape, Tensor& out,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "base/check.h"
@@ -82,6 +83,15 @@ void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
   }
 }
 
+void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    const double g = gate.data<float>()[i];
+    const double inner = std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g);
+    out.data<float>()[i] =
+        static_cast<float>(0.5 * g * (1.0 + std::tanh(inner)) * up.data<float>()[i]);
+  }
+}
+
 void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      std::span<const int32_t> positions, const AttentionShape& shape, Tensor& out) {
   const int hd = shape.head_dim;
@@ -92,12 +102,15 @@ void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
       const int64_t q_offset = (static_cast<int64_t>(i) * shape.num_heads + h) * hd;
       const float* qh = q.data<float>() + q_offset;
       const int64_t kv_offset = int64_t{h / group} * hd;
-      std::vector<double> scores(static_cast<size_t>(positions[i]) + 1);
+      // Scores of positions first..positions[i]; masked positions take no part.
+      const int64_t first = shape.FirstPosition(positions[i]);
+      std::vector<double> scores(static_cast<size_t>(positions[i] - first) + 1);
       for (size_t t = 0; t < scores.size(); ++t) {
-        const float* key = k_cache.data<float>() + t * kv_stride + kv_offset;
+        const float* key = k_cache.data<float>() + (first + t) * kv_stride + kv_offset;
         double dot = 0.0;
         for (int d = 0; d < hd; ++d) dot += double{qh[d]} * key[d];
         scores[t] = dot * shape.scale;
+        if (shape.softcap > 0.0f) scores[t] = shape.softcap * std::tanh(scores[t] / shape.softcap);
       }
       const double max_score = *std::max_element(scores.begin(), scores.end());
       double sum = 0.0;
@@ -105,7 +118,7 @@ void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
       for (int d = 0; d < hd; ++d) {
         double acc = 0.0;
         for (size_t t = 0; t < scores.size(); ++t) {
-          acc += scores[t] * v_cache.data<float>()[t * kv_stride + kv_offset + d];
+          acc += scores[t] * v_cache.data<float>()[(first + t) * kv_stride + kv_offset + d];
         }
         out.data<float>()[q_offset + d] = static_cast<float>(acc / sum);
       }

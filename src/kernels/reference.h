@@ -22,6 +22,7 @@ void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
 void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
           int head_dim, RopeStyle style, Tensor& x);
 void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
+void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
 void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                      std::span<const int32_t> positions, const AttentionShape& shape, Tensor& out);
 // Gathers each token's sequence into a contiguous cache and runs CausalAttention on it.

@@ -21,15 +21,19 @@ void AttendOne(const AttentionArgs& a, int64_t token, int head, std::vector<floa
     return (int64_t{table[t / a.block_size]} * a.block_size + t % a.block_size) * kv_stride +
            int64_t{kv_head} * hd;
   };
-  const int64_t len = int64_t{a.positions[token]} + 1;
+  // Positions first .. first + len - 1 (the window, or the whole prefix).
+  const int64_t first = a.shape.FirstPosition(a.positions[token]);
+  const int64_t len = int64_t{a.positions[token]} + 1 - first;
   scores.resize(static_cast<size_t>(len));
 
+  const float cap = a.shape.softcap;
   float max_score = -INFINITY;
   for (int64_t t = 0; t < len; ++t) {
-    const float* key = a.k_cache + row(t);
+    const float* key = a.k_cache + row(first + t);
     float dot = 0.0f;
     for (int d = 0; d < hd; ++d) dot += q[d] * key[d];
     scores[t] = dot * a.shape.scale;
+    if (cap > 0.0f) scores[t] = cap * std::tanh(scores[t] / cap);
     max_score = std::max(max_score, scores[t]);
   }
   double sum = 0.0;
@@ -40,7 +44,7 @@ void AttendOne(const AttentionArgs& a, int64_t token, int head, std::vector<floa
   float* out = a.out + q_offset;
   std::fill_n(out, hd, 0.0f);
   for (int64_t t = 0; t < len; ++t) {
-    const float* value = a.v_cache + row(t);
+    const float* value = a.v_cache + row(first + t);
     for (int d = 0; d < hd; ++d) out[d] += scores[t] * value[d];
   }
   const float inv_sum = static_cast<float>(1.0 / sum);

@@ -144,8 +144,10 @@ struct Group {
   int heads;
   int hd;
   int64_t stride;
-  int64_t len;  // positions attended: 0 .. len - 1
+  int64_t first;  // positions attended: first .. first + len - 1
+  int64_t len;
   float scale;
+  float softcap;  // 0: none
   const int32_t* table;
   int64_t block_size;
 
@@ -155,18 +157,20 @@ struct Group {
   }
 };
 
-// scores[h * len + t0 + j] = scale * q_h · k_(t0 + j) for j < rows, keys rows `stride` apart.
+// scores[h * len + t0 - first + j] = scale * q_h · k_(t0 + j) for j < rows, keys rows `stride`
+// apart.
 void RunScores(const Group& g, const float* keys, int64_t t0, int64_t rows, float* scores) {
   const int64_t rows4 = rows / 4 * 4;
+  const int64_t at = t0 - g.first;
   for (int64_t j = 0; j < rows4; j += 4) {
     for (int h = 0; h < g.heads; ++h) {
       Dot4(g.q + h * g.hd, keys + j * g.stride, g.stride, g.hd, g.scale,
-           scores + h * g.len + t0 + j);
+           scores + h * g.len + at + j);
     }
   }
   for (int64_t j = rows4; j < rows; ++j) {
     for (int h = 0; h < g.heads; ++h) {
-      scores[h * g.len + t0 + j] = Dot(g.q + h * g.hd, keys + j * g.stride, g.hd) * g.scale;
+      scores[h * g.len + at + j] = Dot(g.q + h * g.hd, keys + j * g.stride, g.hd) * g.scale;
     }
   }
 }
@@ -175,9 +179,10 @@ void RunScores(const Group& g, const float* keys, int64_t t0, int64_t rows, floa
 // block, or the whole sequence in a contiguous cache), at most `max_rows` at a time.
 template <typename Fn>
 void ForEachRun(const Group& g, int64_t max_rows, Fn&& fn) {
-  for (int64_t t0 = 0; t0 < g.len;) {
+  const int64_t end = g.first + g.len;
+  for (int64_t t0 = g.first; t0 < end;) {
     const int64_t in_block = g.block_size - t0 % g.block_size;
-    const int64_t rows = std::min({in_block, g.len - t0, max_rows});
+    const int64_t rows = std::min({in_block, end - t0, max_rows});
     fn(t0, rows, g.BlockOffset(t0));
     t0 += rows;
   }
@@ -188,6 +193,9 @@ void AttendGroup(const Group& g, std::vector<float>& scores) {
   ForEachRun(g, g.len, [&](int64_t t0, int64_t rows, int64_t offset) {
     RunScores(g, g.keys + offset, t0, rows, scores.data());
   });
+  if (g.softcap > 0.0f) {
+    for (float& s : scores) s = g.softcap * std::tanh(s / g.softcap);
+  }
   std::vector<float> inv_sums(static_cast<size_t>(g.heads));
   for (int h = 0; h < g.heads; ++h) {
     inv_sums[h] = 1.0f / ExpInPlace(scores.data() + h * g.len, g.len);
@@ -195,8 +203,8 @@ void AttendGroup(const Group& g, std::vector<float>& scores) {
   }
   ForEachRun(g, kValueBlock, [&](int64_t t0, int64_t rows, int64_t offset) {
     for (int h = 0; h < g.heads; ++h) {
-      AccumulateHead(scores.data() + h * g.len + t0, rows, g.values + offset, g.stride, g.hd,
-                     g.out + h * g.hd);
+      AccumulateHead(scores.data() + h * g.len + t0 - g.first, rows, g.values + offset, g.stride,
+                     g.hd, g.out + h * g.hd);
     }
   });
   for (int h = 0; h < g.heads; ++h) {
@@ -216,6 +224,7 @@ void CausalAttention(const AttentionArgs& args, ThreadPool* pool) {
     const int64_t token = item / s.num_kv_heads;
     const int64_t kv_head = item % s.num_kv_heads;
     const int64_t q_offset = token * q_width + kv_head * group_size * s.head_dim;
+    const int64_t first = s.FirstPosition(args.positions[token]);
     const Group group{args.q + q_offset,
                       args.k_cache + kv_head * s.head_dim,
                       args.v_cache + kv_head * s.head_dim,
@@ -223,8 +232,10 @@ void CausalAttention(const AttentionArgs& args, ThreadPool* pool) {
                       group_size,
                       s.head_dim,
                       kv_width,
-                      int64_t{args.positions[token]} + 1,
+                      first,
+                      int64_t{args.positions[token]} + 1 - first,
                       s.scale,
+                      s.softcap,
                       args.TableOf(token),
                       args.block_size};
     thread_local std::vector<float> scores;

@@ -92,6 +92,8 @@ void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, int64_t h,
              float eps, float* out);
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out);
+// out = gelu_tanh(gate) * up (PyTorch's tanh approximation), elementwise.
+void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* out);
 // Softmax over each of the m rows of length n, in place.
 void Softmax(float* x, int64_t m, int64_t n);
 // dst[0, n) = src converted to F32. REQUIRES: n % DTypeBlockSize(dtype) == 0.

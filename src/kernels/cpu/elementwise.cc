@@ -54,6 +54,15 @@ void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, 
   }
 }
 
+void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* out) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float z = gate[i];
+    const float inner = kSqrt2OverPi * (z + 0.044715f * z * z * z);
+    out[i] = 0.5f * z * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) {
     out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
