@@ -54,13 +54,6 @@ StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requeste
     UC_LOG(WARNING) << "max_model_len " << len << " exceeds the model's max_position_embeddings "
                     << config.max_position_embeddings;
   }
-  if (config.sliding_window > 0 && len > config.sliding_window) {
-    // The attention kernels attend to the whole prefix; within the window that is exact.
-    UC_LOG(WARNING) << "sliding_window " << config.sliding_window
-                    << " is not implemented: context limited to " << config.sliding_window
-                    << " tokens";
-    len = config.sliding_window;
-  }
   return len;
 }
 

@@ -108,8 +108,9 @@ class Generator {
   int prefill_chunk_ = 256;
 };
 
-// Resolves the context length from the model's limits (max_position_embeddings, a sliding
-// window that is not implemented) and a requested value (0: the model's).
+// Resolves the context length from the model's limit (max_position_embeddings; a longer request
+// is allowed with a warning) and a requested value (0: the model's). Sliding windows do not
+// limit it: windowed layers attend to their window at any length.
 StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested);
 
 // InvalidArgument (naming `model_path`) when the tokenizer has more tokens than the model.

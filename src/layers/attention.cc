@@ -11,11 +11,17 @@ AttentionBuffers::AttentionBuffers(int64_t max_tokens, int64_t q_size, int64_t k
       context(Tensor::Empty({max_tokens, q_size}, DType::kF32)) {}
 
 Attention::Attention(QKVParallelLinear qkv_proj, RowParallelLinear o_proj, Rotary rotary,
-                     kernels::AttentionShape shape)
+                     kernels::AttentionShape shape, QkNorm qk_norm)
     : qkv_proj_(std::move(qkv_proj)),
       o_proj_(std::move(o_proj)),
       rotary_(std::move(rotary)),
-      shape_(shape) {
+      shape_(shape),
+      qk_norm_(std::move(qk_norm)) {
+  if (qk_norm_.enabled()) {
+    UC_CHECK(qk_norm_.q.weight().dim(0) == shape_.head_dim &&
+                 qk_norm_.k.weight().dim(0) == shape_.head_dim,
+             "q/k norm weights must be [head_dim=%d]", shape_.head_dim);
+  }
   UC_CHECK(o_proj_.options().reduce_results, "attention o_proj must reduce its results");
   UC_CHECK(qkv_proj_.num_heads_per_rank() == shape_.num_heads &&
                qkv_proj_.num_kv_heads_per_rank() == shape_.num_kv_heads,
@@ -34,6 +40,12 @@ void Attention::Forward(const Tensor& x, const AttentionMetadata& meta, KvCacheL
   Tensor v = buffers.v.Slice(0, m);
   Tensor context = buffers.context.Slice(0, m);
   qkv_proj_.Forward(x, q, k, v, pool);
+  if (qk_norm_.enabled()) {  // each head is a row of head_dim values
+    Tensor q_heads = q.Reshape({m * shape_.num_heads, shape_.head_dim});
+    Tensor k_heads = k.Reshape({m * shape_.num_kv_heads, shape_.head_dim});
+    qk_norm_.q.Forward(q_heads, q_heads);
+    qk_norm_.k.Forward(k_heads, k_heads);
+  }
   rotary_.Forward(meta.positions, shape_.num_heads, q);
   rotary_.Forward(meta.positions, shape_.num_kv_heads, k);
   const int64_t kv_row_bytes = k.row_bytes();

@@ -13,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "kernels/ops.h"
 #include "layers/parallel_linear.h"
+#include "layers/rms_norm.h"
 #include "layers/rotary.h"
 
 namespace uc::layers {
@@ -44,13 +45,22 @@ struct AttentionBuffers {
   Tensor context;  // [max_tokens, num_heads_per_rank * head_dim]
 };
 
+// RMSNorms applied to every query and key head (weights [head_dim]) before RoPE (Qwen3,
+// Gemma 3); both undefined (default) for none.
+struct QkNorm {
+  RmsNorm q;
+  RmsNorm k;
+  bool enabled() const { return q.weight().defined() && q.weight().rank() == 1; }
+};
+
 class Attention {
  public:
   Attention() = default;
-  // shape: this rank's heads (num_heads_per_rank, num_kv_heads_per_rank), as qkv_proj holds.
+  // shape: this rank's heads (num_heads_per_rank, num_kv_heads_per_rank), as qkv_proj holds,
+  // with the layer's scale, sliding window and soft-cap.
   // REQUIRES: o_proj reduces its results (the output must be whole on every rank).
   Attention(QKVParallelLinear qkv_proj, RowParallelLinear o_proj, Rotary rotary,
-            kernels::AttentionShape shape);
+            kernels::AttentionShape shape, QkNorm qk_norm = {});
 
   // x: [m, hidden] F32, one row per token of the batch described by `meta`. Writes k/v of the
   // m tokens into their cache slots, then out: [m, hidden]. Each row's result depends only on
@@ -67,6 +77,7 @@ class Attention {
   RowParallelLinear o_proj_;
   Rotary rotary_;
   kernels::AttentionShape shape_{};
+  QkNorm qk_norm_;
 };
 
 }  // namespace uc::layers

@@ -1,10 +1,10 @@
 // File: gated_mlp.h
 // -----------------------------------------------------------------------------
-// SwiGLU feed-forward block, tensor-parallel: gate and up are split by output rows
-// (MergedColumnParallelLinear), down by input columns (RowParallelLinear, all-reduced), so this
-// rank computes down(silu(gate(x)) * up(x)) over its slice of the intermediate dimension and
-// the output is whole on every rank. Per-call buffers live in MlpBuffers. Immutable after
-// construction.
+// Gated feed-forward block (SwiGLU, or GeGLU with GELU-tanh for Gemma), tensor-parallel: gate
+// and up are split by output rows (MergedColumnParallelLinear), down by input columns
+// (RowParallelLinear, all-reduced), so this rank computes down(act(gate(x)) * up(x)) over its
+// slice of the intermediate dimension and the output is whole on every rank. Per-call buffers live
+// in MlpBuffers. Immutable after construction.
 #pragma once
 
 #include "base/thread_pool.h"
@@ -24,7 +24,8 @@ class GatedMlp {
   GatedMlp() = default;
   // gate_up_proj: segments gate and up, [intermediate / tp, hidden] each; down_proj:
   // [hidden, intermediate / tp], reducing its results.
-  GatedMlp(MergedColumnParallelLinear gate_up_proj, RowParallelLinear down_proj);
+  GatedMlp(MergedColumnParallelLinear gate_up_proj, RowParallelLinear down_proj,
+           bool gelu_tanh = false);
 
   // x: [m, hidden] -> out: [m, hidden], F32.
   void Forward(const Tensor& x, MlpBuffers& buffers, Tensor& out, ThreadPool* pool) const;
@@ -32,6 +33,7 @@ class GatedMlp {
  private:
   MergedColumnParallelLinear gate_up_proj_;
   RowParallelLinear down_proj_;
+  bool gelu_tanh_ = false;  // act = GELU (tanh approximation) instead of SiLU
 };
 
 }  // namespace uc::layers

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "io/gguf.h"
 #include "models/model_config.h"
 
 namespace uc::models {
@@ -23,15 +24,43 @@ struct Architecture {
   // Reads the architecture's own config.json fields (biases, sliding window) into `config`.
   Status (*read_hf_extras)(const nlohmann::json& json, const std::string& source,
                            ModelConfig& config);
+  // Reads what the architecture's GGUF files say beyond the common "<arch>.*" keys, or what
+  // llama.cpp hard-codes for it (Gemma's layer pattern); `config` already holds the common
+  // fields. Null: nothing more.
+  Status (*read_gguf_extras)(const io::GgufFile& file, const std::string& gguf_arch,
+                             ModelConfig& config) = nullptr;
+  // GGUF names post_attention_layernorm "post_attention_norm" (a sandwich norm) rather than
+  // "ffn_norm" (the pre-MLP norm of Llama-style layers).
+  bool gguf_sandwich_names = false;
 };
 
 const Architecture* FindArchitectureByHfClass(std::string_view hf_class);
 const Architecture* FindArchitectureByGguf(std::string_view gguf_arch);
 // "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM", for error messages.
 std::string SupportedArchitectureNames();
+// "llama, qwen2, qwen3, phi3, gemma2, gemma3": the general.architecture values we load.
+std::string SupportedGgufArchitectureNames();
 
 extern const Architecture kLlamaArchitecture;
 extern const Architecture kMistralArchitecture;
 extern const Architecture kQwen2Architecture;
+extern const Architecture kQwen3Architecture;
+extern const Architecture kPhi3Architecture;
+extern const Architecture kGemma2Architecture;
+extern const Architecture kGemma3Architecture;
+
+// Shared by the Gemma 2 and Gemma 3 files: the family's config.json fields (sandwich norms,
+// (1 + w) norm weights, sqrt(hidden) embedding scale, query_pre_attn_scalar, soft-capping,
+// sliding window and its layer pattern; `default_pattern`: every Nth layer is global).
+Status ReadGemmaHfExtras(const nlohmann::json& json, const std::string& source, int default_pattern,
+                         ModelConfig& config);
+// The same from GGUF metadata, with llama.cpp's layer pattern for the family.
+Status ReadGemmaGgufExtras(const io::GgufFile& file, const std::string& gguf_arch, int pattern,
+                           ModelConfig& config);
+// Reads an optional positive float field (null or absent: `out` unchanged).
+Status ReadOptionalFloat(const nlohmann::json& json, const std::string& source, const char* key,
+                         float& out);
+// Reads an optional float GGUF key (absent: `out` unchanged).
+Status ReadOptionalGgufFloat(const io::GgufFile& file, const std::string& key, float& out);
 
 }  // namespace uc::models

@@ -55,12 +55,14 @@ void ReadTokenIds(const nlohmann::json& json, const char* key, std::vector<int>&
 
 Status ReadRopeScaling(const nlohmann::json& json, const std::string& source,
                        RopeScaling& scaling) {
-  // Newer transformers write "rope_parameters" (with rope_theta inside) instead.
+  // Newer transformers write "rope_parameters" (with rope_theta inside) instead, and models with
+  // several layer types (Gemma 3) one object per type: the global layers' is "full_attention".
   const char* key = json.contains("rope_parameters") && json["rope_parameters"].is_object()
                         ? "rope_parameters"
                         : "rope_scaling";
   if (!json.contains(key) || json[key].is_null()) return OkStatus();
-  const nlohmann::json& rs = json[key];
+  const nlohmann::json& rs =
+      json[key].contains("full_attention") ? json[key]["full_attention"] : json[key];
   if (!rs.is_object()) return InvalidArgumentError(source + ": rope_scaling must be an object");
   const std::string src = source + ": " + key;
   if (rs.contains("rope_type") && rs["rope_type"].is_string()) {
@@ -114,16 +116,27 @@ StatusOr<ModelConfig> ConfigFromHfJson(const nlohmann::json& json, const std::st
   UC_RETURN_IF_ERROR(ReadFloatField(json, source, "rope_theta", c.rope_theta));
   UC_RETURN_IF_ERROR(ReadRopeScaling(json, source, c.rope_scaling));
   if (json.contains("rope_parameters") && json["rope_parameters"].is_object()) {
-    UC_RETURN_IF_ERROR(ReadFloatField(json["rope_parameters"], source + ": rope_parameters",
-                                      "rope_theta", c.rope_theta));
+    const nlohmann::json& rp = json["rope_parameters"].contains("full_attention")
+                                   ? json["rope_parameters"]["full_attention"]
+                                   : json["rope_parameters"];
+    UC_RETURN_IF_ERROR(
+        ReadFloatField(rp, source + ": rope_parameters", "rope_theta", c.rope_theta));
   }
   c.rotary_dim = c.head_dim;
   if (json.contains("tie_word_embeddings") && json["tie_word_embeddings"].is_boolean()) {
     c.tie_word_embeddings = json["tie_word_embeddings"].get<bool>();
   }
-  if (json.contains("hidden_act") && json["hidden_act"] != "silu") {
-    return UnimplementedError(source + ": hidden_act " + json["hidden_act"].dump() +
-                              " is not supported (only \"silu\")");
+  // Gemma names it hidden_activation; both spellings may be present (hidden_activation wins).
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    if (!json.contains(key) || json[key].is_null()) continue;
+    if (json[key] == "silu") {
+      c.hidden_act = Activation::kSilu;
+    } else if (json[key] == "gelu_pytorch_tanh") {
+      c.hidden_act = Activation::kGeluTanh;
+    } else {
+      return UnimplementedError(source + ": " + key + " " + json[key].dump() +
+                                " is not supported (supported: \"silu\", \"gelu_pytorch_tanh\")");
+    }
   }
   ReadIntField(json, source, "bos_token_id", false, c.bos_token_id).ok();
   ReadTokenIds(json, "eos_token_id", c.eos_token_ids);
@@ -168,13 +181,14 @@ StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
 // Presents a GgufFile under Hugging Face tensor names.
 class GgufHfNames : public io::TensorSource {
  public:
-  explicit GgufHfNames(std::shared_ptr<const io::GgufFile> file) : file_(std::move(file)) {}
+  GgufHfNames(std::shared_ptr<const io::GgufFile> file, bool sandwich_names)
+      : file_(std::move(file)), sandwich_names_(sandwich_names) {}
   bool Has(std::string_view name) const override {
-    const std::string gguf = HfToGgufTensorName(name);
+    const std::string gguf = HfToGgufTensorName(name, sandwich_names_);
     return !gguf.empty() && file_->Has(gguf);
   }
   StatusOr<Tensor> Get(std::string_view name) const override {
-    const std::string gguf = HfToGgufTensorName(name);
+    const std::string gguf = HfToGgufTensorName(name, sandwich_names_);
     if (gguf.empty()) return io::TensorNotFoundError(*this, name);
     return file_->Get(gguf);
   }
@@ -183,6 +197,7 @@ class GgufHfNames : public io::TensorSource {
 
  private:
   std::shared_ptr<const io::GgufFile> file_;
+  bool sandwich_names_;
 };
 
 StatusOr<int> GgufInt(const io::GgufFile& file, const std::string& key) {
@@ -213,8 +228,9 @@ StatusOr<ModelConfig> ConfigFromGguf(const io::GgufFile& file) {
   UC_ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
   const Architecture* spec = FindArchitectureByGguf(arch);
   if (spec == nullptr) {
-    return UnimplementedError(source + ": unknown architecture '" + arch +
-                              "' in general.architecture (supported: llama, qwen2)");
+    return UnimplementedError(
+        source + ": unknown architecture '" + arch +
+        "' in general.architecture (supported: " + SupportedGgufArchitectureNames() + ")");
   }
   ModelConfig c;
   c.architecture = std::string(spec->hf_class);
@@ -264,6 +280,7 @@ StatusOr<ModelConfig> ConfigFromGguf(const io::GgufFile& file) {
     UC_ASSIGN_OR_RETURN(int eos, GgufInt(file, "tokenizer.ggml.eos_token_id"));
     c.eos_token_ids = {eos};
   }
+  if (spec->read_gguf_extras != nullptr) UC_RETURN_IF_ERROR(spec->read_gguf_extras(file, arch, c));
   return c;
 }
 
@@ -275,7 +292,8 @@ StatusOr<Checkpoint> OpenGguf(const fs::path& path) {
   UC_ASSIGN_OR_RETURN(ckpt.config, ConfigFromGguf(*file));
   UC_RETURN_IF_ERROR(ckpt.config.Validate(path.string()));
   ckpt.gguf = file;
-  ckpt.tensors = std::make_shared<GgufHfNames>(file);
+  const Architecture* arch = FindArchitectureByHfClass(ckpt.config.architecture);
+  ckpt.tensors = std::make_shared<GgufHfNames>(file, arch != nullptr && arch->gguf_sandwich_names);
   return ckpt;
 }
 
@@ -335,6 +353,10 @@ std::string_view CheckpointFormatName(CheckpointFormat format) {
 }
 
 std::string HfToGgufTensorName(std::string_view hf_name) {
+  return HfToGgufTensorName(hf_name, /*sandwich_names=*/false);
+}
+
+std::string HfToGgufTensorName(std::string_view hf_name, bool sandwich_names) {
   static const std::map<std::string, std::string, std::less<>> kGlobal = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -354,6 +376,12 @@ std::string HfToGgufTensorName(std::string_view hf_name) {
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
       {"mlp.down_proj.weight", "ffn_down.weight"},
+      {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+      {"self_attn.qkv_proj.weight", "attn_qkv.weight"},
+      {"mlp.gate_up_proj.weight", "ffn_up.weight"},
+      {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+      {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
   };
   if (auto it = kGlobal.find(hf_name); it != kGlobal.end()) return it->second;
   constexpr std::string_view kPrefix = "model.layers.";
@@ -365,7 +393,11 @@ std::string HfToGgufTensorName(std::string_view hf_name) {
   for (char ch : layer) {
     if (ch < '0' || ch > '9') return "";
   }
-  auto it = kLayer.find(rest.substr(dot + 1));
+  const std::string_view tail = rest.substr(dot + 1);
+  if (sandwich_names && tail == "post_attention_layernorm.weight") {
+    return "blk." + std::string(layer) + ".post_attention_norm.weight";
+  }
+  auto it = kLayer.find(tail);
   if (it == kLayer.end()) return "";
   return "blk." + std::string(layer) + "." + it->second;
 }

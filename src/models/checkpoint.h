@@ -46,7 +46,9 @@ StatusOr<ModelConfig> ReadCheckpointConfig(const std::filesystem::path& path,
                                            CheckpointFormat* format = nullptr);
 
 // Maps a Hugging Face tensor name to its GGUF name ("model.norm.weight" -> "output_norm.weight");
-// returns "" for names GGUF does not have.
+// returns "" for names GGUF does not have. With sandwich_names (Gemma), post_attention_layernorm
+// is "post_attention_norm" and pre_feedforward_layernorm is "ffn_norm".
 std::string HfToGgufTensorName(std::string_view hf_name);
+std::string HfToGgufTensorName(std::string_view hf_name, bool sandwich_names);
 
 }  // namespace uc::models

@@ -28,6 +28,15 @@ class WeightLoader {
     }
     return t;
   }
+  // An RMSNorm weight; with plus_one (Hugging Face Gemma files store w for a scale of 1 + w)
+  // an owned F32 copy of 1 + w, computed in F32 as the reference implementation does.
+  StatusOr<Tensor> Norm(const std::string& name, int64_t size, bool plus_one) const {
+    UC_ASSIGN_OR_RETURN(Tensor w, Vector(name, size));
+    if (!plus_one) return w;
+    std::vector<float> values = w.ToFloatVector();
+    for (float& v : values) v = 1.0f + v;
+    return Tensor::FromVector(values, {size});
+  }
 
  private:
   const io::TensorSource& source_;
@@ -42,20 +51,56 @@ struct LayerParts {
   layers::RowParallelLinear o_proj;
   layers::MergedColumnParallelLinear gate_up;
   layers::RowParallelLinear down;
-  Tensor input_norm, post_norm;
-  int64_t qkv_bytes = 0;  // this rank's rows of q, k and v
+  Tensor input_norm, post_norm;               // before attention; before the MLP
+  Tensor q_norm, k_norm;                      // qk_norm only: [head_dim]
+  Tensor post_attention_norm, post_mlp_norm;  // sandwich_norms only
+  int64_t qkv_bytes = 0;                      // this rank's rows of q, k and v
 };
+
+// q, k and v: separate tensors, or row ranges of Phi-3's fused qkv_proj (views, no copies).
+Status LoadQkvWeights(const ModelConfig& c, const std::string& p, const WeightLoader& w,
+                      layers::QKVWeights& qkv) {
+  const int64_t h = c.hidden_size;
+  if (!c.fused_qkv) {
+    UC_ASSIGN_OR_RETURN(qkv.q, w.Matrix(p + "self_attn.q_proj.weight", c.q_size(), h));
+    UC_ASSIGN_OR_RETURN(qkv.k, w.Matrix(p + "self_attn.k_proj.weight", c.kv_size(), h));
+    UC_ASSIGN_OR_RETURN(qkv.v, w.Matrix(p + "self_attn.v_proj.weight", c.kv_size(), h));
+    return OkStatus();
+  }
+  const int64_t q = c.q_size(), kv = c.kv_size();
+  UC_ASSIGN_OR_RETURN(Tensor fused, w.Matrix(p + "self_attn.qkv_proj.weight", q + 2 * kv, h));
+  qkv.q = fused.Slice(0, q);
+  qkv.k = fused.Slice(q, q + kv);
+  qkv.v = fused.Slice(q + kv, q + 2 * kv);
+  return OkStatus();
+}
+
+// gate and up: separate tensors, or the two halves of Phi-3's fused gate_up_proj.
+StatusOr<std::pair<Tensor, Tensor>> LoadGateUp(const ModelConfig& c, const std::string& p,
+                                               const WeightLoader& w) {
+  const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  if (!c.fused_gate_up) {
+    UC_ASSIGN_OR_RETURN(Tensor gate, w.Matrix(p + "mlp.gate_proj.weight", inter, h));
+    UC_ASSIGN_OR_RETURN(Tensor up, w.Matrix(p + "mlp.up_proj.weight", inter, h));
+    return std::make_pair(gate, up);
+  }
+  UC_ASSIGN_OR_RETURN(Tensor fused, w.Matrix(p + "mlp.gate_up_proj.weight", 2 * inter, h));
+  return std::make_pair(fused.Slice(0, inter), fused.Slice(inter, 2 * inter));
+}
 
 StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const WeightLoader& w,
                                     distributed::GroupCoordinator& tp) {
   const std::string p = "model.layers." + std::to_string(index) + ".";
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
+  const bool plus_one = c.norm_weight_plus_one;
   LayerParts parts;
-  UC_ASSIGN_OR_RETURN(parts.input_norm, w.Vector(p + "input_layernorm.weight", h));
+  UC_ASSIGN_OR_RETURN(parts.input_norm, w.Norm(p + "input_layernorm.weight", h, plus_one));
+  if (c.qk_norm) {
+    UC_ASSIGN_OR_RETURN(parts.q_norm, w.Norm(p + "self_attn.q_norm.weight", c.head_dim, plus_one));
+    UC_ASSIGN_OR_RETURN(parts.k_norm, w.Norm(p + "self_attn.k_norm.weight", c.head_dim, plus_one));
+  }
   layers::QKVWeights qkv;
-  UC_ASSIGN_OR_RETURN(qkv.q, w.Matrix(p + "self_attn.q_proj.weight", c.q_size(), h));
-  UC_ASSIGN_OR_RETURN(qkv.k, w.Matrix(p + "self_attn.k_proj.weight", c.kv_size(), h));
-  UC_ASSIGN_OR_RETURN(qkv.v, w.Matrix(p + "self_attn.v_proj.weight", c.kv_size(), h));
+  UC_RETURN_IF_ERROR(LoadQkvWeights(c, p, w, qkv));
   UC_ASSIGN_OR_RETURN(qkv.q_bias,
                       w.Vector(p + "self_attn.q_proj.bias", c.q_size(), c.attention_bias));
   UC_ASSIGN_OR_RETURN(qkv.k_bias,
@@ -72,10 +117,19 @@ StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const Weigh
   auto o_proj = layers::RowParallelLinear::Load(o, o_bias, tp);
   UC_RETURN_IF_ERROR(Annotated(o_proj.status(), p + "self_attn.o_proj.weight"));
   parts.o_proj = std::move(o_proj).value();
-  UC_ASSIGN_OR_RETURN(parts.post_norm, w.Vector(p + "post_attention_layernorm.weight", h));
-  UC_ASSIGN_OR_RETURN(Tensor gate, w.Matrix(p + "mlp.gate_proj.weight", inter, h));
-  UC_ASSIGN_OR_RETURN(Tensor up, w.Matrix(p + "mlp.up_proj.weight", inter, h));
-  const Tensor gate_up[] = {gate, up};
+  if (c.sandwich_norms) {
+    UC_ASSIGN_OR_RETURN(parts.post_attention_norm,
+                        w.Norm(p + "post_attention_layernorm.weight", h, plus_one));
+    UC_ASSIGN_OR_RETURN(parts.post_norm,
+                        w.Norm(p + "pre_feedforward_layernorm.weight", h, plus_one));
+    UC_ASSIGN_OR_RETURN(parts.post_mlp_norm,
+                        w.Norm(p + "post_feedforward_layernorm.weight", h, plus_one));
+  } else {
+    UC_ASSIGN_OR_RETURN(parts.post_norm,
+                        w.Norm(p + "post_attention_layernorm.weight", h, plus_one));
+  }
+  UC_ASSIGN_OR_RETURN(auto gate_and_up, LoadGateUp(c, p, w));
+  const Tensor gate_up[] = {gate_and_up.first, gate_and_up.second};
   auto merged = layers::MergedColumnParallelLinear::Load(gate_up, {}, tp);
   UC_RETURN_IF_ERROR(Annotated(merged.status(), p + "mlp.gate_proj/up_proj (intermediate_size)"));
   parts.gate_up = std::move(merged).value();
@@ -89,7 +143,8 @@ StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const Weigh
 int64_t LayerBytes(const LayerParts& parts) {
   return parts.qkv_bytes + parts.o_proj.weight().nbytes() + parts.gate_up.weight(0).nbytes() +
          parts.gate_up.weight(1).nbytes() + parts.down.weight().nbytes() +
-         parts.input_norm.nbytes() + parts.post_norm.nbytes();
+         parts.input_norm.nbytes() + parts.post_norm.nbytes() + parts.q_norm.nbytes() +
+         parts.k_norm.nbytes() + parts.post_attention_norm.nbytes() + parts.post_mlp_norm.nbytes();
 }
 
 }  // namespace
@@ -106,12 +161,13 @@ Activations::Activations(int64_t max_tokens, const ModelConfig& c, int64_t q_siz
 
 DecoderLayer::DecoderLayer(int layer_index, layers::RmsNorm input_layernorm,
                            layers::Attention attention, layers::RmsNorm post_attention_layernorm,
-                           layers::GatedMlp mlp)
+                           layers::GatedMlp mlp, SandwichNorms sandwich)
     : layer_index_(layer_index),
       input_layernorm_(std::move(input_layernorm)),
       attention_(std::move(attention)),
       post_attention_layernorm_(std::move(post_attention_layernorm)),
-      mlp_(std::move(mlp)) {}
+      mlp_(std::move(mlp)),
+      sandwich_(std::move(sandwich)) {}
 
 void DecoderLayer::Tap(const ForwardContext& ctx, Site site, const Tensor& value) const {
   const TapPoint point{layer_index_, site};
@@ -141,10 +197,12 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
   input_layernorm_.Forward(residual, normed);
   attention_.Forward(normed, *ctx.attention, ctx.cache->layers[layer_index_], act.attention, hidden,
                      ctx.pool);
+  if (sandwich_.enabled()) sandwich_.post_attention.Forward(hidden, hidden);
   Tap(ctx, Site::kAttnOut, hidden);
   kernels::AddInPlace(hidden, residual);
   post_attention_layernorm_.Forward(residual, normed);
   mlp_.Forward(normed, act.mlp, hidden, ctx.pool);
+  if (sandwich_.enabled()) sandwich_.post_mlp.Forward(hidden, hidden);
   Tap(ctx, Site::kMlpOut, hidden);
   TapResidual(ctx, act, m);
 }
@@ -180,21 +238,35 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
         .num_heads = static_cast<int>(parts.qkv.num_heads_per_rank()),
         .num_kv_heads = static_cast<int>(parts.qkv.num_kv_heads_per_rank()),
         .head_dim = c.head_dim,
-        .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+        .scale = c.AttentionScale(),
+        .window = c.LayerWindow(i),
+        .softcap = c.attn_logit_softcapping,
     };
     model->q_size_per_rank_ = parts.qkv.q_size_per_rank();
     model->kv_size_per_rank_ = parts.qkv.kv_size_per_rank();
     model->intermediate_per_partition_ = parts.gate_up.output_size_per_partition(0);
-    layers::Rotary rotary(c.RopeInvFreq(), c.head_dim, c.rope_style);
+    layers::Rotary rotary(c.RopeInvFreq(i), c.head_dim, c.rope_style);
+    layers::QkNorm qk_norm;
+    if (c.qk_norm) {
+      qk_norm = {layers::RmsNorm(parts.q_norm, c.rms_norm_eps),
+                 layers::RmsNorm(parts.k_norm, c.rms_norm_eps)};
+    }
     layers::Attention attention(std::move(parts.qkv), std::move(parts.o_proj), std::move(rotary),
-                                shape);
-    layers::GatedMlp mlp(std::move(parts.gate_up), std::move(parts.down));
+                                shape, std::move(qk_norm));
+    layers::GatedMlp mlp(std::move(parts.gate_up), std::move(parts.down),
+                         c.hidden_act == Activation::kGeluTanh);
+    SandwichNorms sandwich;
+    if (c.sandwich_norms) {
+      sandwich = {layers::RmsNorm(parts.post_attention_norm, c.rms_norm_eps),
+                  layers::RmsNorm(parts.post_mlp_norm, c.rms_norm_eps)};
+    }
     model->layers_[i].emplace<DecoderLayer>(
         i, layers::RmsNorm(parts.input_norm, c.rms_norm_eps), std::move(attention),
-        layers::RmsNorm(parts.post_norm, c.rms_norm_eps), std::move(mlp));
+        layers::RmsNorm(parts.post_norm, c.rms_norm_eps), std::move(mlp), std::move(sandwich));
   }
   if (parallel.is_last_stage()) {
-    UC_ASSIGN_OR_RETURN(Tensor norm, w.Vector("model.norm.weight", c.hidden_size));
+    UC_ASSIGN_OR_RETURN(Tensor norm,
+                        w.Norm("model.norm.weight", c.hidden_size, c.norm_weight_plus_one));
     model->norm_ = layers::RmsNorm(std::move(norm), c.rms_norm_eps);
     const bool separate_head = !c.tie_word_embeddings || checkpoint.tensors->Has("lm_head.weight");
     UC_ASSIGN_OR_RETURN(Tensor head,
@@ -265,6 +337,7 @@ void CausalLM::Forward(const ForwardBatch& batch, KvCache& cache, const Intermed
     UC_CHECK(static_cast<int64_t>(batch.ids.size()) == m, "%zu ids for %lld positions",
              batch.ids.size(), static_cast<long long>(m));
     embed_tokens_.Forward(batch.ids, hidden);
+    if (config_.embedding_multiplier != 1.0f) kernels::Scale(config_.embedding_multiplier, hidden);
     std::memset(residual.raw(), 0, static_cast<size_t>(residual.nbytes()));
   } else {
     UC_CHECK(input != nullptr && input->hidden_states.dim(0) == m && input->residual.dim(0) == m,
@@ -340,6 +413,9 @@ void CausalLM::Finish(const ForwardBatch& batch, Tensor* logits, ThreadPool* poo
              "logits must be [%lld, %d]", static_cast<long long>(n), config_.vocab_size);
   }
   lm_head_.Forward(normed, out, pool);
+  if (lm_head_.has_logits() && config_.final_logit_softcapping > 0.0f) {
+    kernels::SoftCap(config_.final_logit_softcapping, out);
+  }
 }
 
 void CausalLM::ForwardStage(std::span<const int32_t> ids, std::span<const int32_t> positions,

@@ -1,8 +1,10 @@
 // File: llama_model.h
 // -----------------------------------------------------------------------------
-// The Llama-family decoder shared by every architecture in models/architectures/: token
-// embedding, N pre-norm decoder layers (RMSNorm -> attention -> add, RMSNorm -> SwiGLU -> add),
-// final RMSNorm and the LM head; tensor-parallel through the parallel layers of layers/ and
+// The decoder shared by every architecture in models/architectures/: token embedding (scaled
+// for Gemma), N pre-norm decoder layers (RMSNorm -> attention -> add, RMSNorm -> gated MLP ->
+// add; optionally q/k head norms, Gemma's post-norms of both blocks, per-layer sliding windows,
+// RoPE bases and soft-capping, all read from ModelConfig), final RMSNorm and the LM head
+// (optionally soft-capped); tensor-parallel through the parallel layers of layers/ and
 // pipeline-parallel by stages.
 //
 // A CausalLM is one rank's part of the model: the layers [layer_start, layer_end) of its
@@ -96,10 +98,22 @@ struct ForwardContext {
   ThreadPool* pool = nullptr;     // may be null
 };
 
+// Gemma's extra norms of the attention and MLP outputs before they join the residual stream
+// (post_attention_layernorm and post_feedforward_layernorm in its files); default: none.
+struct SandwichNorms {
+  layers::RmsNorm post_attention;
+  layers::RmsNorm post_mlp;
+  bool enabled() const {
+    return post_attention.weight().defined() && post_attention.weight().rank() == 1;
+  }
+};
+
 class DecoderLayer {
  public:
+  // post_attention_layernorm is the norm in front of the MLP (Gemma's pre_feedforward_layernorm).
   DecoderLayer(int layer_index, layers::RmsNorm input_layernorm, layers::Attention attention,
-               layers::RmsNorm post_attention_layernorm, layers::GatedMlp mlp);
+               layers::RmsNorm post_attention_layernorm, layers::GatedMlp mlp,
+               SandwichNorms sandwich = {});
 
   // (hidden_states, residual) of the previous layer -> those of this layer, in place on
   // act.hidden_states[0:m] and act.residual[0:m].
@@ -115,6 +129,7 @@ class DecoderLayer {
   layers::Attention attention_;
   layers::RmsNorm post_attention_layernorm_;
   layers::GatedMlp mlp_;
+  SandwichNorms sandwich_;
 };
 
 // A layer owned by another pipeline stage: keeps the layer table at its global length.

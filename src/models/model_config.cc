@@ -1,5 +1,6 @@
 #include "models/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -69,7 +70,58 @@ Status ModelConfig::Validate(const std::string& source) const {
                           std::to_string(rotary_dim / 2));
   }
   if (sliding_window < 0) return FieldError(source, "sliding_window", "must not be negative");
+  if (!sliding_layers.empty() && static_cast<int>(sliding_layers.size()) != num_hidden_layers) {
+    return FieldError(source, "layer_types",
+                      "has " + std::to_string(sliding_layers.size()) + " entries for " +
+                          std::to_string(num_hidden_layers) + " layers");
+  }
+  const auto non_negative = [](float v) { return std::isfinite(v) && v >= 0.0f; };
+  if (!non_negative(rope_local_theta)) {
+    return FieldError(source, "rope_local_base_freq", "must be a positive number");
+  }
+  if (!non_negative(attention_scale)) {
+    return FieldError(source, "query_pre_attn_scalar", "must be a positive number");
+  }
+  if (!non_negative(attn_logit_softcapping)) {
+    return FieldError(source, "attn_logit_softcapping", "must be a positive number or null");
+  }
+  if (!non_negative(final_logit_softcapping)) {
+    return FieldError(source, "final_logit_softcapping", "must be a positive number or null");
+  }
+  if (!(embedding_multiplier > 0.0f) || !std::isfinite(embedding_multiplier)) {
+    return FieldError(source, "embedding multiplier", "must be a positive number");
+  }
   return OkStatus();
+}
+
+int ModelConfig::LayerWindow(int layer) const {
+  if (sliding_window <= 0) return 0;
+  if (sliding_layers.empty()) return sliding_window;
+  return sliding_layers[layer] ? sliding_window : 0;
+}
+
+int ModelConfig::MaxWindow() const {
+  int max_window = 0;
+  for (int layer = 0; layer < num_hidden_layers; ++layer) {
+    const int window = LayerWindow(layer);
+    if (window == 0) return 0;
+    max_window = std::max(max_window, window);
+  }
+  return max_window;
+}
+
+float ModelConfig::AttentionScale() const {
+  return attention_scale > 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+std::vector<float> ModelConfig::RopeInvFreq(int layer) const {
+  if (rope_local_theta <= 0.0f || LayerWindow(layer) == 0) return RopeInvFreq();
+  const int pairs = rotary_dim / 2;
+  std::vector<float> inv_freq(pairs);
+  for (int j = 0; j < pairs; ++j) {
+    inv_freq[j] = 1.0f / std::pow(rope_local_theta, static_cast<float>(2 * j) / rotary_dim);
+  }
+  return inv_freq;
 }
 
 std::vector<float> ModelConfig::RopeInvFreq() const {

@@ -35,6 +35,10 @@ inline constexpr int kMaxHeadDim = 1 << 14;
 inline constexpr int kMaxVocabSize = 1 << 24;
 inline constexpr int kMaxPositionEmbeddings = 1 << 28;
 
+// The gate activation of the gated MLP: SwiGLU (Llama, Qwen, Phi-3) or GELU with PyTorch's tanh
+// approximation (Gemma's "gelu_pytorch_tanh").
+enum class Activation { kSilu, kGeluTanh };
+
 struct ModelConfig {
   std::string architecture;  // Hugging Face class name, e.g. "LlamaForCausalLM"
   int hidden_size = 0;
@@ -53,6 +57,26 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v projections carry biases (Llama attention_bias, Qwen2)
   bool o_proj_bias = false;     // o_proj carries a bias (Llama attention_bias only)
   int sliding_window = 0;       // 0: full attention
+  // Which layers use sliding_window ([num_hidden_layers]; Gemma interleaves sliding and global
+  // layers). Empty: every layer does (Mistral, Phi-3) when sliding_window > 0.
+  std::vector<bool> sliding_layers;
+  // RoPE base of the sliding layers, unscaled (Gemma 3's rope_local_base_freq); 0: rope_theta.
+  float rope_local_theta = 0.0f;
+  Activation hidden_act = Activation::kSilu;
+  // Hugging Face Gemma checkpoints store RMSNorm weights as w and scale by (1 + w); GGUF files
+  // store 1 + w. When set, the loader adds the 1 (in F32) so every norm multiplies by its weight.
+  bool norm_weight_plus_one = false;
+  // Gemma 2/3: the attention and MLP outputs are normed again before joining the residual
+  // stream ("sandwich" norms: post_attention_layernorm, pre_/post_feedforward_layernorm).
+  bool sandwich_norms = false;
+  bool qk_norm = false;                  // RMSNorm over each q and k head before RoPE
+  float embedding_multiplier = 1.0f;     // Gemma: sqrt(hidden_size)
+  float attention_scale = 0.0f;          // score scale; 0: 1 / sqrt(head_dim)
+  float attn_logit_softcapping = 0.0f;   // Gemma 2; 0: none
+  float final_logit_softcapping = 0.0f;  // Gemma 2; 0: none
+  // Phi-3 stores q/k/v as one qkv_proj and gate/up as one gate_up_proj; the loader splits them.
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
   // How q/k rows are ordered in the checkpoint: llama2.c and GGUF "llama" keep the original
   // interleaved pairs; Hugging Face permutes to rotate_half.
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
@@ -66,6 +90,14 @@ struct ModelConfig {
   Status Validate(const std::string& source) const;
   // Inverse RoPE frequencies, rotary_dim / 2 of them, with scaling applied.
   std::vector<float> RopeInvFreq() const;
+  // The RoPE frequencies of `layer`: RopeInvFreq(), or for a sliding layer of a model with
+  // rope_local_theta the unscaled frequencies of that base.
+  std::vector<float> RopeInvFreq(int layer) const;
+  // The sliding window of `layer` (0: the layer attends to the whole prefix).
+  int LayerWindow(int layer) const;
+  // The largest window over all layers, or 0 when some layer attends to everything.
+  int MaxWindow() const;
+  float AttentionScale() const;
   int q_size() const { return num_attention_heads * head_dim; }
   int kv_size() const { return num_key_value_heads * head_dim; }
 };

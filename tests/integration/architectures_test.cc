@@ -1,7 +1,10 @@
 // Architectures and weight dtypes beyond the golden models, against Hugging Face transformers
 // (float32) on tiny random checkpoints made by tools/reference/: Llama-3 rope_scaling, MQA with
 // an explicit head_dim, Mistral, Qwen2 (q/k/v biases, tied embeddings), BF16 sharded and F16
-// safetensors, and tiny-gqa2 as GGUF Q8_0 / Q4_0 / Q4_1 / F16 / BF16 (dequantized on the fly).
+// safetensors, Gemma 3 and Gemma 2 (sandwich norms, sliding/global layers, soft-capping),
+// Qwen3 (q/k norms), Llama 3.2 (tied, llama3 RoPE), Phi-3 (fused q/k/v and gate/up), Mistral
+// with a sliding window — prompts and continuations longer than the windows — each also as
+// GGUF, and tiny-gqa2 as GGUF Q8_0 / Q4_0 / Q4_1 / F16 / BF16 (dequantized on the fly).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -102,6 +105,22 @@ const FixtureCase kArchCases[] = {
     FixtureCase{"llama_bf16_sharded", "arch/llama_bf16_sharded",
                 "arch/llama_bf16_sharded/reference.json"},
     FixtureCase{"llama_f16", "arch/llama_f16", "arch/llama_f16/reference.json"},
+    FixtureCase{"gemma3", "arch/gemma3", "arch/gemma3/reference.json"},
+    FixtureCase{"gemma2", "arch/gemma2", "arch/gemma2/reference.json"},
+    FixtureCase{"qwen3", "arch/qwen3", "arch/qwen3/reference.json"},
+    FixtureCase{"llama32", "arch/llama32", "arch/llama32/reference.json"},
+    FixtureCase{"phi3", "arch/phi3", "arch/phi3/reference.json"},
+    FixtureCase{"mistral_window", "arch/mistral_window", "arch/mistral_window/reference.json"},
+};
+
+// The same checkpoints converted to GGUF the way llama.cpp's converter does (its tensor names,
+// interleaved q/k rows for "llama", Gemma's 1 + w norms, Phi-3's fused tensors): same reference.
+const FixtureCase kArchGgufCases[] = {
+    FixtureCase{"gemma3_gguf", "arch/gemma3/model.gguf", "arch/gemma3/reference.json"},
+    FixtureCase{"gemma2_gguf", "arch/gemma2/model.gguf", "arch/gemma2/reference.json"},
+    FixtureCase{"qwen3_gguf", "arch/qwen3/model.gguf", "arch/qwen3/reference.json"},
+    FixtureCase{"llama32_gguf", "arch/llama32/model.gguf", "arch/llama32/reference.json"},
+    FixtureCase{"phi3_gguf", "arch/phi3/model.gguf", "arch/phi3/reference.json"},
 };
 
 const FixtureCase kGgufCases[] = {
@@ -117,6 +136,10 @@ INSTANTIATE_TEST_SUITE_P(Architectures, FixtureTest, ::testing::ValuesIn(kArchCa
 INSTANTIATE_TEST_SUITE_P(GgufDtypes, FixtureTest, ::testing::ValuesIn(kGgufCases),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Architectures, GreedyTest, ::testing::ValuesIn(kArchCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(ArchitecturesGguf, FixtureTest, ::testing::ValuesIn(kArchGgufCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(ArchitecturesGguf, GreedyTest, ::testing::ValuesIn(kArchGgufCases),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

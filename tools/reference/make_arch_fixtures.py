@@ -28,6 +28,22 @@ Cases:
   llama_bf16_sharded   Llama saved in bfloat16 and sharded into >= 2 files with an index;
                        reference computed in float32 from the bf16 weights (exact upcast).
   llama_f16            Llama saved in float16; reference computed in float32 from the f16 weights.
+  gemma3               Gemma3ForCausalLM: 6 layers (5 sliding, window 8, RoPE base 10000; 1 global,
+                       base 1e6), q/k norms, sandwich norms stored as w (scale 1 + w), embeddings
+                       x sqrt(64), GELU-tanh, query_pre_attn_scalar 32, tied; 24 ids + 16 greedy
+                       steps, so prompts and continuations run past the window.
+  gemma2               Gemma2ForCausalLM: 4 layers alternating sliding (window 8) / global,
+                       attention soft-cap 4, final logit soft-cap 8 (small, so that they bite).
+  qwen3                Qwen3ForCausalLM: q/k RMSNorm per head, no biases, tied, head_dim 32.
+  llama32              Llama 3.2 shape: tied embeddings, rope_type llama3 (factor 32).
+  phi3                 Phi3ForCausalLM: fused qkv_proj and gate_up_proj, sliding_window 12.
+  mistral_window       MistralForCausalLM with sliding_window 8 over every layer.
+The cases with a "gguf" entry are also written as model.gguf (F32) the way llama.cpp's
+convert_hf_to_gguf.py writes them (its tensor names, q/k rows permuted back to interleaved pairs
+for "llama", Gemma's norms stored as 1 + w, Phi-3's tensors fused, Llama-3 scaling as
+rope_freqs.weight, a placeholder vocabulary); the tests hold them to the same reference.json.
+Gemma's embedding tables are drawn with std 0.1 / 0.05 instead of 0.65: scaled by sqrt(hidden)
+and tied, larger ones make every position predict its own input token.
 
 Weights: not transformers' default init (std 0.02 gives near-uniform logits and meaningless
 greedy margins) but, like tests/testdata/tiny-gqa2, N(0, std) with std = c / sqrt(fan_in):
@@ -179,13 +195,137 @@ CASES = [
             tie_word_embeddings=False,
         ),
     ),
+    dict(
+        name="gemma3",
+        cls="Gemma3ForCausalLM",
+        n_ids=24,
+        base_seed=700,
+        dtype="float32",
+        norm_offset=True,
+        embed_std=0.1,
+        gguf="gemma3",
+        config=dict(
+            num_hidden_layers=6,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            query_pre_attn_scalar=32,
+            rms_norm_eps=1e-6,
+            rope_theta=1000000.0,
+            rope_local_base_freq=10000.0,
+            sliding_window=8,
+            hidden_activation="gelu_pytorch_tanh",
+            tie_word_embeddings=True,
+        ),
+    ),
+    dict(
+        name="gemma2",
+        cls="Gemma2ForCausalLM",
+        n_ids=24,
+        base_seed=800,
+        dtype="float32",
+        norm_offset=True,
+        embed_std=0.05,
+        gguf="gemma2",
+        config=dict(
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            query_pre_attn_scalar=32,
+            rms_norm_eps=1e-6,
+            rope_theta=10000.0,
+            sliding_window=8,
+            attn_logit_softcapping=4.0,
+            final_logit_softcapping=8.0,
+            hidden_activation="gelu_pytorch_tanh",
+            tie_word_embeddings=True,
+        ),
+    ),
+    dict(
+        name="qwen3",
+        cls="Qwen3ForCausalLM",
+        n_ids=24,
+        base_seed=900,
+        dtype="float32",
+        gguf="qwen3",
+        config=dict(
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=32,
+            rms_norm_eps=1e-6,
+            rope_theta=1000000.0,
+            use_sliding_window=False,
+            sliding_window=None,
+            tie_word_embeddings=True,
+        ),
+    ),
+    dict(
+        name="llama32",
+        cls="LlamaForCausalLM",
+        n_ids=48,
+        base_seed=1000,
+        dtype="float32",
+        gguf="llama",
+        config=dict(
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            rms_norm_eps=1e-5,
+            rope_theta=500000.0,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=32.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=32,
+            ),
+            tie_word_embeddings=True,
+        ),
+    ),
+    dict(
+        name="phi3",
+        cls="Phi3ForCausalLM",
+        n_ids=24,
+        base_seed=1100,
+        dtype="float32",
+        gguf="phi3",
+        config=dict(
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rms_norm_eps=1e-5,
+            rope_theta=10000.0,
+            sliding_window=12,
+            tie_word_embeddings=False,
+            pad_token_id=0,
+        ),
+    ),
+    dict(
+        name="mistral_window",
+        cls="MistralForCausalLM",
+        n_ids=24,
+        base_seed=1200,
+        dtype="float32",
+        config=dict(
+            num_hidden_layers=3,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            rms_norm_eps=1e-5,
+            rope_theta=10000.0,
+            sliding_window=8,
+            tie_word_embeddings=False,
+        ),
+    ),
 ]
 
 
-def std_for(name, shape):
+def std_for(name, shape, embed_std=0.65):
     fan_in = shape[-1] if len(shape) == 2 else None
     if name.endswith("embed_tokens.weight") or name == "lm_head.weight":
-        return 0.65
+        return embed_std
     if name.endswith(".bias"):
         return 0.3
     table = {
@@ -193,8 +333,10 @@ def std_for(name, shape):
         "k_proj": 1.5,
         "v_proj": 1.0,
         "o_proj": 2.6,
+        "qkv_proj": 1.5,
         "gate_proj": 1.0,
         "up_proj": 1.0,
+        "gate_up_proj": 1.0,
         "down_proj": 3.9,
     }
     for k, c in table.items():
@@ -203,7 +345,10 @@ def std_for(name, shape):
     raise KeyError(name)
 
 
-def init_weights(model, seed):
+def init_weights(model, seed, norm_offset=False, embed_std=0.65):
+    """norm_offset: the checkpoint stores RMSNorm weights as w with the scale 1 + w (Gemma).
+    embed_std: Gemma multiplies embeddings by sqrt(hidden_size), so its tables are drawn smaller
+    (0.1 at hidden 64) to keep the stream and the tied logits in scale."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -215,9 +360,9 @@ def init_weights(model, seed):
             seen.add(id(p))
             z = torch.randn(p.shape, generator=g, dtype=torch.float64)
             if "norm" in name:
-                p.copy_((1.0 + 0.1 * z).to(p.dtype))
+                p.copy_(((0.0 if norm_offset else 1.0) + 0.1 * z).to(p.dtype))
             else:
-                p.copy_((std_for(name, tuple(p.shape)) * z).to(p.dtype))
+                p.copy_((std_for(name, tuple(p.shape), embed_std) * z).to(p.dtype))
 
 
 def to_v4_layout(cfg_path):
@@ -225,6 +370,11 @@ def to_v4_layout(cfg_path):
     with open(cfg_path, encoding="utf-8") as f:
         c = json.load(f)
     rp = dict(c.pop("rope_parameters", None) or {})
+    if "full_attention" in rp:  # Gemma 3: one set per layer type
+        local = dict(rp.get("sliding_attention") or {})
+        rp = dict(rp["full_attention"])
+        if "rope_theta" in local:
+            c["rope_local_base_freq"] = local["rope_theta"]
     theta = rp.pop("rope_theta", None)
     out = {}
     for k, v in c.items():
@@ -292,6 +442,124 @@ def greedy(model, ids, eos):
     }
 
 
+# GGUF tensor names (llama.cpp's convert_hf_to_gguf.py conventions) of the per-layer tensors.
+GGUF_LAYER_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight",
+    "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.gate_up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def llama_permute(w, n_head):
+    """convert_hf_to_gguf's LlamaModel.permute: rotate_half rows back to interleaved pairs."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_factors(cfg):
+    """convert_hf_to_gguf's rope_freqs.weight for rope_type llama3 (divisors of inv_freq)."""
+    import torch
+
+    rs = cfg["rope_scaling"]
+    dim = cfg["head_dim"]
+    freqs = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    old = rs["original_max_position_embeddings"]
+    lo_wl, hi_wl = old / rs["low_freq_factor"], old / rs["high_freq_factor"]
+    out = []
+    for f in freqs.tolist():
+        wl = 2 * math.pi / f
+        if wl < hi_wl:
+            out.append(1.0)
+        elif wl > lo_wl:
+            out.append(rs["factor"])
+        else:
+            smooth = (old / wl - rs["low_freq_factor"]) / (rs["high_freq_factor"] - rs["low_freq_factor"])
+            out.append(1 / ((1 - smooth) / rs["factor"] + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_gguf(case, cfg, model, path):
+    """The checkpoint as an F32 GGUF file the way llama.cpp's converter writes it: its tensor
+    names, q/k rows permuted to interleaved pairs for "llama", Gemma's RMSNorm weights stored as
+    1 + w, fused Phi-3 tensors kept fused, Llama-3 scaling as rope_freqs.weight, and a
+    placeholder SentencePiece vocabulary of VOCAB tokens (the tests use ids only)."""
+    import gguf
+
+    arch = case["gguf"]
+    gemma = arch.startswith("gemma")
+    w = gguf.GGUFWriter(path, arch)
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_rope_dimension_count(head_dim)
+    if cfg.get("sliding_window"):
+        w.add_sliding_window(cfg["sliding_window"])
+    if cfg.get("attn_logit_softcapping"):
+        w.add_attn_logit_softcapping(cfg["attn_logit_softcapping"])
+    if cfg.get("final_logit_softcapping"):
+        w.add_final_logit_softcapping(cfg["final_logit_softcapping"])
+    w.add_tokenizer_model("llama")
+    tokens = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    tokens += ["t%d" % i for i in range(VOCAB - len(tokens))]
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0] * 3 + [0.0] * 256 + [-float(i) for i in range(VOCAB - 259)])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (VOCAB - 259))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
+    if cfg.get("rope_scaling") and cfg["rope_scaling"].get("rope_type") == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(cfg))
+    for name, t in sd.items():
+        if name == "model.embed_tokens.weight":
+            gname = "token_embd.weight"
+        elif name == "model.norm.weight":
+            gname = "output_norm.weight"
+        elif name == "lm_head.weight":
+            if cfg.get("tie_word_embeddings"):
+                continue
+            gname = "output.weight"
+        else:
+            parts = name.split(".")
+            assert parts[0] == "model" and parts[1] == "layers", name
+            rest = ".".join(parts[3:])
+            if gemma and rest == "post_attention_layernorm.weight":
+                gname = "post_attention_norm.weight"
+            else:
+                gname = GGUF_LAYER_NAMES[rest]
+            gname = "blk.%s.%s" % (parts[2], gname)
+            if arch == "llama" and rest == "self_attn.q_proj.weight":
+                t = llama_permute(t, cfg["num_attention_heads"])
+            if arch == "llama" and rest == "self_attn.k_proj.weight":
+                t = llama_permute(t, cfg["num_key_value_heads"])
+        if gemma and name.endswith("norm.weight"):
+            t = t + np.float32(1.0)
+        w.add_tensor(gname, np.ascontiguousarray(t, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.chmod(path, 0o644)
+
+
 def make_case(case, index, out_root):
     import torch
     import transformers
@@ -306,9 +574,12 @@ def make_case(case, index, out_root):
 
     seed = case["base_seed"]
     while True:
-        cfg = cfg_cls(**COMMON, **case["config"])
+        common = dict(COMMON)
+        if "hidden_activation" in case["config"]:
+            del common["hidden_act"]
+        cfg = cfg_cls(**common, **case["config"])
         model = cls._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-        init_weights(model, seed)
+        init_weights(model, seed, case.get("norm_offset", False), case.get("embed_std", 0.65))
         # round to the storage dtype, then compute in float32 from the rounded values
         model = model.to(torch_dtype).to(torch.float32).eval()
         g = greedy(model, ids, COMMON["eos_token_id"])
@@ -349,7 +620,10 @@ def make_case(case, index, out_root):
     assert g2["new_ids"] == g["new_ids"]
 
     rot = ref_model.model.rotary_emb
-    inv_freq = rot.inv_freq.float().numpy()
+    if hasattr(rot, "inv_freq"):
+        inv_freq = rot.inv_freq.float().numpy()
+    else:  # one set per layer type (Gemma 3)
+        inv_freq = rot.full_attention_inv_freq.float().numpy()
     meta = {
         "versions": versions(),
         "script": "tools/reference/make_arch_fixtures.py",
@@ -367,7 +641,9 @@ def make_case(case, index, out_root):
         "greedy": f"generate(do_sample=False, max_new_tokens={N_NEW}, eos_token_id=None), KV cache; "
         "each step re-checked against a no-cache forward",
         "rope_inv_freq": inv_freq.tolist(),
-        "rope_attention_scaling": float(getattr(rot, "attention_scaling", 1.0)),
+        "rope_attention_scaling": float(
+            getattr(rot, "attention_scaling", getattr(rot, "full_attention_attention_scaling", 1.0))
+        ),
         "files": files,
     }
     rs = cfg_v4.get("rope_scaling")
@@ -402,6 +678,9 @@ def make_case(case, index, out_root):
         "logits": [r.tolist() for r in logits],
         "greedy": g2,
     }
+    if "gguf" in case:
+        write_gguf(case, cfg_v4, ref_model, os.path.join(d, "model.gguf"))
+        meta["files"] = sorted(os.listdir(d))
     dump_json(ref, os.path.join(d, "reference.json"))
     size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
     print(
