@@ -8,7 +8,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <random>
@@ -21,8 +23,8 @@
 namespace uc::kernels {
 namespace {
 
-constexpr DType kDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16,
-                             DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+constexpr DType kDTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                             DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 constexpr int64_t kHidden = 2048;                   // TinyLlama-1.1B hidden size
 constexpr int64_t kIntermediate = 5632;             // and MLP width
 constexpr int64_t kColdBytes = int64_t{160} << 20;  // well past a 32 MiB L3
@@ -53,6 +55,41 @@ Tensor RandomF32(Shape shape, uint32_t seed) {
   return t;
 }
 
+// Sets the f16 scale fields of a block to 0.01 (the block's other bytes are random codes).
+void SetScales(DType dtype, std::byte* block) {
+  const uint16_t d = F32ToF16(0.01f);
+  auto put = [&](size_t offset) { std::memcpy(block + offset, &d, 2); };
+  switch (dtype) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+      put(offsetof(BlockQ5_1, m));
+      put(0);
+      break;
+    case DType::kQ2_K:
+      put(offsetof(BlockQ2_K, d));
+      put(offsetof(BlockQ2_K, dmin));
+      break;
+    case DType::kQ3_K:
+      put(offsetof(BlockQ3_K, d));
+      break;
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      put(offsetof(BlockQ4_K, d));
+      put(offsetof(BlockQ4_K, dmin));
+      break;
+    case DType::kQ6_K:
+      put(offsetof(BlockQ6_K, d));
+      break;
+    case DType::kQ8_K: {
+      const float f = 0.01f;
+      std::memcpy(block, &f, 4);
+      break;
+    }
+    default:  // Q8_0, Q4_0, Q5_0, IQ4_NL: d first
+      put(0);
+  }
+}
+
 // [n, k] weights of `dtype`: 64 distinct random rows, repeated (values do not affect speed).
 Tensor BenchWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
   constexpr int64_t kDistinct = 64;
@@ -77,15 +114,11 @@ Tensor BenchWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
           std::memcpy(out, &h, 2);
           break;
         }
-        default:  // quantized: a plausible scale and random codes
-          std::memset(out, 0, DTypeBlockBytes(dtype));
-          {
-            const uint16_t d = F32ToF16(0.01f);
-            std::memcpy(out, &d, 2);
-            for (int64_t i = 2; i < DTypeBlockBytes(dtype); ++i) {
-              out[i] = static_cast<std::byte>(static_cast<int>(std::fabs(x[b + i % 32]) * 97));
-            }
+        default:  // quantized: random codes and plausible scales
+          for (int64_t i = 0; i < DTypeBlockBytes(dtype); ++i) {
+            out[i] = static_cast<std::byte>(static_cast<int>(std::fabs(x[b + i % 32]) * 97));
           }
+          SetScales(dtype, out);
       }
     }
   }
@@ -149,7 +182,7 @@ void BM_MatMulPrefill(benchmark::State& state) {
 
 void MatMulArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "threads", "portable"});
-  for (int64_t d = 0; d < 6; ++d) {
+  for (int64_t d = 0; d < static_cast<int64_t>(std::size(kDTypes)); ++d) {
     for (int64_t threads : {1, 2}) b->Args({d, threads, 0});
   }
   b->Args({2, 2, 1});  // BF16 on the portable path, for comparison

@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/bandwidth.h"
@@ -49,26 +50,65 @@ Tensor RandomNormal(Shape shape, uint32_t seed, float stddev = 1.0f, float mean 
   return t;
 }
 
+// Random quant bytes; the f16 scales (and mins) of each block get plausible values.
 void FillQuantized(Tensor& t, std::mt19937& rng) {
   std::uniform_real_distribution<float> scale(0.002f, 0.05f);
   std::uniform_real_distribution<float> offset(-0.2f, 0.2f);
   std::uniform_int_distribution<int> byte(0, 255);
+  auto* bytes = static_cast<uint8_t*>(t.raw());
+  for (int64_t i = 0; i < t.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(byte(rng));
   const int64_t blocks = t.nbytes() / DTypeBlockBytes(t.dtype());
   for (int64_t b = 0; b < blocks; ++b) {
     std::byte* block = static_cast<std::byte*>(t.raw()) + b * DTypeBlockBytes(t.dtype());
-    if (t.dtype() == DType::kQ8_0) {
-      auto* q = reinterpret_cast<BlockQ8_0*>(block);
-      q->d = F32ToF16(scale(rng));
-      for (int8_t& v : q->qs) v = static_cast<int8_t>(byte(rng) - 128);
-    } else if (t.dtype() == DType::kQ4_0) {
-      auto* q = reinterpret_cast<BlockQ4_0*>(block);
-      q->d = F32ToF16(scale(rng));
-      for (uint8_t& v : q->qs) v = static_cast<uint8_t>(byte(rng));
-    } else {
-      auto* q = reinterpret_cast<BlockQ4_1*>(block);
-      q->d = F32ToF16(scale(rng));
-      q->m = F32ToF16(offset(rng));
-      for (uint8_t& v : q->qs) v = static_cast<uint8_t>(byte(rng));
+    auto set = [&](auto* q) {
+      using Block = std::remove_pointer_t<decltype(q)>;
+      if constexpr (std::is_same_v<Block, BlockQ8_K>) {
+        q->d = scale(rng) / 4;
+      } else {
+        q->d = F32ToF16(scale(rng) / (DTypeBlockSize(t.dtype()) == 32 ? 1 : 8));
+      }
+      if constexpr (requires { q->m; }) q->m = F32ToF16(offset(rng));
+      if constexpr (requires { q->dmin; }) q->dmin = F32ToF16(scale(rng) / 8);
+    };
+    switch (t.dtype()) {
+      case DType::kQ8_0:
+        set(reinterpret_cast<BlockQ8_0*>(block));
+        break;
+      case DType::kQ4_0:
+        set(reinterpret_cast<BlockQ4_0*>(block));
+        break;
+      case DType::kQ4_1:
+        set(reinterpret_cast<BlockQ4_1*>(block));
+        break;
+      case DType::kQ5_0:
+        set(reinterpret_cast<BlockQ5_0*>(block));
+        break;
+      case DType::kQ5_1:
+        set(reinterpret_cast<BlockQ5_1*>(block));
+        break;
+      case DType::kIQ4_NL:
+        set(reinterpret_cast<BlockIQ4_NL*>(block));
+        break;
+      case DType::kQ2_K:
+        set(reinterpret_cast<BlockQ2_K*>(block));
+        break;
+      case DType::kQ3_K:
+        set(reinterpret_cast<BlockQ3_K*>(block));
+        break;
+      case DType::kQ4_K:
+        set(reinterpret_cast<BlockQ4_K*>(block));
+        break;
+      case DType::kQ5_K:
+        set(reinterpret_cast<BlockQ5_K*>(block));
+        break;
+      case DType::kQ6_K:
+        set(reinterpret_cast<BlockQ6_K*>(block));
+        break;
+      case DType::kQ8_K:
+        set(reinterpret_cast<BlockQ8_K*>(block));
+        break;
+      default:
+        FAIL() << "not a block type";
     }
   }
 }
@@ -123,6 +163,11 @@ void ExpectCloseScaled(const Tensor& got, const Tensor& want, double rtol,
 
 using MatMulParam = std::tuple<DType, int, Path>;
 
+const auto kAllWeightDTypes =
+    ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                      DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
+                      DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K);
+
 class MatMulTest : public ::testing::TestWithParam<MatMulParam> {
  protected:
   DType dtype() const { return std::get<0>(GetParam()); }
@@ -154,10 +199,7 @@ TEST_P(MatMulTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, MatMulTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
-                                                              DType::kBF16, DType::kQ8_0,
-                                                              DType::kQ4_0, DType::kQ4_1),
-                                            ::testing::Values(1, 2),
+                         ::testing::Combine(kAllWeightDTypes, ::testing::Values(1, 2),
                                             ::testing::Values(Path::kAvx2, Path::kPortable)),
                          [](const ::testing::TestParamInfo<MatMulParam>& info) {
                            return std::string(DTypeName(std::get<0>(info.param))) + "_" +
@@ -175,7 +217,8 @@ TEST_P(Avx2MatMulPathsTest, StreamingAndTiledMatchReference) {
   ThreadPool pool(std::get<1>(GetParam()));
   uint32_t seed = 100;
   for (int64_t m : {1, 2, 4, 5, 6, 7, 13}) {
-    const int64_t k = DTypeIsQuantized(dtype) ? 288 : 300;  // crosses a 256-wide k block
+    // Crosses a 256-wide k block.
+    const int64_t k = DTypeBlockSize(dtype) == 256 ? 512 : DTypeIsQuantized(dtype) ? 288 : 300;
     const int64_t n = 37;
     const Tensor x = RandomNormal({m, k}, seed++);
     const Tensor w = RandomWeights({n, k}, dtype, seed++);
@@ -193,10 +236,7 @@ TEST_P(Avx2MatMulPathsTest, StreamingAndTiledMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, Avx2MatMulPathsTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF16,
-                                                              DType::kBF16, DType::kQ8_0,
-                                                              DType::kQ4_0, DType::kQ4_1),
-                                            ::testing::Values(1, 2)),
+                         ::testing::Combine(kAllWeightDTypes, ::testing::Values(1, 2)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, int>>& info) {
                            return std::string(DTypeName(std::get<0>(info.param))) + "_" +
                                   std::to_string(std::get<1>(info.param)) + "Threads";
@@ -329,17 +369,20 @@ TEST_P(OpsTest, AddBiasAndAddInPlaceMatchReference) {
 TEST_P(OpsTest, EmbeddingLookupMatchesReference) {
   const std::vector<int32_t> ids = {3, 0, 99, 3, 42};
   uint32_t seed = 60;
-  for (DType dtype :
-       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
-    for (int64_t h : {64, 96, 172}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                      DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
+                      DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+    for (int64_t h : {64, 96, 172, 512}) {
       if (h % DTypeBlockSize(dtype) != 0) continue;
       const Tensor table = RandomWeights({100, h}, dtype, seed++);
       Tensor got = Tensor::Empty({5, h}, DType::kF32);
       Tensor want = Tensor::Empty({5, h}, DType::kF32);
       EmbeddingLookup(table, ids, got);
       reference::EmbeddingLookup(table, ids, want);
-      // Q4_1 uses one fused multiply-add where the reference rounds twice.
-      ExpectClose(got, want, dtype == DType::kQ4_1 ? 1e-6 : 0.0, 1e-7,
+      // Q4_0 and Q4_1 use one fused multiply-add where the reference rounds twice; the other
+      // types decode bit for bit.
+      const bool fused = dtype == DType::kQ4_0 || dtype == DType::kQ4_1;
+      ExpectClose(got, want, fused ? 1e-6 : 0.0, fused ? 1e-7 : 0.0,
                   std::string(DTypeName(dtype)) + " h=" + std::to_string(h));
     }
   }

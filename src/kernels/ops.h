@@ -6,9 +6,11 @@
 // scalar reference in kernels/reference.h that tests compare against.
 //
 // Conventions: activations are F32, row-major, [num_tokens, features]. Weights keep their stored
-// dtype (F32, F16, BF16, Q8_0, Q4_0, Q4_1) and are converted inside the kernels, never
-// expanded in memory. `pool` may be null (single-threaded). Outputs must be preallocated with
-// the documented shape and must not alias inputs unless the op says "in place".
+// dtype (F32, F16, BF16, or a ggml block type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K, Q8_K) and are converted inside the kernels, never expanded in memory; the
+// conversion of the types since Q5_0 is bit-identical to gguf-py's dequantization. `pool` may be
+// null (single-threaded). Outputs must be preallocated with the documented shape and must not alias
+// inputs unless the op says "in place".
 #pragma once
 
 #include <cstdint>

@@ -1,9 +1,11 @@
 // File: reference.h
 // -----------------------------------------------------------------------------
 // Scalar reference implementations of every op in kernels/ops.h: the oracle the optimized
-// kernels are tested against. Plain loops, weights dequantized with DequantizeRow, sums in
-// double; nothing here is fast. Same shapes and contracts as ops.h (minus the thread pool);
-// shapes are checked only lightly, since callers are tests.
+// kernels are tested against. Plain loops, weights dequantized with DequantizeRow (tensor/
+// tensor.h; the scalar dequantizers of the ggml block types are in tensor/quants.h, checked bit
+// for bit against gguf-py by quant_kernels_test), sums in double; nothing here is fast. Same shapes
+// and contracts as ops.h (minus the thread pool); shapes are checked only lightly, since callers
+// are tests.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "tensor/quants.h"
+
 namespace uc {
 
 std::string ShapeToString(const Shape& shape) {
@@ -157,16 +159,34 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) {
       }
       return;
     }
-    case DType::kI32:
     case DType::kQ5_0:
+      DequantizeQ5_0(static_cast<const BlockQ5_0*>(src), n / 32, dst);
+      return;
     case DType::kQ5_1:
+      DequantizeQ5_1(static_cast<const BlockQ5_1*>(src), n / 32, dst);
+      return;
     case DType::kIQ4_NL:
+      DequantizeIQ4_NL(static_cast<const BlockIQ4_NL*>(src), n / 32, dst);
+      return;
     case DType::kQ2_K:
+      DequantizeQ2_K(static_cast<const BlockQ2_K*>(src), n / kQK_K, dst);
+      return;
     case DType::kQ3_K:
+      DequantizeQ3_K(static_cast<const BlockQ3_K*>(src), n / kQK_K, dst);
+      return;
     case DType::kQ4_K:
+      DequantizeQ4_K(static_cast<const BlockQ4_K*>(src), n / kQK_K, dst);
+      return;
     case DType::kQ5_K:
+      DequantizeQ5_K(static_cast<const BlockQ5_K*>(src), n / kQK_K, dst);
+      return;
     case DType::kQ6_K:
+      DequantizeQ6_K(static_cast<const BlockQ6_K*>(src), n / kQK_K, dst);
+      return;
     case DType::kQ8_K:
+      DequantizeQ8_K(static_cast<const BlockQ8_K*>(src), n / kQK_K, dst);
+      return;
+    case DType::kI32:
       break;
   }
   UC_CHECK(false, "DequantizeRow: unsupported dtype %s", DTypeName(dtype).data());

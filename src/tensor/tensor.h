@@ -93,14 +93,15 @@ class Tensor {
 };
 
 // Dequantizes / converts `n` elements of `dtype` starting at `src` into `dst` (scalar code,
-// the reference that every optimized kernel is checked against).
-// REQUIRES: n is a whole number of blocks.
+// the reference that every optimized kernel is checked against; the types of tensor/quants.h
+// match gguf-py bit for bit). REQUIRES: n is a whole number of blocks; dtype is not I32.
 void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n);
 
 // Converts `n` floats into `dtype` at `dst` (round to nearest; for block types the ggml
 // reference rounding: Q8_0 d = max|x| / 127; Q4_0 d = x_maxabs / -8; Q4_1 d = (max - min) / 15,
 // m = min). Used by tools and tests to make quantized weights.
-// REQUIRES: n is a whole number of blocks; dtype is not I32.
+// REQUIRES: n is a whole number of blocks; dtype is F32, F16, BF16, Q8_0, Q4_0 or Q4_1 (the
+// K-quants and the other ggml types are only read, never written).
 void QuantizeRow(DType dtype, const float* src, void* dst, int64_t n);
 
 }  // namespace uc

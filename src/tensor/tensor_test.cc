@@ -58,6 +58,52 @@ TEST(TensorTest, DequantizeQ4_1AndQ8_0) {
   EXPECT_FLOAT_EQ(out[16], 0.0f);
 }
 
+// Hand-packed K-quant and 5-bit blocks (the full check against gguf-py is quant_kernels_test).
+TEST(TensorTest, DequantizeKQuantsAnd5Bit) {
+  BlockQ4_K q4k{};
+  q4k.d = F32ToF16(1.0f);
+  q4k.dmin = F32ToF16(0.5f);
+  q4k.scales[1] = 2;     // group 1: scale 2
+  q4k.scales[5] = 3;     // group 1: min 3
+  q4k.scales[8] = 0x41;  // group 4: scale 1, min 4 (low 4 bits)
+  q4k.qs[0] = 0x53;      // element 0: 3 (group 0), element 32: 5 (group 1)
+  q4k.qs[64] = 0x07;     // element 128 (group 4): 7
+  std::vector<float> out(256);
+  DequantizeRow(DType::kQ4_K, &q4k, out.data(), 256);
+  EXPECT_EQ(out[0], 0.0f);    // scale 0, min 0
+  EXPECT_EQ(out[32], 8.5f);   // 1 * 2 * 5 - 0.5 * 3
+  EXPECT_EQ(out[128], 5.0f);  // 1 * 1 * 7 - 0.5 * 4
+
+  BlockQ6_K q6k{};
+  q6k.d = F32ToF16(0.25f);
+  q6k.scales[0] = -4;
+  q6k.scales[15] = 8;
+  q6k.ql[0] = 0x0f;    // element 0: low 15
+  q6k.qh[0] = 0x02;    // element 0: high 2 -> q = 15 + 32 - 32 = 15
+  q6k.ql[127] = 0xf0;  // element 255 (h 1, r 3, l 31): low 15
+  q6k.qh[63] = 0xc0;   // high 3 -> q = 15 + 48 - 32 = 31
+  DequantizeRow(DType::kQ6_K, &q6k, out.data(), 256);
+  EXPECT_EQ(out[0], -15.0f);   // 0.25 * -4 * 15
+  EXPECT_EQ(out[1], 32.0f);    // 0.25 * -4 * (0 - 32)
+  EXPECT_EQ(out[255], 62.0f);  // 0.25 * 8 * 31
+
+  BlockQ5_0 q50{};
+  q50.d = F32ToF16(2.0f);
+  q50.qh[2] = 0x01;  // element 16 has its fifth bit
+  q50.qs[0] = 0x3f;  // element 0: 15, element 16: 3 | 16
+  DequantizeRow(DType::kQ5_0, &q50, out.data(), 32);
+  EXPECT_EQ(out[0], -2.0f);  // 2 * (15 - 16)
+  EXPECT_EQ(out[16], 6.0f);  // 2 * (19 - 16)
+  EXPECT_EQ(out[1], -32.0f);
+
+  Tensor t = Tensor::Zeros({2, 32}, DType::kIQ4_NL);
+  t.data<BlockIQ4_NL>()[1].d = F32ToF16(0.5f);
+  t.data<BlockIQ4_NL>()[1].qs[15] = 0xf0;  // element 15: value 0 (-127), element 31: 15 (113)
+  const std::vector<float> values = t.ToFloatVector();
+  EXPECT_EQ(values[32 + 15], -63.5f);
+  EXPECT_EQ(values[32 + 31], 56.5f);
+}
+
 TEST(TensorTest, QuantizeThenDequantizeIsClose) {
   std::vector<float> x(64);
   for (int i = 0; i < 64; ++i) x[i] = std::sin(0.37f * i) * (i % 7 + 1) * 0.1f;

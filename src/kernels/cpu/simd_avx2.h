@@ -2,7 +2,8 @@
 // -----------------------------------------------------------------------------
 // AVX2+FMA+F16C building blocks shared by the *_avx2.cc kernels: horizontal sums, masked tails,
 // a vector exp, and one decoder per weight dtype that turns 32 stored elements into four
-// __m256 of F32 in registers (so weights are never expanded in memory).
+// __m256 of F32 in registers (so weights are never expanded in memory). The decoders of Q5_0,
+// Q5_1, IQ4_NL and the K-quants are in quant_decoders_avx2.h.
 //
 // Include only from files listed as AVX2_SRCS (compiled with -mavx2 -mfma -mf16c); everything
 // here is inline and used only after internal::UseAvx2() said yes.
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/quant_decoders_avx2.h"
 #include "tensor/dtype.h"
 
 namespace uc::kernels::avx2 {
@@ -79,9 +81,10 @@ inline __m256 LoadF16(const uint16_t* p) {
 // natural order unless kQuadSwapped (see UnpackNibblesQuadSwapped);
 // REQUIRES: i % 32 == 0 and i + 32 <= row length. At(row, i) returns one element and exists
 // only for plain dtypes (quantized rows are whole blocks, so they never have a tail).
-// kChunkBytes is the storage of 32 elements.
+// Storage comes in units of kBlockElems elements taking kBlockBytes bytes (32 for plain dtypes).
 struct DecodeF32 {
-  static constexpr int kChunkBytes = 128;
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 128;
   static constexpr bool kQuantized = false;
   static constexpr bool kQuadSwapped = false;
   static void Load32(const std::byte* row, int64_t i, __m256* w) {
@@ -95,7 +98,8 @@ struct DecodeF32 {
 };
 
 struct DecodeF16 {
-  static constexpr int kChunkBytes = 64;
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 64;
   static constexpr bool kQuantized = false;
   static constexpr bool kQuadSwapped = false;
   static void Load32(const std::byte* row, int64_t i, __m256* w) {
@@ -109,7 +113,8 @@ struct DecodeF16 {
 };
 
 struct DecodeBf16 {
-  static constexpr int kChunkBytes = 64;
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 64;
   static constexpr bool kQuantized = false;
   static constexpr bool kQuadSwapped = false;
   static void Load32(const std::byte* row, int64_t i, __m256* w) {
@@ -123,7 +128,8 @@ struct DecodeBf16 {
 };
 
 struct DecodeQ8_0 {
-  static constexpr int kChunkBytes = 34;
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 34;
   static constexpr bool kQuantized = true;
   static constexpr bool kQuadSwapped = false;
   static void Load32(const std::byte* row, int64_t i, __m256* w) {
@@ -175,7 +181,8 @@ void UnpackNibblesInOrder(const uint8_t* qs, __m256* q) {
 
 template <bool kSwapped>
 struct DecodeQ4_0Order {
-  static constexpr int kChunkBytes = 18;
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 18;
   static constexpr bool kQuantized = true;
   static constexpr bool kQuadSwapped = kSwapped;
   static void Load32(const std::byte* row, int64_t i, __m256* w) {
@@ -192,7 +199,8 @@ using DecodeQ4_0 = DecodeQ4_0Order<false>;
 
 template <bool kSwapped>
 struct DecodeQ4_1Order {
-  static constexpr int kChunkBytes = 20;
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = 20;
   static constexpr bool kQuantized = true;
   static constexpr bool kQuadSwapped = kSwapped;
   static void Load32(const std::byte* row, int64_t i, __m256* w) {
@@ -212,9 +220,13 @@ using DecodeQ4_1 = DecodeQ4_1Order<false>;
 inline constexpr int kPrefetchBytes = 1024;
 template <typename D>
 inline void PrefetchAhead(const std::byte* row, int64_t i) {
-  const char* p = reinterpret_cast<const char*>(row) + i / 32 * D::kChunkBytes + kPrefetchBytes;
+  // The bytes of elements [i, i + 32): a share of a super-block for the K-quants.
+  constexpr int kChunkBytes = (D::kBlockBytes * 32 + D::kBlockElems - 1) / D::kBlockElems;
+  const int64_t offset =
+      i / D::kBlockElems * D::kBlockBytes + i % D::kBlockElems * D::kBlockBytes / D::kBlockElems;
+  const char* p = reinterpret_cast<const char*>(row) + offset + kPrefetchBytes;
 #pragma GCC unroll 16
-  for (int offset = 0; offset < D::kChunkBytes; offset += 64) _mm_prefetch(p + offset, _MM_HINT_T0);
+  for (int byte = 0; byte < kChunkBytes; byte += 64) _mm_prefetch(p + byte, _MM_HINT_T0);
 }
 
 // Calls fn(Decoder{}) with the decoder for `dtype`; returns false for a non-weight dtype.
@@ -239,16 +251,34 @@ bool VisitDecoder(DType dtype, Fn&& fn) {
     case DType::kQ4_1:
       fn(DecodeQ4_1{});
       return true;
-    case DType::kI32:
     case DType::kQ5_0:
+      fn(DecodeQ5_0{});
+      return true;
     case DType::kQ5_1:
+      fn(DecodeQ5_1{});
+      return true;
     case DType::kIQ4_NL:
+      fn(DecodeIQ4_NL{});
+      return true;
     case DType::kQ2_K:
+      fn(DecodeQ2_K{});
+      return true;
     case DType::kQ3_K:
+      fn(DecodeQ3_K{});
+      return true;
     case DType::kQ4_K:
+      fn(DecodeQ4_K{});
+      return true;
     case DType::kQ5_K:
+      fn(DecodeQ5_K{});
+      return true;
     case DType::kQ6_K:
+      fn(DecodeQ6_K{});
+      return true;
     case DType::kQ8_K:
+      fn(DecodeQ8_K{});
+      return true;
+    case DType::kI32:
       break;
   }
   return false;
