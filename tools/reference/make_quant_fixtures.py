@@ -31,7 +31,7 @@ Run with (also in every output's "meta"): python 3.11.7, numpy 2.4.6, gguf 0.19.
 
 Usage: python3 tools/reference/make_quant_fixtures.py [--out DIR]
        python3 tools/reference/make_quant_fixtures.py --gemma3 build/models/gemma3/gemma-3-270m-q4_k_m.gguf
-Deterministic: re-running rewrites byte-identical files (the gemma3 mode takes ~1 min).
+Deterministic: re-running rewrites byte-identical files (the gemma3 mode takes ~30 s).
 """
 
 import argparse
