@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -204,6 +205,32 @@ TEST(GgufTest, WriterRoundTripsEveryType) {
     const auto offset = static_cast<const std::byte*>(t->raw()) -
                         static_cast<const std::byte*>(f.Get("t.f32")->raw());
     EXPECT_EQ(offset % 64, 0) << name;
+  }
+}
+
+// Files written by gguf-py's GGUFWriter (tools/reference/make_quant_fixtures.py, the GGUF fuzz
+// seeds): one [2, block size] tensor per ggml block type holding the first two blocks of
+// tests/testdata/quant/<TYPE>.blocks, at alignment 32 and 1 (odd offsets: copied on Get).
+TEST(GgufTest, ReadsGgufPyBlockTypes) {
+  for (const char* file : {"kquant_tensors.gguf", "kquant_tensors_align1.gguf"}) {
+    auto gguf = GgufFile::Open(std::string(UC_SOURCE_DIR "/fuzz/corpus/gguf/") + file);
+    ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+    EXPECT_EQ((*gguf)->tensor_infos().size(), 9u);
+    for (DType dtype : {DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K,
+                        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+      std::string name = "t." + std::string(DTypeName(dtype));
+      for (char& c : name) c = static_cast<char>(std::tolower(c));
+      StatusOr<Tensor> t = (*gguf)->Get(name);
+      ASSERT_TRUE(t.ok()) << file << ": " << t.status().ToString();
+      EXPECT_EQ(t->dtype(), dtype) << file << " " << name;
+      EXPECT_EQ(t->shape(), (Shape{2, DTypeBlockSize(dtype)})) << file << " " << name;
+      const uintptr_t natural = dtype == DType::kQ8_K ? 4 : 2;  // Q8_K's d is a float
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw()) % natural, 0u) << file << " " << name;
+      const std::string blocks = testing::ReadBytes(
+          testing::TestData("quant/" + std::string(DTypeName(dtype)) + ".blocks"));
+      ASSERT_GE(blocks.size(), static_cast<size_t>(t->nbytes()));
+      EXPECT_EQ(std::memcmp(t->raw(), blocks.data(), t->nbytes()), 0) << file << " " << name;
+    }
   }
 }
 

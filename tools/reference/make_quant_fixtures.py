@@ -17,9 +17,10 @@ Default mode writes tests/testdata/quant/ (or --out DIR):
                    dequantize_row_q8_K written in numpy, d * float32(q), one float32 multiply.
   manifest.json    per type: ggml id, block size and bytes, block count, sha256 of both files;
                    "meta": package versions.
-and fuzz/corpus/gguf/kquant_tensors.gguf: a GGUF (gguf.GGUFWriter, architecture "llama") with
-one [2, block size] tensor of each type, the first two blocks of <TYPE>.blocks, for the GGUF
-fuzzer's seed corpus.
+and, for the GGUF fuzzer's seed corpus, fuzz/corpus/gguf/kquant_tensors.gguf: a GGUF
+(gguf.GGUFWriter, architecture "llama") with one [2, block size] tensor of each type, the first
+two blocks of <TYPE>.blocks; kquant_tensors_align1.gguf: the same with general.alignment 1, so
+that tensors start at odd offsets.
 
 --gemma3 PATH mode writes tests/testdata/gemma3/dequant_sha256.json (or --out DIR) for
 gemma-3-270m-q4_k_m.gguf (scripts/fetch-gemma3.sh; not committed): per tensor, in file order,
@@ -147,8 +148,10 @@ def write_fixtures(out_dir):
     return seed_blocks
 
 
-def write_fuzz_seed(seed_blocks, path):
+def write_fuzz_seed(seed_blocks, path, alignment=None):
     writer = gguf.GGUFWriter(path, "llama")
+    if alignment is not None:
+        writer.add_custom_alignment(alignment)
     writer.add_uint32("llama.block_count", 1)
     writer.add_uint32("llama.embedding_length", 256)
     for qtype, blocks in seed_blocks.items():
@@ -202,6 +205,7 @@ def main():
     seed_dir = os.path.join(args.out, "fuzz") if args.out else os.path.join(REPO, "fuzz", "corpus", "gguf")
     os.makedirs(seed_dir, exist_ok=True)
     write_fuzz_seed(seed_blocks, os.path.join(seed_dir, "kquant_tensors.gguf"))
+    write_fuzz_seed(seed_blocks, os.path.join(seed_dir, "kquant_tensors_align1.gguf"), alignment=1)
 
 
 if __name__ == "__main__":
