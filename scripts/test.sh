@@ -73,6 +73,7 @@ run_ctest() {
 begin_phase "install dependencies"
 scripts/install-deps.sh
 export UC_SMOLLM2_GGUF="$PWD/$(scripts/fetch-smollm2.sh)"
+export UC_GEMMA3_GGUF="$PWD/$(scripts/fetch-gemma3.sh)"
 mkdir -p "$LOG_DIR"
 end_phase
 
