@@ -134,7 +134,11 @@ Status ParseNormalizerStep(const JsonField& field, TokenizerSpec* spec) {
     spec->normalizer.escape_whitespaces = true;
     return OkStatus();
   }
-  if (type == "NFC" || type == "NFKC" || type == "NFD" || type == "NFKD") {
+  if (type == "NFC") {
+    spec->normalizer.nfc = true;
+    return OkStatus();
+  }
+  if (type == "NFKC" || type == "NFD" || type == "NFKD") {
     UC_LOG(DEBUG) << field.path() << ": Unicode " << type << " normalization is not applied";
     return OkStatus();
   }

@@ -3,8 +3,9 @@
 // Parsers for the pipeline sections of a Hugging Face tokenizer.json, each filling part of a
 // TokenizerSpec. Supported (others fail with Unimplemented naming the type and field):
 //
-//   normalizer:      null, Sequence, Prepend("▁"), Replace(" " -> "▁"), and NFC/NFKC/NFD/NFKD
-//                    (accepted but not applied: input is assumed to be normalized already)
+//   normalizer:      null, Sequence, Prepend("▁"), Replace(" " -> "▁"), NFC (applied first,
+//                    whatever its place in a Sequence: it commutes with the others), and
+//                    NFKC/NFD/NFKD (accepted but not applied: input is assumed to be normalized)
 //   pre_tokenizer:   null, Sequence, ByteLevel, Split (String or Regex pattern, any behavior,
 //                    invert), Digits, Metaspace
 //   decoder:         only read for the leading-space rule (Strip, Metaspace); decoding itself

@@ -1,5 +1,7 @@
 #include "tokenizer/normalizer.h"
 
+#include "tokenizer/unicode_nfc.h"
+
 namespace uc::tokenizer {
 namespace {
 
@@ -23,6 +25,11 @@ std::string RemoveExtraWhitespaces(std::string_view text) {
 
 std::string Normalize(std::string_view fragment, const NormalizerOptions& options,
                       bool at_text_start) {
+  std::string nfc;
+  if (options.nfc) {
+    nfc = NfcNormalize(fragment);
+    fragment = nfc;
+  }
   std::string text =
       options.remove_extra_whitespaces ? RemoveExtraWhitespaces(fragment) : std::string(fragment);
   if (text.empty()) return text;

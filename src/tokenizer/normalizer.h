@@ -1,10 +1,10 @@
 // File: normalizer.h
 // -----------------------------------------------------------------------------
 // SentencePiece-style text normalization applied before a text fragment is split into
-// symbols: optional whitespace cleanup, a dummy-prefix space, and escaping spaces as U+2581
-// ("▁"). The same options express Hugging Face's Prepend("▁") + Replace(" ", "▁") normalizer
-// and the Metaspace pre-tokenizer, so llama2.c, tokenizer.model, GGUF and tokenizer.json
-// models share one implementation.
+// symbols: optional Unicode NFC (unicode_nfc.h), optional whitespace cleanup, a dummy-prefix
+// space, and escaping spaces as U+2581 ("▁"). The same options express Hugging Face's NFC,
+// Prepend("▁") and Replace(" ", "▁") normalizers and the Metaspace pre-tokenizer, so llama2.c,
+// tokenizer.model, GGUF and tokenizer.json models share one implementation.
 //
 // Only the ASCII space counts as whitespace here, as in SentencePiece (tabs and newlines are
 // ordinary characters). Stateless; thread-safe.
@@ -25,6 +25,8 @@ enum class PrefixScheme {
 };
 
 struct NormalizerOptions {
+  // Unicode Normalization Form C first (Hugging Face "NFC" normalizer: Qwen2/2.5/3).
+  bool nfc = false;
   bool add_dummy_prefix = false;
   PrefixScheme prefix_scheme = PrefixScheme::kAlways;
   // HF Metaspace: no dummy prefix when the fragment already starts with a space.
