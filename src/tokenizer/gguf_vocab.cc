@@ -3,8 +3,15 @@
 // (add_space_prefix, default true) and no whitespace collapsing; model "gpt2" is byte-level BPE
 // with ranked merges ("left right" strings) and the pre-tokenizer named by tokenizer.ggml.pre.
 // Special ids stored as 0xFFFFFFFF (or absent) mean "none".
+//
+// Gemma files (general.architecture gemma, gemma2, gemma3; model "llama") follow transformers
+// instead (FillGemma below).
+#include <string_view>
+#include <unordered_set>
+
 #include "base/logging.h"
 #include "tokenizer/loaders.h"
+#include "tokenizer/utf8.h"
 
 namespace uc::tokenizer {
 namespace {
@@ -105,6 +112,71 @@ Status FillSentencePiece(const io::GgufFile& gguf, TokenizerSpec* spec) {
   return OkStatus();
 }
 
+// Gemma as transformers (5.x) builds it from a GGUF (integrations/gguf/gguf_tokenizer_mapping.py,
+// gemma_tokenizer), the reference tests/testdata/gemma3/tokenizer_ids.json was made with:
+//   * whitespace tokens stored as real spaces ("  ", 2..31 spaces, user-defined) are spelled
+//     "▁▁".. again and become ordinary pieces that merges produce;
+//   * ranked BPE over the whole "▁"-escaped text, no dummy prefix (whatever add_space_prefix
+//     says), byte fallback, <unk> fused; the merges are every split of every token into two
+//     tokens, ranked by the position of the merged token in the vocabulary (then longer left
+//     part first), since Gemma's scores do not follow its merge order.
+// llama.cpp differs on long space runs: it matches the user-defined "  " tokens greedily in
+// the raw text (40 spaces: 31 + 9), where the merges give 16 + 24.
+bool IsAsciiSpaceRun(std::string_view text) {
+  return !text.empty() && text.find_first_not_of(' ') == std::string_view::npos;
+}
+
+std::vector<std::pair<std::string, std::string>> MergesByPosition(
+    const std::vector<TokenInfo>& tokens) {
+  std::unordered_set<std::string_view> texts;
+  texts.reserve(tokens.size());
+  for (const TokenInfo& t : tokens) texts.insert(t.text);
+  std::vector<std::pair<std::string, std::string>> merges;
+  std::vector<size_t> cuts;
+  for (const TokenInfo& t : tokens) {
+    const std::string_view text = t.text;
+    cuts.clear();
+    for (size_t pos = 0; pos < text.size();) {
+      pos += Utf8CharLength(text.substr(pos));
+      if (pos < text.size()) cuts.push_back(pos);
+    }
+    for (auto it = cuts.rbegin(); it != cuts.rend(); ++it) {  // longer left part first
+      const std::string_view left = text.substr(0, *it);
+      const std::string_view right = text.substr(*it);
+      if (texts.count(left) > 0 && texts.count(right) > 0) merges.emplace_back(left, right);
+    }
+  }
+  return merges;
+}
+
+Status FillGemma(const io::GgufFile& gguf, TokenizerSpec* spec) {
+  spec->algorithm = Algorithm::kRankedBpe;
+  for (TokenInfo& t : spec->tokens) {
+    if (!IsAsciiSpaceRun(t.text)) continue;
+    std::string respelled;
+    for (size_t i = 0; i < t.text.size(); ++i) respelled.append(kSpaceMarker);
+    t.text = std::move(respelled);
+    t.type = TokenType::kNormal;
+  }
+  spec->merges = MergesByPosition(spec->tokens);
+  spec->normalizer = {.escape_whitespaces = true};
+  spec->leading_space = LeadingSpace::kKeep;
+  spec->unknown.byte_fallback = true;
+  spec->unknown.fuse_unk = true;
+  UC_ASSIGN_OR_RETURN(spec->unknown.unk_id, OptionalId(gguf, "tokenizer.ggml.unknown_token_id", 3));
+  UC_ASSIGN_OR_RETURN(spec->bos_id, OptionalId(gguf, "tokenizer.ggml.bos_token_id", 2));
+  UC_ASSIGN_OR_RETURN(spec->eos_id, OptionalId(gguf, "tokenizer.ggml.eos_token_id", 1));
+  UC_ASSIGN_OR_RETURN(spec->add_bos_token,
+                      OptionalBool(gguf, "tokenizer.ggml.add_bos_token", true));
+  return OkStatus();
+}
+
+bool IsGemmaArchitecture(const io::GgufFile& gguf) {
+  if (gguf.Find("general.architecture") == nullptr) return false;
+  const StatusOr<std::string> arch = gguf.GetString("general.architecture");
+  return arch.ok() && (*arch == "gemma" || *arch == "gemma2" || *arch == "gemma3");
+}
+
 Status FillByteLevel(const io::GgufFile& gguf, TokenizerSpec* spec) {
   spec->algorithm = Algorithm::kRankedBpe;
   spec->byte_level = true;
@@ -166,7 +238,9 @@ StatusOr<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const io::GgufFile& gguf)
   TokenizerSpec spec;
   spec.source = gguf.path();
   UC_ASSIGN_OR_RETURN(spec.tokens, ReadTokens(gguf));
-  if (model == "llama") {
+  if (model == "llama" && IsGemmaArchitecture(gguf)) {
+    UC_RETURN_IF_ERROR(FillGemma(gguf, &spec));
+  } else if (model == "llama") {
     UC_RETURN_IF_ERROR(FillSentencePiece(gguf, &spec));
   } else if (model == "gpt2") {
     UC_RETURN_IF_ERROR(FillByteLevel(gguf, &spec));

@@ -8,7 +8,10 @@
 //     llama2.c's encoder semantics: dummy-prefix space, no whitespace collapsing.
 //   * LoadGgufTokenizer: the `tokenizer.ggml.*` metadata of a GGUF file ("llama" -> SentencePiece
 //     BPE, "gpt2" -> byte-level BPE with the pre-tokenizer named by tokenizer.ggml.pre),
-//     following llama.cpp's conventions.
+//     following llama.cpp's conventions; Gemma files (general.architecture gemma/gemma2/gemma3)
+//     as transformers builds them instead: ranked BPE with merges in vocabulary order, space
+//     runs merged from "▁" rather than matched as user-defined tokens. Metadata only: tensor
+//     types do not matter.
 //   * LoadHfTokenizer: a Hugging Face `tokenizer.json` (BPE model: byte-level GPT-2 / Llama 3 /
 //     Qwen2 / SmolLM2 layouts, or Llama-2-style with byte_fallback and a "▁" normalizer or
 //     Metaspace), plus tokenizer_config.json and generation_config.json beside it if present.

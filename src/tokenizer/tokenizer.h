@@ -1,7 +1,8 @@
 // File: tokenizer.h
 // -----------------------------------------------------------------------------
 // Tokenizer: text <-> token ids for the engine, for SentencePiece-BPE models (Llama 1/2,
-// llama2.c) and byte-level / ranked BPE models (GPT-2, Llama 3, Qwen2, SmolLM2).
+// llama2.c, Phi-3) and byte-level / ranked BPE models (GPT-2, Llama 3, Qwen2/3, SmolLM2, and
+// Gemma, whose BPE is ranked but not byte-level).
 //
 //   UC_ASSIGN_OR_RETURN(auto tok, LoadTokenizer(model_dir));       // loaders.h
 //   std::vector<int32_t> ids = tok->Encode("Hello", tok->add_bos_token(), /*parse_special=*/true);
