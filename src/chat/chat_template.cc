@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "chat/builtin_templates.h"
 #include "io/gguf.h"
 #include "io/json_file.h"
 #include "io/text_file.h"
@@ -190,6 +191,18 @@ StatusOr<TemplateSource> FromGguf(const fs::path& path, bool need_template) {
   source.eos_token = GgufToken(*file, "tokenizer.ggml.eos_token_id");
   if (!need_template) return source;
   if (file->Find("tokenizer.chat_template") == nullptr) {
+    std::string architecture;
+    if (file->Find("general.architecture") != nullptr) {
+      StatusOr<std::string> arch = file->GetString("general.architecture");
+      if (arch.ok()) architecture = *arch;
+    }
+    const std::string_view builtin = BuiltinChatTemplate(architecture);
+    if (!builtin.empty()) {
+      source.text = std::string(builtin);
+      source.origin =
+          path.string() + " (no tokenizer.chat_template; built-in " + architecture + " template)";
+      return source;
+    }
     return NotFoundError(path.string() +
                          ": the GGUF file has no tokenizer.chat_template metadata; pass a "
                          "template with --chat-template FILE");

