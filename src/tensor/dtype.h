@@ -23,9 +23,9 @@
 //   Q2_K   84 B: uint8 scales[16], qs[64], f16 d, f16 dmin. Per 16 elements i = e / 16:
 //          dl = d * (scales[i] & 15), ml = dmin * (scales[i] >> 4);
 //          q = qs[32 (g / 4) + l] >> 2 (g % 4) & 3; x = dl * q - ml
-//   Q3_K  110 B: uint8 hmask[32], qs[64], scales[12], f16 d. Sixteen 6-bit signed scales
-//          (Q3KScale), per 16 elements: dl = d * (scale - 32); q = (qs[32 (g / 4) + l] >>
-//          2 (g % 4) & 3) - (hmask[l] >> g & 1 ? 0 : 4); x = dl * q
+//   Q3_K  110 B: uint8 hmask[32], qs[64], scales[12], f16 d. Sixteen 6-bit scales s stored
+//          as s + 32 (Q3KScale unpacks s), per 16 elements: dl = d * s;
+//          q = (qs[32 (g / 4) + l] >> 2 (g % 4) & 3) - (hmask[l] >> g & 1 ? 0 : 4); x = dl * q
 //   Q4_K  144 B: f16 d, f16 dmin, scales[12], qs[128]. Eight 6-bit (scale, min) pairs
 //          (KScaleMin), per 32 elements: dl = d * scale, ml = dmin * min;
 //          q = qs[32 (g / 2) + l] >> 4 (g % 2) & 15; x = dl * q - ml
@@ -34,8 +34,8 @@
 //   Q6_K  210 B: ql[128], qh[64], int8 scales[16], f16 d. Per 16 elements dl = d * scales[i];
 //          half h = e / 128, r = (e % 128) / 32: q = (ql[64 h + 32 (r % 2) + l] >> 4 (r / 2) & 15
 //          | (qh[32 h + l] >> 2 r & 3) << 4) - 32; x = dl * q
-//   Q8_K  292 B: f32 d, int8 qs[256], int16 bsums[16] (sum of each 16 qs); x = d * q. Not a
-//          weight format: llama.cpp's activation type for integer dot products.
+//   Q8_K  292 B: f32 d, int8 qs[256], int16 bsums[16] (sum of each 16 qs); x = d * q.
+//          llama.cpp's type for activations in integer dot products, rarely for weights.
 #pragma once
 
 #include <cstdint>
