@@ -154,6 +154,42 @@ TEST(BadInputTest, Llama2cMissingTokenizer) {
   ExpectCleanFailure(Generate(dir / "stories260K.bin"), {"stories260K.bin", "tokenizer"});
 }
 
+// Finds `needle` in `file` (the first occurrence); -1 if absent.
+std::streamoff FindBytes(const fs::path& file, const std::string& needle) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find(needle);
+  return at == std::string::npos ? -1 : static_cast<std::streamoff>(at);
+}
+
+// A GGUF tensor of a block type we do not run (IQ2_XXS, ggml type 16): one line naming the
+// file, the tensor and its type, and listing the supported types.
+TEST(BadInputTest, GgufTensorOfUnsupportedType) {
+  const fs::path dir = testing::ScratchDir("bad_input/gguf_iq2_xxs");
+  const fs::path file = dir / "model.gguf";
+  fs::copy_file(TestData("arch/qwen3/model.gguf"), file);
+  // Tensor info: name (u64 length + bytes), n_dims (u32), dims (2 x u64), type (u32), offset.
+  const std::string name = "blk.1.ffn_down.weight";
+  const std::streamoff at = FindBytes(file, name);
+  ASSERT_GT(at, 0);
+  const std::streamoff type_offset = at + static_cast<std::streamoff>(name.size()) + 4 + 2 * 8;
+  Overwrite(file, type_offset, std::string("\x10\0\0\0", 4));
+  ExpectCleanFailure(Generate(file), {"model.gguf", name, "IQ2_XXS", "Q4_K", "Q6_K"});
+}
+
+TEST(BadInputTest, GgufUnknownArchitecture) {
+  const fs::path dir = testing::ScratchDir("bad_input/gguf_arch");
+  const fs::path file = dir / "model.gguf";
+  fs::copy_file(TestData("arch/qwen3/model.gguf"), file);
+  // general.architecture's value "qwen3" becomes "mamba" (same length).
+  const std::streamoff key = FindBytes(file, "general.architecture");
+  ASSERT_GT(key, 0);
+  const std::streamoff value = FindBytes(file, "qwen3");
+  ASSERT_GT(value, key);
+  Overwrite(file, value, "mamba");
+  ExpectCleanFailure(Generate(file), {"model.gguf", "mamba", "gemma3", "qwen3", "llama"});
+}
+
 // The same failures through the library API return Status values, never crash.
 TEST(BadInputTest, OpenCheckpointReturnsStatus) {
   const fs::path dir = CopyModelDir("api_missing_field");
