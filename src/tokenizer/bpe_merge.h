@@ -3,7 +3,8 @@
 // The merge loop shared by both BPE flavours: a word starts as a sequence of symbols (spans of
 // the word, usually one character each); the adjacent pair with the highest priority is
 // merged, leftmost first on ties, until no adjacent pair can merge. SentencePiece BPE uses the
-// score of the merged piece as priority; ranked BPE (GPT-2, tokenizer.json) uses -rank.
+// score of the merged piece as priority; ranked BPE (GPT-2, tokenizer.json) uses -rank, or for
+// Gemma the merged piece's id and the left part's length (bpe_model.h).
 //
 // A priority queue with lazy invalidation keeps this O(n log n) in the word length, instead
 // of the O(n^2) rescan of a naive loop; results are identical because the queue orders by
@@ -36,7 +37,7 @@ struct BpeSymbol {
 // The result of merging two adjacent symbols: the new token and its priority.
 struct BpeMerge {
   int32_t id;
-  float priority;
+  double priority;
 };
 
 // Links symbols[i] to its neighbours i - 1 and i + 1 (the initial chain).
@@ -54,7 +55,7 @@ inline void LinkSymbols(std::vector<BpeSymbol>* symbols) {
 template <typename Lookup>
 void MergeSymbols(std::vector<BpeSymbol>* symbols, Lookup&& lookup) {
   struct Candidate {
-    float priority;
+    double priority;
     int32_t left;
     int32_t right;
     uint32_t length;  // left.length + right.length when queued; detects stale entries

@@ -1,5 +1,6 @@
 #include "tokenizer/bpe_model.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "tokenizer/bpe_merge.h"
@@ -72,9 +73,17 @@ void RankedBpe::EncodeWord(std::string_view word, std::vector<int32_t>* ids) con
   LinkSymbols(&symbols);
   MergeSymbols(&symbols, [&](const BpeSymbol& l, const BpeSymbol& r) -> std::optional<BpeMerge> {
     if (l.id < 0 || r.id < 0) return std::nullopt;
+    if (options_.merges_by_position) {
+      const int32_t id = vocab_.Find(std::string_view(mapped).substr(l.begin, l.length + r.length));
+      if (id < 0) return std::nullopt;
+      // Lower ids first; for the same token, the split with the longer left part.
+      constexpr uint32_t kMaxLength = 1 << 16;
+      return BpeMerge{id,
+                      -static_cast<double>(id) * kMaxLength + std::min(l.length, kMaxLength - 1)};
+    }
     const auto it = merges_.find(PairKey(l.id, r.id));
     if (it == merges_.end()) return std::nullopt;
-    return BpeMerge{it->second.id, -static_cast<float>(it->second.rank)};
+    return BpeMerge{it->second.id, -static_cast<double>(it->second.rank)};
   });
   for (int32_t i = 0; i >= 0; i = symbols[i].next) {
     const BpeSymbol& s = symbols[i];

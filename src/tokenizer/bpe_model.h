@@ -7,6 +7,12 @@
 // is merged repeatedly (leftmost first for equal pairs). With `ignore_merges` (Llama 3), a
 // word that is itself a vocabulary entry is emitted directly.
 //
+// With `merges_by_position` there is no merge list: any two adjacent tokens whose concatenation
+// is a token merge, the lowest merged id first, then the longer left part, then the leftmost.
+// That is exactly the merge list transformers derives for a GGUF vocabulary that has none, with
+// token positions as scores (Gemma: generate_merges in tokenization_utils_base.py), without
+// building its half a million entries.
+//
 // Results are memoized per word (word_cache.h).
 //
 // Thread-safe; borrows the Vocab.
@@ -32,6 +38,7 @@ struct RankedBpeOptions {
   PreTokenizer pre_tokenizer;
   bool byte_level = false;
   bool ignore_merges = false;
+  bool merges_by_position = false;  // see above; `merges` is then ignored
   UnknownPolicy unknown;
 };
 

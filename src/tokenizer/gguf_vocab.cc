@@ -7,11 +7,9 @@
 // Gemma files (general.architecture gemma, gemma2, gemma3; model "llama") follow transformers
 // instead (FillGemma below).
 #include <string_view>
-#include <unordered_set>
 
 #include "base/logging.h"
 #include "tokenizer/loaders.h"
-#include "tokenizer/utf8.h"
 
 namespace uc::tokenizer {
 namespace {
@@ -119,34 +117,11 @@ Status FillSentencePiece(const io::GgufFile& gguf, TokenizerSpec* spec) {
 //   * ranked BPE over the whole "▁"-escaped text, no dummy prefix (whatever add_space_prefix
 //     says), byte fallback, <unk> fused; the merges are every split of every token into two
 //     tokens, ranked by the position of the merged token in the vocabulary (then longer left
-//     part first), since Gemma's scores do not follow its merge order.
+//     part first), since Gemma's scores do not follow its merge order (merges_by_position).
 // llama.cpp differs on long space runs: it matches the user-defined "  " tokens greedily in
 // the raw text (40 spaces: 31 + 9), where the merges give 16 + 24.
 bool IsAsciiSpaceRun(std::string_view text) {
   return !text.empty() && text.find_first_not_of(' ') == std::string_view::npos;
-}
-
-std::vector<std::pair<std::string, std::string>> MergesByPosition(
-    const std::vector<TokenInfo>& tokens) {
-  std::unordered_set<std::string_view> texts;
-  texts.reserve(tokens.size());
-  for (const TokenInfo& t : tokens) texts.insert(t.text);
-  std::vector<std::pair<std::string, std::string>> merges;
-  std::vector<size_t> cuts;
-  for (const TokenInfo& t : tokens) {
-    const std::string_view text = t.text;
-    cuts.clear();
-    for (size_t pos = 0; pos < text.size();) {
-      pos += Utf8CharLength(text.substr(pos));
-      if (pos < text.size()) cuts.push_back(pos);
-    }
-    for (auto it = cuts.rbegin(); it != cuts.rend(); ++it) {  // longer left part first
-      const std::string_view left = text.substr(0, *it);
-      const std::string_view right = text.substr(*it);
-      if (texts.count(left) > 0 && texts.count(right) > 0) merges.emplace_back(left, right);
-    }
-  }
-  return merges;
 }
 
 Status FillGemma(const io::GgufFile& gguf, TokenizerSpec* spec) {
@@ -158,7 +133,7 @@ Status FillGemma(const io::GgufFile& gguf, TokenizerSpec* spec) {
     t.text = std::move(respelled);
     t.type = TokenType::kNormal;
   }
-  spec->merges = MergesByPosition(spec->tokens);
+  spec->merges_by_position = true;
   spec->normalizer = {.escape_whitespaces = true};
   spec->leading_space = LeadingSpace::kKeep;
   spec->unknown.byte_fallback = true;

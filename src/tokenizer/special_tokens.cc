@@ -16,12 +16,15 @@ bool IsSpace(char c) {
 void SpecialTokenMatcher::Add(int32_t id, std::string text, bool always, bool lstrip, bool rstrip) {
   UC_CHECK(!text.empty(), "special token %d has empty text", id);
   const auto first = static_cast<uint8_t>(text[0]);
+  const size_t length = text.size();
   entries_.push_back({std::move(text), id, always, lstrip, rstrip});
+  // Longest first; after the entries of the same length added before (a sort per Add would be
+  // quadratic for Gemma's 6000 "<...>" tokens).
   std::vector<int>& bucket = by_first_byte_[first];
-  bucket.push_back(static_cast<int>(entries_.size()) - 1);
-  std::stable_sort(bucket.begin(), bucket.end(), [this](int a, int b) {
-    return entries_[a].text.size() > entries_[b].text.size();
-  });
+  const auto at =
+      std::upper_bound(bucket.begin(), bucket.end(), length,
+                       [this](size_t len, int index) { return len > entries_[index].text.size(); });
+  bucket.insert(at, static_cast<int>(entries_.size()) - 1);
 }
 
 int SpecialTokenMatcher::FindAt(std::string_view text, size_t pos, bool parse_special) const {

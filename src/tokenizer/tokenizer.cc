@@ -75,8 +75,12 @@ Status Tokenizer::Init(TokenizerSpec spec) {
   if (algorithm_ == Algorithm::kSentencePieceBpe) {
     model_ = std::make_unique<SentencePieceBpe>(vocab_, spec.normalizer, spec.unknown);
   } else {
-    RankedBpeOptions options{spec.normalizer, std::move(spec.pre_tokenizer), spec.byte_level,
-                             spec.ignore_merges, spec.unknown};
+    RankedBpeOptions options{.normalizer = spec.normalizer,
+                             .pre_tokenizer = std::move(spec.pre_tokenizer),
+                             .byte_level = spec.byte_level,
+                             .ignore_merges = spec.ignore_merges,
+                             .merges_by_position = spec.merges_by_position,
+                             .unknown = spec.unknown};
     auto bpe = std::make_unique<RankedBpe>(vocab_, spec.merges, std::move(options));
     if (bpe->num_skipped_merges() > 0) {
       UC_LOG(WARNING) << source_ << ": " << bpe->num_skipped_merges() << " of "

@@ -71,6 +71,8 @@ struct TokenizerSpec {
   PreTokenizer pre_tokenizer;  // kRankedBpe only
   bool byte_level = false;     // kRankedBpe: GPT-2 byte-to-unicode mapping
   bool ignore_merges = false;  // kRankedBpe: whole-word vocabulary hits skip merging
+  // kRankedBpe without `merges`: pairs merge by the merged token's id (RankedBpeOptions).
+  bool merges_by_position = false;
   UnknownPolicy unknown;
   LeadingSpace leading_space = LeadingSpace::kKeep;
   std::vector<AddedTokenFlags> added_token_flags;
