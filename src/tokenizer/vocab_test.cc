@@ -1,6 +1,6 @@
 // The llama.cpp tokenizer test vectors (46 strings, ids produced by the reference Hugging Face
-// tokenizers) for the Llama SentencePiece and GPT-2 vocabularies, loaded from GGUF, plus the
-// same vocabularies re-expressed as tokenizer.json to cover that loader on real data.
+// tokenizers) for the Llama SentencePiece, Phi-3 and GPT-2 vocabularies, loaded from GGUF, plus
+// the same vocabularies re-expressed as tokenizer.json to cover that loader on real data.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,10 +32,13 @@ std::unique_ptr<Tokenizer> LoadOrDie(StatusOr<std::unique_ptr<Tokenizer>> loaded
   return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
 
-// Checks all test vectors of `name` (e.g. "llama-spm"); `lossless`: Decode(Encode(s)) == s.
-void ExpectVectors(const Tokenizer& tok, const std::string& name, bool lossless) {
-  const auto inputs = ReadVocabInputs(TestData("vocab/ggml-vocab-" + name + ".gguf.inp"));
-  const auto expected = ReadVocabOutputs(TestData("vocab/ggml-vocab-" + name + ".gguf.out"));
+// Checks all test vectors of `name` (e.g. "llama-spm") in testdata directory `dir`; `lossless`:
+// Decode(Encode(s)) == s.
+void ExpectVectors(const Tokenizer& tok, const std::string& name, bool lossless,
+                   const std::string& dir = "vocab") {
+  const std::string prefix = dir + "/ggml-vocab-" + name + ".gguf";
+  const auto inputs = ReadVocabInputs(TestData(prefix + ".inp"));
+  const auto expected = ReadVocabOutputs(TestData(prefix + ".out"));
   ASSERT_EQ(inputs.size(), 46u);
   ASSERT_EQ(expected.size(), inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -60,6 +63,27 @@ TEST(VocabTest, LlamaSpmGguf) {
   EXPECT_EQ(tok->stop_ids(), std::vector<int32_t>{2});
   // The dummy prefix makes "Hello" and " Hello" differ; decoding strips it again.
   ExpectVectors(*tok, "llama-spm", /*lossless=*/true);
+}
+
+// Phi-3 (tests/testdata/phi3/: llama.cpp's vocab-only GGUF of Phi-3-mini with its test vectors,
+// MIT): SentencePiece BPE with a dummy prefix on every fragment and the chat-turn control
+// tokens. transformers' AutoTokenizer(gguf_file=...) gives the same ids as llama.cpp on the 46
+// strings and on the chat turn below (checked when the data was added).
+TEST(VocabTest, Phi3Gguf) {
+  auto tok = LoadOrDie(LoadGgufTokenizer(TestData("phi3/ggml-vocab-phi-3.gguf")));
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->vocab_size(), 32064);
+  EXPECT_EQ(tok->algorithm(), Algorithm::kSentencePieceBpe);
+  EXPECT_EQ(tok->bos_id(), 1);
+  EXPECT_EQ(tok->eos_id(), 32000);  // <|endoftext|>
+  EXPECT_TRUE(tok->add_bos_token());
+  EXPECT_EQ(tok->stop_ids(), (std::vector<int32_t>{32000, 32007}));  // and <|end|>
+  ExpectVectors(*tok, "phi-3", /*lossless=*/true, "phi3");
+  const std::vector<int32_t> turn =
+      tok->Encode("<|user|>\nHi<|end|>\n<|assistant|>\n", /*add_bos=*/true, true);
+  EXPECT_EQ(turn,
+            (std::vector<int32_t>{1, 32010, 29871, 13, 18567, 32007, 29871, 13, 32001, 29871, 13}));
+  EXPECT_EQ(tok->Decode(turn), "\nHi \n \n");  // as transformers' decode(skip_special_tokens)
 }
 
 TEST(VocabTest, Gpt2Gguf) {
