@@ -36,6 +36,9 @@
 //          | (qh[32 h + l] >> 2 r & 3) << 4) - 32; x = dl * q
 //   Q8_K  292 B: f32 d, int8 qs[256], int16 bsums[16] (sum of each 16 qs); x = d * q.
 //          llama.cpp's type for activations in integer dot products, rarely for weights.
+//
+// BlockQ8_1 (36 B: f16 d, f16 s = d * sum(qs), int8 qs[32]) is not a DType: it exists only as
+// the activation format of the integer MatMul against Q4_1 / Q5_1 weights (ggml's block_q8_1).
 #pragma once
 
 #include <cstdint>
@@ -102,7 +105,13 @@ struct BlockIQ4_NL {
   uint8_t qs[16];
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20);
+struct BlockQ8_1 {
+  uint16_t d;  // f16
+  uint16_t s;  // f16: d * sum(qs)
+  int8_t qs[32];
+};
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 && sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ8_1) == 36);
 
 // The 16 values an IQ4_NL nibble stands for (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

@@ -5,6 +5,8 @@
 // last bit.
 #include "tensor/quants.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace uc {
@@ -20,6 +22,22 @@ uint32_t HighBits(const uint8_t* qh) {
 int Quant5(const uint8_t* qs, uint32_t qh, int j) {
   const int nibble = j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4;
   return nibble | static_cast<int>((qh >> j) & 1) << 4;
+}
+
+// Round to nearest, ties to even, as ggml's nearest_int: adding 1.5 * 2^23 leaves the rounded
+// integer in the low mantissa bits. REQUIRES: |v| < 2^22.
+int NearestInt(float v) {
+  const float shifted = v + 12582912.0f;
+  int32_t bits;
+  std::memcpy(&bits, &shifted, sizeof(bits));
+  return (bits & 0x007fffff) - 0x00400000;
+}
+
+// The F32 d = max |x| / 127 of a Q8_0 / Q8_1 block of 32 floats (0 for a tiny block).
+float Q8Scale(const float* x) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  return amax < kActivationTinyMax ? 0.0f : amax / 127.0f;
 }
 
 // x = (dl * q) - ml over one sub-block of `count` quants.
@@ -152,6 +170,56 @@ void DequantizeQ8_K(const BlockQ8_K* blocks, int64_t num_blocks, float* dst) {
     float d;
     std::memcpy(&d, &blocks[b].d, sizeof(d));
     for (int j = 0; j < kQK_K; ++j) dst[j] = d * static_cast<float>(blocks[b].qs[j]);
+  }
+}
+
+void QuantizeActivationsQ8_0(const float* x, int64_t num_blocks, BlockQ8_0* dst) {
+  for (int64_t b = 0; b < num_blocks; ++b, x += 32) {
+    const float d = Q8Scale(x);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    dst[b].d = F32ToF16(d);
+    for (int j = 0; j < 32; ++j) dst[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+void QuantizeActivationsQ8_1(const float* x, int64_t num_blocks, BlockQ8_1* dst) {
+  for (int64_t b = 0; b < num_blocks; ++b, x += 32) {
+    const float d = Q8Scale(x);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      dst[b].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+      sum += dst[b].qs[j];
+    }
+    dst[b].d = F32ToF16(d);
+    dst[b].s = F32ToF16(static_cast<float>(sum) * d);
+  }
+}
+
+void QuantizeActivationsQ8_K(const float* x, int64_t num_blocks, BlockQ8_K* dst) {
+  for (int64_t b = 0; b < num_blocks; ++b, x += kQK_K) {
+    BlockQ8_K& y = dst[b];
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < kQK_K; ++j) {
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        max = x[j];
+      }
+    }
+    if (amax < kActivationTinyMax) {
+      std::memset(&y, 0, sizeof(y));
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int j = 0; j < kQK_K; ++j) {
+      y.qs[j] = static_cast<int8_t>(std::min(127, NearestInt(iscale * x[j])));
+    }
+    for (int i = 0; i < kQK_K / 16; ++i) {
+      int sum = 0;
+      for (int l = 0; l < 16; ++l) sum += y.qs[16 * i + l];
+      y.bsums[i] = static_cast<int16_t>(sum);
+    }
+    y.d = 1.0f / iscale;
   }
 }
 
