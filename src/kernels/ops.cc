@@ -71,7 +71,8 @@ void CheckF32Matrix(const Tensor& t, const char* op, const char* what) {
 
 }  // namespace
 
-void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool) {
+void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
+            MatMulPrecision precision) {
   CheckF32Matrix(x, "MatMul", "x");
   CheckF32Matrix(y, "MatMul", "y");
   UC_CHECK(w.defined() && w.rank() == 2 && IsWeightDType(w.dtype()),
@@ -89,7 +90,11 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool) {
   }
   const MatMulArgs args{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
                         w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
-  UC_DISPATCH(MatMul, args, pool);
+  if (precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
+    UC_DISPATCH(MatMulInt8, args, pool);
+  } else {
+    UC_DISPATCH(MatMul, args, pool);
+  }
 }
 
 void AddBias(const Tensor& bias, Tensor& y) {

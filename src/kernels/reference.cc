@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 #include <numbers>
 #include <vector>
 
 #include "base/check.h"
+#include "tensor/quants.h"
 
 namespace uc::kernels::reference {
 namespace {
@@ -16,7 +19,191 @@ std::vector<float> Row(const Tensor& t, int64_t r) {
   return out;
 }
 
+template <typename Block>
+const Block& As(const std::byte* p) {
+  return *reinterpret_cast<const Block*>(p);
+}
+
+int Nibble(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4; }
+
+int FifthBit(const uint8_t* qh, int e) { return (qh[e / 8] >> (e % 8)) & 1; }
+
+// The integer value of element e of weight block `block` (what the scales multiply).
+int QuantAt(DType dtype, const std::byte* block, int e) {
+  const int g = e / 32, l = e % 32;
+  switch (dtype) {
+    case DType::kQ8_0:
+      return As<BlockQ8_0>(block).qs[e];
+    case DType::kQ4_0:
+      return Nibble(As<BlockQ4_0>(block).qs, e) - 8;
+    case DType::kQ4_1:
+      return Nibble(As<BlockQ4_1>(block).qs, e);
+    case DType::kQ5_0:
+      return (Nibble(As<BlockQ5_0>(block).qs, e) | FifthBit(As<BlockQ5_0>(block).qh, e) << 4) - 16;
+    case DType::kQ5_1:
+      return Nibble(As<BlockQ5_1>(block).qs, e) | FifthBit(As<BlockQ5_1>(block).qh, e) << 4;
+    case DType::kIQ4_NL:
+      return kIq4NlValues[Nibble(As<BlockIQ4_NL>(block).qs, e)];
+    case DType::kQ2_K:
+      return (As<BlockQ2_K>(block).qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3;
+    case DType::kQ3_K: {
+      const BlockQ3_K& x = As<BlockQ3_K>(block);
+      const int low = (x.qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3;
+      return (x.hmask[l] >> g) & 1 ? low : low - 4;
+    }
+    case DType::kQ4_K:
+      return (As<BlockQ4_K>(block).qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0xF;
+    case DType::kQ5_K: {
+      const BlockQ5_K& x = As<BlockQ5_K>(block);
+      return ((x.qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 0xF) | ((x.qh[l] >> g) & 1) << 4;
+    }
+    case DType::kQ6_K: {
+      const BlockQ6_K& x = As<BlockQ6_K>(block);
+      const int h = e / 128, r = (e % 128) / 32;
+      const int low = (x.ql[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 0xF;
+      return (low | ((x.qh[32 * h + l] >> (2 * r)) & 3) << 4) - 32;
+    }
+    case DType::kQ8_K: {
+      int8_t q;
+      std::memcpy(&q, block + offsetof(BlockQ8_K, qs) + e, 1);
+      return q;
+    }
+    default:
+      UC_CHECK(false, "reference::MatMulInt8: %s is not quantized", DTypeName(dtype).data());
+  }
+  return 0;
+}
+
+// K-quants: the integer scale and min of the sub-block holding element e.
+void SubBlockScaleMin(DType dtype, const std::byte* block, int e, int* scale, int* min) {
+  *min = 0;
+  uint8_t sc = 0, mn = 0;
+  switch (dtype) {
+    case DType::kQ2_K:
+      *scale = As<BlockQ2_K>(block).scales[e / 16] & 0xF;
+      *min = As<BlockQ2_K>(block).scales[e / 16] >> 4;
+      return;
+    case DType::kQ3_K:
+      *scale = Q3KScale(As<BlockQ3_K>(block).scales, e / 16);
+      return;
+    case DType::kQ4_K:
+    case DType::kQ5_K:  // same scales field
+      KScaleMin(dtype == DType::kQ4_K ? As<BlockQ4_K>(block).scales : As<BlockQ5_K>(block).scales,
+                e / 32, &sc, &mn);
+      *scale = sc;
+      *min = mn;
+      return;
+    case DType::kQ6_K:
+      *scale = As<BlockQ6_K>(block).scales[e / 16];
+      return;
+    default:  // Q8_K
+      *scale = 1;
+  }
+}
+
+// The F32 weight scale and, where there is one, min / dmin of a block.
+void BlockScales(DType dtype, const std::byte* block, float* d, float* m) {
+  *m = 0.0f;
+  switch (dtype) {
+    case DType::kQ4_1:
+      *m = F16ToF32(As<BlockQ4_1>(block).m);
+      break;
+    case DType::kQ5_1:
+      *m = F16ToF32(As<BlockQ5_1>(block).m);
+      break;
+    case DType::kQ2_K:
+      *d = F16ToF32(As<BlockQ2_K>(block).d);
+      *m = F16ToF32(As<BlockQ2_K>(block).dmin);
+      return;
+    case DType::kQ3_K:
+      *d = F16ToF32(As<BlockQ3_K>(block).d);
+      return;
+    case DType::kQ4_K:
+      *d = F16ToF32(As<BlockQ4_K>(block).d);
+      *m = F16ToF32(As<BlockQ4_K>(block).dmin);
+      return;
+    case DType::kQ5_K:
+      *d = F16ToF32(As<BlockQ5_K>(block).d);
+      *m = F16ToF32(As<BlockQ5_K>(block).dmin);
+      return;
+    case DType::kQ6_K:
+      *d = F16ToF32(As<BlockQ6_K>(block).d);
+      return;
+    case DType::kQ8_K:
+      std::memcpy(d, block + offsetof(BlockQ8_K, d), sizeof(float));
+      return;
+    default:
+      break;
+  }
+  uint16_t half;  // the 32-element types all start with their f16 d
+  std::memcpy(&half, block, sizeof(half));
+  *d = F16ToF32(half);
+}
+
+// The F32 term of one weight block against one activation block (see reference.h).
+float Int8Term(DType dtype, const std::byte* wb, const std::byte* xb) {
+  float d, m;
+  BlockScales(dtype, wb, &d, &m);
+  if (DTypeBlockSize(dtype) == 32) {
+    const bool q8_1 = dtype == DType::kQ4_1 || dtype == DType::kQ5_1;
+    const int8_t* qx = q8_1 ? As<BlockQ8_1>(xb).qs : As<BlockQ8_0>(xb).qs;
+    int32_t sumi = 0;
+    for (int e = 0; e < 32; ++e) sumi += QuantAt(dtype, wb, e) * qx[e];
+    const float dx = F16ToF32(q8_1 ? As<BlockQ8_1>(xb).d : As<BlockQ8_0>(xb).d);
+    const float term = (d * dx) * static_cast<float>(sumi);
+    if (!q8_1) return term;
+    return term + m * F16ToF32(As<BlockQ8_1>(xb).s);
+  }
+  const BlockQ8_K& y = As<BlockQ8_K>(xb);
+  int32_t sumi = 0, summin = 0;
+  for (int i = 0; i < 16; ++i) {
+    int scale, min;
+    SubBlockScaleMin(dtype, wb, 16 * i, &scale, &min);
+    int32_t sub = 0;
+    for (int e = 16 * i; e < 16 * i + 16; ++e) sub += QuantAt(dtype, wb, e) * y.qs[e];
+    sumi += scale * sub;
+    summin += min * y.bsums[i];
+  }
+  const float term = (y.d * d) * static_cast<float>(sumi);
+  const bool has_min = dtype == DType::kQ2_K || dtype == DType::kQ4_K || dtype == DType::kQ5_K;
+  return has_min ? term - (y.d * m) * static_cast<float>(summin) : term;
+}
+
 }  // namespace
+
+void MatMulInt8(const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  UC_CHECK(w.dim(1) == k && y.dim(0) == m && y.dim(1) == n && DTypeIsQuantized(w.dtype()),
+           "reference::MatMulInt8: bad shapes or dtype");
+  const DType dtype = w.dtype();
+  const bool super_blocks = DTypeBlockSize(dtype) == kQK_K;
+  const bool q8_1 = dtype == DType::kQ4_1 || dtype == DType::kQ5_1;
+  const int64_t blocks = k / DTypeBlockSize(dtype);
+  const size_t x_block_bytes = super_blocks ? sizeof(BlockQ8_K)
+                               : q8_1       ? sizeof(BlockQ8_1)
+                                            : sizeof(BlockQ8_0);
+  std::vector<BlockQ8_K> storage(static_cast<size_t>(blocks) * x_block_bytes / sizeof(BlockQ8_K) +
+                                 1);  // aligned for the float in BlockQ8_K
+  auto* xq = reinterpret_cast<std::byte*>(storage.data());
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x.data<float>() + i * k;
+    if (super_blocks) {
+      QuantizeActivationsQ8_K(row, blocks, reinterpret_cast<BlockQ8_K*>(xq));
+    } else if (q8_1) {
+      QuantizeActivationsQ8_1(row, blocks, reinterpret_cast<BlockQ8_1*>(xq));
+    } else {
+      QuantizeActivationsQ8_0(row, blocks, reinterpret_cast<BlockQ8_0*>(xq));
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < blocks; ++b) {
+        acc = acc + Int8Term(dtype, w.row(j) + b * DTypeBlockBytes(dtype),
+                             xq + static_cast<size_t>(b) * x_block_bytes);
+      }
+      y.data<float>()[i * n + j] = acc;
+    }
+  }
+}
 
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);

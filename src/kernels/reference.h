@@ -17,6 +17,22 @@
 namespace uc::kernels::reference {
 
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y);
+// MatMul(..., MatMulPrecision::kInt8) for a quantized w, and the definition of its bits. Each
+// x row is quantized with the tensor/quants.h quantizer of the weight's activation format (Q8_0
+// for Q8_0, Q4_0, Q5_0, IQ4_NL; Q8_1 for Q4_1, Q5_1; Q8_K for Q2_K..Q6_K, Q8_K). Then, for each
+// output, with block b of the weight row and of the x row (every operation an F32 operation,
+// rounded, in the order written; sums of integers are exact int32):
+//   32-element blocks: sumi = sum of qw * qx over the block, qw the element's integer value
+//     (Q4_0: nibble - 8, Q5_0: q - 16, Q4_1 / Q5_1: the unsigned q, IQ4_NL: the table value);
+//     term = (dw * dx) * float(sumi), plus (mw * sx) for Q4_1 / Q5_1 (sx: the Q8_1 s).
+//   Super-blocks: with sc_i, m_i the integer scale and min of 16-element sub-block i (a 32-element
+//     group's pair repeated for Q4_K / Q5_K; m_i = 0 where there is none, sc_i = 1 for Q8_K),
+//     qw signed (Q3_K: q in [-4, 3], Q6_K: q - 32) and bsum_i the Q8_K block's bsums:
+//     sumi = sum_i sc_i * sum(qw * qy over sub-block i), summin = sum_i m_i * bsum_i;
+//     term = (dy * d) * float(sumi), minus (dy * dmin) * float(summin) for Q2_K, Q4_K, Q5_K.
+//   y = (((0 + term_0) + term_1) + ...) over the blocks in order.
+// Every MatMulInt8 path gives exactly these bits.
+void MatMulInt8(const Tensor& x, const Tensor& w, Tensor& y);
 void AddBias(const Tensor& bias, Tensor& y);
 void AddInPlace(const Tensor& x, Tensor& y);
 void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);

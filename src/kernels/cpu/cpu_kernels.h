@@ -34,6 +34,17 @@ struct MatMulArgs {
   float* y;
 };
 
+// The block format activations are quantized into for the integer MatMul
+// (MatMulPrecision::kInt8): ggml's vec_dot_type of the weight dtype. kQ8_0 is BlockQ8_0 (Q8_0,
+// Q4_0, Q5_0, IQ4_NL weights), kQ8_1 BlockQ8_1 (Q4_1, Q5_1), kQ8_K BlockQ8_K (the K-quants and
+// Q8_K). A quantized row is the row's blocks back to back.
+enum class ActivationFormat { kQ8_0, kQ8_1, kQ8_K };
+// REQUIRES: DTypeIsQuantized(w_dtype).
+ActivationFormat Int8ActivationFormat(DType w_dtype);
+// Elements per block (32 or 256) and bytes of a quantized row of k elements.
+int64_t ActivationBlockSize(ActivationFormat format);
+int64_t ActivationRowBytes(ActivationFormat format, int64_t k);
+
 // Causal attention over a paged KV cache; see PagedAttention in ops.h for the layout. A
 // contiguous cache is one block of `capacity` rows shared by every token.
 struct AttentionArgs {
@@ -87,6 +98,14 @@ inline int64_t MinRowsPerChunk(int64_t work_per_row) {
 namespace cpu {
 
 void MatMul(const MatMulArgs& args, ThreadPool* pool);
+// The integer MatMul: every x row quantized with QuantizeActivations, then the integer dot
+// products and F32 accumulation of reference::MatMulInt8, bit for bit. REQUIRES: w_dtype
+// quantized. The AVX2 version gives the same bits.
+void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
+// dst = x[0, k) quantized into `format` (the scalar reference quantizers of tensor/quants.h).
+// dst holds ActivationRowBytes(format, k) bytes, 4-byte aligned. REQUIRES: k a whole number of
+// blocks.
+void QuantizeActivations(ActivationFormat format, const float* x, int64_t k, std::byte* dst);
 void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 // out = x / sqrt(mean(x²) + eps) * weight, rows of length h. `out` may alias `x`.
 void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, int64_t h,
@@ -121,6 +140,11 @@ void MatMulStreaming(const MatMulArgs& args, ThreadPool* pool);
 // Prefill path: tiles of weight rows are decoded once into a thread-local F32 panel and reused
 // by a 6x16 register-blocked FMA micro-kernel across all x rows.
 void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
+// Integer MatMul, bit-identical to cpu::MatMulInt8: eight weight rows at a time, one per F32
+// lane, so that each output is accumulated alone in block order whatever m is.
+void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
+// Bit-identical to cpu::QuantizeActivations.
+void QuantizeActivations(ActivationFormat format, const float* x, int64_t k, std::byte* dst);
 void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, int64_t h,
              float eps, float* out);

@@ -1,0 +1,409 @@
+// The integer MatMul (MatMulPrecision::kInt8). Its bits are defined by reference::MatMulInt8, so
+// every check against the reference is exact (tolerance 0): the AVX2 activation quantizers
+// against the scalar ones of tensor/quants.h, and MatMul on both paths with one and two threads
+// for every quantized weight dtype, on random blocks and on extreme ones (f16 scales of 65504,
+// subnormal and negative, quants all 0 / 15 / -128 / 127, activations quantizing to all +-127).
+// Results must also be independent of the batch a row is in. Against the exact F32 MatMul the
+// error must stay inside the a-priori bound of 8-bit activations stated in ops.h.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+#include "kernels/reference.h"
+#include "tensor/quants.h"
+
+namespace uc {
+void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
+
+namespace kernels {
+namespace {
+
+enum class Path { kPortable, kAvx2 };
+std::string PathName(Path path) { return path == Path::kAvx2 ? "Avx2" : "Portable"; }
+void PrintTo(Path path, std::ostream* os) { *os << PathName(path); }
+
+// Routes ops to `path` while alive. ok() is false when the CPU lacks AVX2.
+class ScopedPath {
+ public:
+  explicit ScopedPath(Path path) : ok_(path == Path::kPortable || internal::CpuSupportsAvx2()) {
+    internal::ForcePortableForTesting(path == Path::kPortable);
+  }
+  ~ScopedPath() { internal::ForcePortableForTesting(false); }
+  bool ok() const { return ok_; }
+
+ private:
+  bool ok_;
+};
+
+const DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0,
+                                  DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K,
+                                  DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K, DType::kQ8_K};
+
+Tensor RandomX(int64_t m, int64_t k, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  Tensor x = Tensor::Empty({m, k}, DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
+  return x;
+}
+
+// Byte offsets of a block's f16 scale fields (d, then m / dmin when there is one).
+std::vector<size_t> HalfScaleOffsets(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+      return {0, 2};
+    case DType::kQ2_K:
+      return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case DType::kQ3_K:
+      return {offsetof(BlockQ3_K, d)};
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return {0, 2};
+    case DType::kQ6_K:
+      return {offsetof(BlockQ6_K, d)};
+    case DType::kQ8_K:
+      return {};  // F32 d
+    default:
+      return {0};
+  }
+}
+
+// [n, k] weights of `dtype`: random quant bytes and plausible scales (for K-quants the 6-bit
+// sub-block scales are random too, so they are at most 63 times d).
+Tensor RandomWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.05f);
+  std::uniform_real_distribution<float> offset(-0.2f, 0.2f);
+  Tensor w = Tensor::Empty({n, k}, dtype);
+  auto* bytes = static_cast<uint8_t*>(w.raw());
+  for (int64_t i = 0; i < w.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(byte(rng));
+  const int64_t block_bytes = DTypeBlockBytes(dtype);
+  const float shrink = DTypeBlockSize(dtype) == 32 ? 1.0f : 8.0f;
+  for (int64_t b = 0; b < w.nbytes() / block_bytes; ++b) {
+    uint8_t* block = bytes + b * block_bytes;
+    const std::vector<size_t> halves = HalfScaleOffsets(dtype);
+    for (size_t f = 0; f < halves.size(); ++f) {
+      const bool is_m = f == 1 && DTypeBlockSize(dtype) == 32;
+      const uint16_t h = F32ToF16(is_m ? offset(rng) : scale(rng) / shrink);
+      std::memcpy(block + halves[f], &h, 2);
+    }
+    if (dtype == DType::kQ8_K) {
+      const float d = scale(rng) / 4;
+      std::memcpy(block, &d, 4);
+    }
+  }
+  return w;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantizers.
+
+// Rows that exercise the rounding rules and the scale edge cases, 256 wide.
+std::vector<std::vector<float>> QuantizerRows() {
+  std::vector<std::vector<float>> rows;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float stddev : {1.0f, 1e-3f, 1e3f, 1e6f, 1e-20f}) {
+    for (int r = 0; r < 20; ++r) {
+      std::vector<float> row(256);
+      for (float& v : row) v = normal(rng) * stddev;
+      rows.push_back(row);
+    }
+  }
+  // amax = 127 in every 32 and 256 block (d = 1), the rest exact halves and their neighbours:
+  // roundf's ties go away from zero, Q8_K's to even.
+  std::vector<float> ties(256);
+  for (int j = 0; j < 256; ++j) {
+    const float half = static_cast<float>(j % 64) - 31.5f;
+    ties[j] = j % 32 == 0 ? 127.0f : j % 3 == 0 ? half : std::nextafter(half, j % 2 ? 0.0f : 99.f);
+  }
+  rows.push_back(ties);
+  for (float& v : ties) v = -v;
+  rows.push_back(ties);
+  rows.push_back(std::vector<float>(256, 0.0f));
+  rows.push_back(std::vector<float>(256, 0.75f));   // all quantize to 127
+  rows.push_back(std::vector<float>(256, -3e-3f));  // all -127
+  rows.push_back(std::vector<float>(256, 1e-40f));  // subnormal input
+  std::vector<float> lonely(256, 0.0f);
+  lonely[77] = -2.5f;
+  rows.push_back(lonely);
+  // Equal magnitudes of both signs: Q8_K takes the first (here negative) as its max.
+  std::vector<float> both = rows[0];
+  both[9] = -50.0f;
+  both[200] = 50.0f;
+  rows.push_back(both);
+  std::swap(both[9], both[200]);
+  rows.push_back(both);
+  return rows;
+}
+
+TEST(ActivationQuantizerTest, Avx2MatchesScalarBitForBit) {
+  if (!internal::CpuSupportsAvx2()) GTEST_SKIP() << "CPU lacks AVX2";
+#if defined(__x86_64__)
+  for (ActivationFormat format :
+       {ActivationFormat::kQ8_0, ActivationFormat::kQ8_1, ActivationFormat::kQ8_K}) {
+    const int64_t bytes = ActivationRowBytes(format, 256);
+    std::vector<uint32_t> want((bytes + 3) / 4), got((bytes + 3) / 4, 0xdeadbeef);
+    int row = 0;
+    for (const std::vector<float>& x : QuantizerRows()) {
+      std::fill(want.begin(), want.end(), 0u);
+      cpu::QuantizeActivations(format, x.data(), 256, reinterpret_cast<std::byte*>(want.data()));
+      avx2::QuantizeActivations(format, x.data(), 256, reinterpret_cast<std::byte*>(got.data()));
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), static_cast<size_t>(bytes)), 0)
+          << "format " << static_cast<int>(format) << " row " << row;
+      ++row;
+    }
+  }
+#endif
+}
+
+TEST(ActivationQuantizerTest, ScalarFollowsGgmlsRules) {
+  std::vector<float> x(256);
+  for (int j = 0; j < 256; ++j) x[j] = j % 32 == 0 ? 127.0f : static_cast<float>(j % 8) - 3.5f;
+  x[0] = -127.0f;  // Q8_K: the first |x| == 127 is negative: iscale = 127 / 127 = 1, d = 1
+  BlockQ8_0 q8_0[8];
+  QuantizeActivationsQ8_0(x.data(), 8, q8_0);
+  EXPECT_EQ(F16ToF32(q8_0[0].d), 1.0f);
+  EXPECT_EQ(q8_0[0].qs[1], -3);  // -2.5 -> -3: ties away from zero
+  EXPECT_EQ(q8_0[0].qs[4], 1);   // 0.5 -> 1
+  EXPECT_EQ(q8_0[0].qs[7], 4);   // 3.5 -> 4
+  BlockQ8_1 q8_1[8];
+  QuantizeActivationsQ8_1(x.data(), 8, q8_1);
+  int sum = 0;
+  for (int8_t q : q8_1[1].qs) sum += q;
+  EXPECT_EQ(F16ToF32(q8_1[1].s), static_cast<float>(sum));
+  BlockQ8_K q8_k;
+  QuantizeActivationsQ8_K(x.data(), 1, &q8_k);
+  EXPECT_EQ(q8_k.d, 1.0f);
+  EXPECT_EQ(q8_k.qs[1], -2);  // -2.5 -> -2: ties to even
+  EXPECT_EQ(q8_k.qs[4], 0);   // 0.5 -> 0
+  EXPECT_EQ(q8_k.qs[7], 4);   // 3.5 -> 4
+  EXPECT_EQ(q8_k.qs[0], -127);
+  EXPECT_EQ(q8_k.qs[32], 127);
+  for (int i = 0; i < 16; ++i) {
+    int s = 0;
+    for (int l = 0; l < 16; ++l) s += q8_k.qs[16 * i + l];
+    EXPECT_EQ(q8_k.bsums[i], s);
+  }
+  for (const std::vector<float>& row : QuantizerRows()) {
+    QuantizeActivationsQ8_K(row.data(), 1, &q8_k);
+    for (int8_t q : q8_k.qs) ASSERT_GE(q, -127);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// MatMul over dtype x threads x path.
+
+using Int8Param = std::tuple<DType, int, Path>;
+
+class Int8MatMulTest : public ::testing::TestWithParam<Int8Param> {
+ protected:
+  DType dtype() const { return std::get<0>(GetParam()); }
+  int threads() const { return std::get<1>(GetParam()); }
+  Path path() const { return std::get<2>(GetParam()); }
+};
+
+void ExpectBitExact(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  int misses = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const float g = got.data<float>()[i], w = want.data<float>()[i];
+    if (std::memcmp(&g, &w, sizeof(float)) == 0) continue;
+    if (++misses <= 5) ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
+  }
+  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << want.numel() << " elements differ";
+}
+
+// The a-priori error of 8-bit activations (ops.h): each x element is off by at most
+// 0.57 * amax / 127 of its activation block (0.51 for Q8_K's F32 scale) plus what an f16 scale
+// can lose when subnormal; Q8_1's f16 s adds |m| * 2^-10 * sum |x| per block; the F32 sums add
+// 1e-5 of sum |w x|.
+void ExpectWithinActivationBound(const Tensor& x, const Tensor& w, const Tensor& got,
+                                 const Tensor& exact, const std::string& what) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  const DType dtype = w.dtype();
+  const int64_t block = DTypeBlockSize(dtype);
+  const double per_amax = (block == kQK_K ? 0.51 : 0.57) / 127.0;
+  const bool q8_1 = dtype == DType::kQ4_1 || dtype == DType::kQ5_1;
+  std::vector<float> wrow(static_cast<size_t>(k));
+  int misses = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    DequantizeRow(dtype, w.row(j), wrow.data(), k);
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xr = x.data<float>() + i * k;
+      double bound = 0.0;
+      for (int64_t b0 = 0; b0 < k; b0 += block) {
+        double amax = 0.0, abs_x = 0.0;
+        for (int64_t l = b0; l < b0 + block; ++l) {
+          amax = std::max(amax, double{std::fabs(xr[l])});
+          abs_x += std::fabs(xr[l]);
+        }
+        for (int64_t l = b0; l < b0 + block; ++l) {
+          bound +=
+              std::fabs(wrow[l]) * (amax * per_amax + 4e-6) + 1e-5 * std::fabs(wrow[l] * xr[l]);
+        }
+        if (q8_1) {
+          uint16_t half;
+          std::memcpy(&half, w.row(j) + b0 / 32 * DTypeBlockBytes(dtype) + 2, 2);
+          bound += std::fabs(F16ToF32(half)) * abs_x * 1.01 / 1024;
+        }
+      }
+      const double g = got.data<float>()[i * n + j], e = exact.data<float>()[i * n + j];
+      if (std::fabs(g - e) <= bound) continue;
+      if (++misses <= 5) {
+        ADD_FAILURE() << what << ": y[" << i << ", " << j << "] = " << g << ", exact " << e
+                      << ", bound " << bound;
+      }
+    }
+  }
+  EXPECT_EQ(misses, 0) << what;
+}
+
+TEST_P(Int8MatMulTest, MatchesInt8ReferenceExactlyAndExactMatMulWithinBound) {
+  ScopedPath scoped(path());
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  ThreadPool pool(threads());
+  uint32_t seed = 1;
+  for (int64_t m : {1, 3, 8, 9, 64}) {
+    for (int64_t k : {256, 768}) {
+      for (int64_t n : {45, 8}) {
+        const Tensor x = RandomX(m, k, seed++);
+        const Tensor w = RandomWeights(n, k, dtype(), seed++);
+        Tensor got = Tensor::Empty({m, n}, DType::kF32);
+        Tensor want = Tensor::Empty({m, n}, DType::kF32);
+        Tensor exact = Tensor::Empty({m, n}, DType::kF32);
+        MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
+        reference::MatMulInt8(x, w, want);
+        reference::MatMul(x, w, exact);
+        const std::string what =
+            "m=" + std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n);
+        ExpectBitExact(got, want, what);
+        ExpectWithinActivationBound(x, w, got, exact, what);
+      }
+    }
+  }
+}
+
+// A row's result is the same bits whatever else is in the batch and however many threads run.
+TEST_P(Int8MatMulTest, RowsAreBatchInvariant) {
+  ScopedPath scoped(path());
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  ThreadPool pool(threads());
+  const int64_t k = 512, n = 37, m = 70;  // 70 rows: two passes of the AVX2 tile loop
+  const Tensor x = RandomX(m, k, 11);
+  const Tensor w = RandomWeights(n, k, dtype(), 12);
+  Tensor all = Tensor::Empty({m, n}, DType::kF32);
+  MatMul(x, w, all, &pool, MatMulPrecision::kInt8);
+  for (int64_t i : {0, 5, 63, 64, 69}) {
+    Tensor alone = Tensor::Empty({1, n}, DType::kF32);
+    MatMul(x.Slice(i, i + 1), w, alone, nullptr, MatMulPrecision::kInt8);
+    ExpectBitExact(alone, all.Slice(i, i + 1), "row " + std::to_string(i) + " alone");
+    // The row among 8 others of a different batch, at position 3.
+    Tensor mixed = RandomX(9, k, 100 + static_cast<uint32_t>(i));
+    std::memcpy(mixed.row(3), x.row(i), static_cast<size_t>(x.row_bytes()));
+    Tensor out = Tensor::Empty({9, n}, DType::kF32);
+    MatMul(mixed, w, out, &pool, MatMulPrecision::kInt8);
+    ExpectBitExact(out.Slice(3, 4), all.Slice(i, i + 1), "row " + std::to_string(i) + " mixed");
+  }
+}
+
+// Blocks at the edges of their ranges: extreme f16 scales (largest, subnormal, zero, negative),
+// quant bytes all 0x00 / 0xff / 0x80 / 0x7f, and activations that quantize to +-127 everywhere,
+// to zero, or come from huge and tiny inputs.
+TEST_P(Int8MatMulTest, ExtremeBlocksMatchInt8ReferenceExactly) {
+  ScopedPath scoped(path());
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  ThreadPool pool(threads());
+  const int64_t k = 512, n = 24;
+  Tensor w = RandomWeights(n, k, dtype(), 21);
+  const int64_t block_bytes = DTypeBlockBytes(dtype());
+  const uint16_t kHalves[] = {0x7bff /*65504*/, 0x0001 /*2^-24*/,  0x0000,
+                              0xbc00 /*-1*/,    0xfbff /*-65504*/, 0x3c00 /*1*/};
+  const uint8_t kFills[] = {0x00, 0xff, 0x80, 0x7f};
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < w.row_bytes() / block_bytes; ++b) {
+      auto* block = reinterpret_cast<uint8_t*>(w.row(j) + b * block_bytes);
+      if (j % 2 == 0) std::memset(block, kFills[(j / 2 + b) % 4], static_cast<size_t>(block_bytes));
+      for (size_t f : HalfScaleOffsets(dtype())) {
+        std::memcpy(block + f, &kHalves[(j + b + f) % 6], 2);
+      }
+      if (dtype() == DType::kQ8_K) {
+        const float d = j % 3 == 0 ? 1e-30f : j % 3 == 1 ? -3.0f : 7e3f;
+        std::memcpy(block, &d, 4);
+      }
+    }
+  }
+  Tensor x = RandomX(6, k, 22);
+  for (int64_t l = 0; l < k; ++l) {
+    x.data<float>()[0 * k + l] = 1.5f;                  // all +127
+    x.data<float>()[1 * k + l] = l % 2 ? -2.0f : 2.0f;  // all +-127
+    x.data<float>()[2 * k + l] = 0.0f;                  // all zero
+    x.data<float>()[3 * k + l] *= 300.0f;               // large
+    x.data<float>()[4 * k + l] *= 1e-7f;                // tiny, subnormal f16 d
+  }
+  Tensor got = Tensor::Empty({6, n}, DType::kF32);
+  Tensor want = Tensor::Empty({6, n}, DType::kF32);
+  MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
+  reference::MatMulInt8(x, w, want);
+  ExpectBitExact(got, want, "extreme");
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantizedDTypes, Int8MatMulTest,
+                         ::testing::Combine(::testing::ValuesIn(kQuantizedDTypes),
+                                            ::testing::Values(1, 2),
+                                            ::testing::Values(Path::kAvx2, Path::kPortable)),
+                         [](const ::testing::TestParamInfo<Int8Param>& info) {
+                           return std::string(DTypeName(std::get<0>(info.param))) + "_" +
+                                  std::to_string(std::get<1>(info.param)) + "Threads_" +
+                                  PathName(std::get<2>(info.param));
+                         });
+
+// ---------------------------------------------------------------------------------------------
+
+TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
+  if (!internal::CpuSupportsAvx2()) GTEST_SKIP() << "CPU lacks AVX2";
+  ThreadPool pool(2);
+  for (DType dtype : kQuantizedDTypes) {
+    const Tensor x = RandomX(13, 1024, 31);
+    const Tensor w = RandomWeights(29, 1024, dtype, 32);
+    Tensor portable = Tensor::Empty({13, 29}, DType::kF32);
+    Tensor avx2 = Tensor::Empty({13, 29}, DType::kF32);
+    {
+      ScopedPath scoped(Path::kPortable);
+      MatMul(x, w, portable, &pool, MatMulPrecision::kInt8);
+    }
+    MatMul(x, w, avx2, &pool, MatMulPrecision::kInt8);
+    ExpectBitExact(avx2, portable, std::string(DTypeName(dtype)));
+  }
+}
+
+TEST(Int8MatMulApiTest, FloatWeightsIgnoreThePrecision) {
+  const Tensor x = RandomX(3, 64, 41);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    Tensor w = Tensor::Empty({5, 64}, dtype);
+    const Tensor source = RandomX(5, 64, 42);
+    for (int64_t r = 0; r < 5; ++r) {
+      QuantizeRow(dtype, source.data<float>() + r * 64, w.row(r), 64);
+    }
+    Tensor exact = Tensor::Empty({3, 5}, DType::kF32);
+    Tensor int8 = Tensor::Empty({3, 5}, DType::kF32);
+    MatMul(x, w, exact, nullptr);
+    MatMul(x, w, int8, nullptr, MatMulPrecision::kInt8);
+    ExpectBitExact(int8, exact, std::string(DTypeName(dtype)));
+  }
+}
+
+}  // namespace
+}  // namespace kernels
+}  // namespace uc
