@@ -344,7 +344,8 @@ TEST_P(Int8MatMulTest, ExtremeBlocksMatchInt8ReferenceExactly) {
       }
     }
   }
-  Tensor x = RandomX(6, k, 22);
+  // 16 rows: the AVX2 path takes rows 0-15 as two panels and each row alone as a single row.
+  Tensor x = RandomX(16, k, 22);
   for (int64_t l = 0; l < k; ++l) {
     x.data<float>()[0 * k + l] = 1.5f;                  // all +127
     x.data<float>()[1 * k + l] = l % 2 ? -2.0f : 2.0f;  // all +-127
@@ -352,11 +353,17 @@ TEST_P(Int8MatMulTest, ExtremeBlocksMatchInt8ReferenceExactly) {
     x.data<float>()[3 * k + l] *= 300.0f;               // large
     x.data<float>()[4 * k + l] *= 1e-7f;                // tiny, subnormal f16 d
   }
-  Tensor got = Tensor::Empty({6, n}, DType::kF32);
-  Tensor want = Tensor::Empty({6, n}, DType::kF32);
+  for (int64_t l = 0; l < k; ++l) x.data<float>()[9 * k + l] = -1.0f;  // all -127
+  Tensor got = Tensor::Empty({16, n}, DType::kF32);
+  Tensor want = Tensor::Empty({16, n}, DType::kF32);
   MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
   reference::MatMulInt8(x, w, want);
   ExpectBitExact(got, want, "extreme");
+  for (int64_t i = 0; i < 6; ++i) {
+    Tensor alone = Tensor::Empty({1, n}, DType::kF32);
+    MatMul(x.Slice(i, i + 1), w, alone, &pool, MatMulPrecision::kInt8);
+    ExpectBitExact(alone, want.Slice(i, i + 1), "extreme row " + std::to_string(i) + " alone");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(QuantizedDTypes, Int8MatMulTest,

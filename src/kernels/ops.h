@@ -39,9 +39,10 @@ enum class MatMulPrecision { kExact, kInt8 };
 
 // y[m, n] = x[m, k] · w[n, k]ᵀ.  x, y: F32; w: any weight dtype (k a whole number of blocks).
 // kExact: decode (m small) streams each weight row once for all m rows; larger m is tiled so
-// each weight tile is converted once and reused across rows. kInt8: eight weight rows at a time
-// are unpacked once per block and dotted with up to 64 quantized x rows. Threads split the
-// output columns (weight rows).
+// each weight tile is converted once and reused across rows. kInt8: each block of eight weight
+// rows is unpacked once and dotted with up to 64 quantized x rows, eight x rows at a time where
+// m allows (the prefill shape). Weights are read in their stored layout, never repacked. Threads
+// split the output columns (weight rows).
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
             MatMulPrecision precision = MatMulPrecision::kExact);
 

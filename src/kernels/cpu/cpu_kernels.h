@@ -140,8 +140,9 @@ void MatMulStreaming(const MatMulArgs& args, ThreadPool* pool);
 // Prefill path: tiles of weight rows are decoded once into a thread-local F32 panel and reused
 // by a 6x16 register-blocked FMA micro-kernel across all x rows.
 void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
-// Integer MatMul, bit-identical to cpu::MatMulInt8: eight weight rows at a time, one per F32
-// lane, so that each output is accumulated alone in block order whatever m is.
+// Integer MatMul, bit-identical to cpu::MatMulInt8 for every m: tiles of eight weight rows
+// against panels of eight interleaved x rows (prefill) or single x rows (decode, the m % 8
+// left over, and the types without a panel kernel). See matmul_int8_avx2.cc.
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
 // Bit-identical to cpu::QuantizeActivations.
 void QuantizeActivations(ActivationFormat format, const float* x, int64_t k, std::byte* dst);

@@ -1,20 +1,30 @@
 // File: int8_blocks_avx2.h
 // -----------------------------------------------------------------------------
-// The per-dtype AVX2 kernels of the integer MatMul (matmul_int8_avx2.cc). A kernel works on a
-// tile of eight weight rows, one per F32 lane:
-//   K::Prepare(rows, b, prep) unpacks block b of the eight rows into `prep` (integer quants as
-//     bytes, scales as vectors), once per block for all the x rows of a pass;
+// The per-dtype AVX2 kernels of the integer MatMul (matmul_int8_avx2.cc), here for the
+// 32-element block types; int8_kquants_avx2.h has the K-quants. A kernel works on a tile of
+// eight weight rows:
+//   K::Prepare(rows, b, prep) unpacks block b of the eight rows into `prep` (quants as bytes,
+//     scales), once per block for all the x rows of a pass;
 //   K::Term(prep, xb, x_sum) dots it with one activation block (at xb; x_sum = the sum of its
-//     quants, used by Q4_0 and Q5_0) and returns the eight block terms of reference::MatMulInt8.
-// The block's integer sums are exact (any order gives the same int32), the F32 operations are
-// the reference's, lane by lane, so every lane equals the scalar reference bit for bit.
+//     quants, used by Q4_0 and Q5_0): lane j = row j's block term. The decode shape.
+//   K::PanelTerms(prep, cols, panel, acc) (where K::kHasPanel) dots each row c < cols with
+//     eight x rows at once, their blocks interleaved in a panel, adding to acc[c]: lane i = x
+//     row i's block term. The prefill shape: no horizontal sums, and four-byte groups of the
+//     weight row are simply broadcast.
+// Both give, lane by lane, the block term of reference::MatMulInt8: block sums are exact
+// integers (any order gives the same int32) and the F32 operations are the reference's, so
+// every path, shape and batch produces the same bits.
 //
 // Integer products use _mm256_maddubs_epi16 (unsigned bytes times signed bytes, adjacent pairs
 // added into int16, saturating). No pair here can saturate, because activations are in
 // [-127, 127] (tensor/quants.h never makes -128): unsigned quants are at most 63 (2 * 63 * 127 <
 // 32767) and signed quants (Q8_0, IQ4_NL, Q8_K) go through the sign trick, |w| * sign(x, w),
-// with |w| <= 128 (2 * 128 * 127 = 32512). Offsets (Q4_0's -8, Q6_K's -32, ...) are taken out
-// of the unsigned products with the activation block sums (x_sum, Q8_K's bsums).
+// with |w| <= 128 (2 * 128 * 127 = 32512). Products of small unsigned quants are summed further
+// in int16 where the bound allows (stated at each place). Offsets (Q4_0's -8, Q6_K's -32, ...)
+// are taken out with the activation block sums (x_sum, Q8_K's bsums).
+//
+// On Zen 3, _mm256_hadd_epi32 / _epi16 take two cycles each against half a cycle for maddubs:
+// the horizontal sums here are unpacks and adds.
 //
 // Include only from AVX2_SRCS (see simd_avx2.h).
 #pragma once
@@ -31,7 +41,8 @@
 
 namespace uc::kernels::avx2::int8 {
 
-inline constexpr int kTileRows = 8;  // weight rows per tile: one per F32 lane
+inline constexpr int kTileRows = 8;   // weight rows per tile
+inline constexpr int kPanelRows = 8;  // x rows per panel: one per F32 lane
 
 inline uint16_t LoadU16(const std::byte* p) {
   uint16_t v;
@@ -39,21 +50,32 @@ inline uint16_t LoadU16(const std::byte* p) {
   return v;
 }
 
-// The f16 at byte `offset` of each of the eight rows, as F32 lanes.
-inline __m256 GatherF16(const std::byte* const* rows, int64_t offset) {
+// The f16 at byte `offset` of each of the eight rows, as F32.
+inline void GatherF16(const std::byte* const* rows, int64_t offset, float* out) {
   auto at = [&](int j) { return static_cast<short>(LoadU16(rows[j] + offset)); };
-  return _mm256_cvtph_ps(_mm_setr_epi16(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7)));
+  _mm256_store_ps(
+      out, _mm256_cvtph_ps(_mm_setr_epi16(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7))));
 }
 
-// Lane j = the sum of the eight int32 lanes of v[j].
-inline __m256i SumEach(const __m256i* v) {
-  const __m256i ab =
-      _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i cd =
-      _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-  // ab = [v0..v3 partial (low 128 bits of each) | v0..v3 partial (high)], cd likewise.
-  return _mm256_add_epi32(_mm256_permute2x128_si256(ab, cd, 0x20),
-                          _mm256_permute2x128_si256(ab, cd, 0x31));
+inline __m256i Load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// The four bytes at p in every int32 lane.
+inline __m256i Broadcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm256_set1_epi32(v);
+}
+
+// The sixteen bytes at p in both halves.
+inline __m256i Broadcast16(const void* p) {
+  return _mm256_broadcastsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(p)));
+}
+
+// [a | b]: 16 bytes at a in the low half, 16 at b in the high half.
+inline __m256i LoadPair(const void* a, const void* b) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(static_cast<const __m128i*>(a))),
+      _mm_loadu_si128(static_cast<const __m128i*>(b)), 1);
 }
 
 // Adjacent-pair dot products of unsigned bytes u and signed bytes s, summed into int32 lanes.
@@ -66,378 +88,254 @@ inline __m256i DotI8I8(__m256i w_abs, __m256i w, __m256i x) {
   return DotU8I8(w_abs, _mm256_sign_epi8(x, w));
 }
 
-inline __m256i LoadBytes(const void* p) {
-  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+// Per half: [a 0+2, b 0+2, a 1+3, b 1+3] (int32 lanes).
+inline __m256i AddInterleaved(__m256i a, __m256i b) {
+  return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
 }
 
+// Lane j = the sum of row j's int32 lanes, from v[p] = [row 2p's four sums | row 2p + 1's].
+inline __m256i SumPairedRows(const __m256i* v) {
+  const __m256i a = AddInterleaved(v[0], v[1]);
+  const __m256i b = AddInterleaved(v[2], v[3]);
+  const __m256i sums = _mm256_add_epi32(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+  // sums = [rows 0, 2, 4, 6 | rows 1, 3, 5, 7].
+  return _mm256_permutevar8x32_epi32(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Lane j = the sum of the eight int32 lanes of v[j].
+inline __m256i SumEach(const __m256i* v) {
+  const __m256i t[4] = {AddInterleaved(v[0], v[1]), AddInterleaved(v[2], v[3]),
+                        AddInterleaved(v[4], v[5]), AddInterleaved(v[6], v[7])};
+  // Per half: the half sums of v0..v3, and of v4..v7.
+  const __m256i lo =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
+  const __m256i hi =
+      _mm256_add_epi32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+// r[i] becomes lane i of the eight inputs: the 8x8 transpose of 32-bit lanes.
+inline void Transpose8x8(__m256i* r) {
+  __m256i t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    u[4 * h] = _mm256_unpacklo_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 1] = _mm256_unpackhi_epi64(t[4 * h], t[4 * h + 2]);
+    u[4 * h + 2] = _mm256_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);
+    u[4 * h + 3] = _mm256_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+  }
+}
+
+// Block b of eight Q8_0 / Q8_1 activation rows, interleaved: qs[g] holds elements [4g, 4g + 4)
+// of row i at bytes [4i, 4i + 4).
+struct alignas(32) PanelQ8 {
+  int8_t qs[8][32];
+  float d[kPanelRows];      // each row's d, widened
+  int32_t sum[kPanelRows];  // Q8_0: the sum of the row's quants
+  float s[kPanelRows];      // Q8_1: the row's s, widened
+};
+
 // ---------------------------------------------------------------------------------------------
-// 32-element blocks.
+// 32-element blocks. In Prepare, rows 2p and 2p + 1 share a register: lo[p] = [row 2p's
+// elements 0-15 | row 2p + 1's elements 0-15], hi[p] = elements 16-31, so that in Term one
+// register of activations (16 quants in both halves) serves two rows.
 
 // Q4_0, Q5_0 (offset 8, 16; Q8_0 activations) and Q4_1, Q5_1 (a min; Q8_1 activations): the
 // unsigned quant q, x = d * (q - kOffset) (+ m).
 template <typename Block, int kOffset, bool kHasMin, bool kFifthBit>
 struct UnsignedBlocks {
   static constexpr bool kNeedsSums = kOffset != 0;
+  static constexpr bool kHasPanel = true;
+  using Panel = PanelQ8;
   struct Prep {
-    __m256i q[kTileRows];
-    __m256 d, m;
+    alignas(32) uint8_t lo[kTileRows / 2][32];
+    alignas(32) uint8_t hi[kTileRows / 2][32];
+    alignas(32) float d[kTileRows];
+    alignas(32) float m[kTileRows];
   };
   using Activation = std::conditional_t<kHasMin, BlockQ8_1, BlockQ8_0>;
 
   static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    for (int j = 0; j < kTileRows; ++j) {
-      const Block& x = reinterpret_cast<const Block*>(rows[j])[b];
-      __m256i q = quant_detail::Nibbles32(x.qs);
-      if constexpr (kFifthBit) q = _mm256_or_si256(q, quant_detail::HighBitsTimes16(x.qh));
-      p.q[j] = q;
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int pair = 0; pair < kTileRows / 2; ++pair) {
+      const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
+      const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
+      const __m256i bytes = LoadPair(x0.qs, x1.qs);
+      __m256i lo = _mm256_and_si256(bytes, low4);
+      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+      if constexpr (kFifthBit) {
+        const __m256i h0 = quant_detail::HighBitsTimes16(x0.qh);
+        const __m256i h1 = quant_detail::HighBitsTimes16(x1.qh);
+        lo = _mm256_or_si256(lo, _mm256_permute2x128_si256(h0, h1, 0x20));
+        hi = _mm256_or_si256(hi, _mm256_permute2x128_si256(h0, h1, 0x31));
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(p.lo[pair]), lo);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(p.hi[pair]), hi);
     }
     const int64_t block = b * static_cast<int64_t>(sizeof(Block));
-    p.d = GatherF16(rows, block + offsetof(Block, d));
-    if constexpr (kHasMin) p.m = GatherF16(rows, block + offsetof(Block, m));
+    GatherF16(rows, block + offsetof(Block, d), p.d);
+    if constexpr (kHasMin) GatherF16(rows, block + offsetof(Block, m), p.m);
   }
 
   static __m256 Term(const Prep& p, const std::byte* xb, int32_t x_sum) {
     const Activation& x = *reinterpret_cast<const Activation*>(xb);
-    const __m256i y = LoadBytes(x.qs);
-    __m256i v[kTileRows];
-#pragma GCC unroll 8
-    for (int j = 0; j < kTileRows; ++j) v[j] = DotU8I8(p.q[j], y);
-    __m256i sumi = SumEach(v);
+    const __m256i y_lo = Broadcast16(x.qs);
+    const __m256i y_hi = Broadcast16(x.qs + 16);
+    __m256i v[kTileRows / 2];
+#pragma GCC unroll 4
+    for (int pair = 0; pair < kTileRows / 2; ++pair) {
+      // Each int16 lane sums 4 products of at most 31 * 127: 15748.
+      const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(Load(p.lo[pair]), y_lo),
+                                         _mm256_maddubs_epi16(Load(p.hi[pair]), y_hi));
+      v[pair] = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    }
+    __m256i sumi = SumPairedRows(v);
     if constexpr (kOffset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(kOffset * x_sum));
-    const __m256 scale = _mm256_mul_ps(p.d, _mm256_set1_ps(_cvtsh_ss(x.d)));
-    __m256 term = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi));
+    __m256 sx = _mm256_setzero_ps();
+    if constexpr (kHasMin) sx = _mm256_set1_ps(_cvtsh_ss(x.s));
+    return Scale(_mm256_load_ps(p.d), _mm256_set1_ps(_cvtsh_ss(x.d)), sumi, p.m, sx);
+  }
+
+  // acc[c] += row c's block terms for the panel's eight rows, c < cols.
+  static void PanelTerms(const Prep& p, int cols, const PanelQ8& x, __m256* acc) {
+    __m256i xq[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) xq[g] = Load(x.qs[g]);
+    const __m256 dx = _mm256_load_ps(x.d);
+    __m256i offset = _mm256_setzero_si256();
+    if constexpr (kOffset != 0) {
+      constexpr int kShift = kOffset == 8 ? 3 : 4;
+      static_assert(kOffset == 1 << kShift);
+      offset = _mm256_slli_epi32(Load(x.sum), kShift);
+    }
+    __m256 sx = _mm256_setzero_ps();
+    if constexpr (kHasMin) sx = _mm256_load_ps(x.s);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int c = 0; c < cols; ++c) {
+      // Row c's elements 0-15 and 16-31.
+      const uint8_t* lo = p.lo[c / 2] + 16 * (c % 2);
+      const uint8_t* hi = p.hi[c / 2] + 16 * (c % 2);
+      auto dot = [&](int g) {
+        return _mm256_maddubs_epi16(Broadcast4(g < 4 ? lo + 4 * g : hi + 4 * (g - 4)), xq[g]);
+      };
+      // Per int16 lane, four groups add 8 products of at most 31 * 127 (31496), eight groups
+      // 16 of at most 15 * 127 (30480).
+      const __m256i first =
+          _mm256_add_epi16(_mm256_add_epi16(dot(0), dot(1)), _mm256_add_epi16(dot(2), dot(3)));
+      const __m256i second =
+          _mm256_add_epi16(_mm256_add_epi16(dot(4), dot(5)), _mm256_add_epi16(dot(6), dot(7)));
+      __m256i sumi;
+      if constexpr (kFifthBit) {
+        sumi = _mm256_add_epi32(_mm256_madd_epi16(first, ones), _mm256_madd_epi16(second, ones));
+      } else {
+        sumi = _mm256_madd_epi16(_mm256_add_epi16(first, second), ones);
+      }
+      if constexpr (kOffset != 0) sumi = _mm256_sub_epi32(sumi, offset);
+      acc[c] = _mm256_add_ps(acc[c], Scale(_mm256_broadcast_ss(p.d + c), dx, sumi, p.m + c, sx,
+                                           /*broadcast_m=*/true));
+    }
+  }
+
+ private:
+  // (dw * dx) * float(sumi), plus mw * sx with a min (the reference's term). `m` points at the
+  // eight mins (broadcast_m: at the one min of all lanes).
+  static __m256 Scale(__m256 dw, __m256 dx, __m256i sumi, const float* m, __m256 sx,
+                      bool broadcast_m = false) {
+    __m256 term = _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(sumi));
     if constexpr (kHasMin) {
-      term = _mm256_add_ps(term, _mm256_mul_ps(p.m, _mm256_set1_ps(_cvtsh_ss(x.s))));
+      const __m256 mw = broadcast_m ? _mm256_broadcast_ss(m) : _mm256_load_ps(m);
+      term = _mm256_add_ps(term, _mm256_mul_ps(mw, sx));
     }
     return term;
   }
 };
 
-// Q8_0 and IQ4_NL (signed values, kTable: looked up from nibbles); Q8_0 activations.
+// Q8_0 and IQ4_NL (signed values, kTable: looked up from nibbles); Q8_0 activations. No panel:
+// the sign trick would need a sign per broadcast group and an int32 sum per group.
 template <typename Block, bool kTable>
 struct SignedBlocks {
   static constexpr bool kNeedsSums = false;
+  static constexpr bool kHasPanel = false;
+  using Panel = PanelQ8;
   struct Prep {
-    __m256i w[kTileRows];
-    __m256i w_abs[kTileRows];
-    __m256 d;
+    __m256i lo[kTileRows / 2], hi[kTileRows / 2];
+    __m256i lo_abs[kTileRows / 2], hi_abs[kTileRows / 2];
+    alignas(32) float d[kTileRows];
   };
 
   static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    for (int j = 0; j < kTileRows; ++j) {
-      const Block& x = reinterpret_cast<const Block*>(rows[j])[b];
-      __m256i w;
+    for (int pair = 0; pair < kTileRows / 2; ++pair) {
+      const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
+      const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
+      __m256i lo, hi;
       if constexpr (kTable) {
-        const __m256i table = _mm256_broadcastsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
-        w = _mm256_shuffle_epi8(table, quant_detail::Nibbles32(x.qs));
+        const __m256i table = Broadcast16(kIq4NlValues);
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        const __m256i bytes = LoadPair(x0.qs, x1.qs);
+        lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, low4));
+        hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
       } else {
-        w = LoadBytes(x.qs);
+        lo = LoadPair(x0.qs, x1.qs);
+        hi = LoadPair(x0.qs + 16, x1.qs + 16);
       }
-      p.w[j] = w;
-      p.w_abs[j] = _mm256_sign_epi8(w, w);
+      p.lo[pair] = lo;
+      p.hi[pair] = hi;
+      p.lo_abs[pair] = _mm256_sign_epi8(lo, lo);
+      p.hi_abs[pair] = _mm256_sign_epi8(hi, hi);
     }
-    p.d = GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d));
+    GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), p.d);
   }
 
   static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
     const BlockQ8_0& x = *reinterpret_cast<const BlockQ8_0*>(xb);
-    const __m256i y = LoadBytes(x.qs);
-    __m256i v[kTileRows];
-#pragma GCC unroll 8
-    for (int j = 0; j < kTileRows; ++j) v[j] = DotI8I8(p.w_abs[j], p.w[j], y);
-    const __m256 scale = _mm256_mul_ps(p.d, _mm256_set1_ps(_cvtsh_ss(x.d)));
-    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(SumEach(v)));
-  }
-};
-
-// ---------------------------------------------------------------------------------------------
-// Super-blocks (Q8_K activations). A super-block is eight 32-element chunks; chunk c of the
-// activations is y.qs[32 c, 32 c + 32).
-
-// How the sub-block mins enter a K-quant term.
-enum class KMins {
-  kNone,    // Q2_K / Q4_K / Q5_K's: term = dy d sumi - dy dmin sum(min * bsum)
-  kOffset,  // Q3_K / Q6_K: unsigned q = value + offset; sumi -= offset * sum(scale * bsum)
-};
-
-// Unsigned quants of the eight rows, per 32-element chunk, with the int16 scale of each maddubs
-// pair and, per row, the sixteen sub-block mins (kNone) or scales (kOffset) for the bsums.
-struct KPrep {
-  __m256i q[kTileRows][8];
-  __m256i scale[kTileRows][8];
-  __m256i per_sub_block[kTileRows];
-  __m256 d, dmin;
-};
-
-// [s[2c] x 8 | s[2c + 1] x 8] from the sixteen int16 sub-block scales s: chunk c's pair scales.
-inline __m256i ChunkScales(__m256i s, int c) {
-  const __m256i pair = _mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(c));
-  const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
-                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-  return _mm256_shuffle_epi8(pair, pick);
-}
-
-// sumi (and the bsum term) of one super-block for the eight rows; returns the block terms.
-template <KMins kMins, int kOffsetShift>
-__m256 KTerm(const KPrep& p, const BlockQ8_K& y) {
-  __m256i yv[8];
-#pragma GCC unroll 8
-  for (int c = 0; c < 8; ++c) yv[c] = LoadBytes(y.qs + 32 * c);
-  __m256i v[kTileRows];
-#pragma GCC unroll 8
-  for (int j = 0; j < kTileRows; ++j) {
-    __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      acc = _mm256_add_epi32(
-          acc, _mm256_madd_epi16(_mm256_maddubs_epi16(p.q[j][c], yv[c]), p.scale[j][c]));
+    const __m256i y_lo = Broadcast16(x.qs);
+    const __m256i y_hi = Broadcast16(x.qs + 16);
+    __m256i v[kTileRows / 2];
+#pragma GCC unroll 4
+    for (int pair = 0; pair < kTileRows / 2; ++pair) {
+      v[pair] = _mm256_add_epi32(DotI8I8(p.lo_abs[pair], p.lo[pair], y_lo),
+                                 DotI8I8(p.hi_abs[pair], p.hi[pair], y_hi));
     }
-    v[j] = acc;
+    const __m256 scale = _mm256_mul_ps(_mm256_load_ps(p.d), _mm256_set1_ps(_cvtsh_ss(x.d)));
+    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(SumPairedRows(v)));
   }
-  __m256i sumi = SumEach(v);
-  const __m256i bsums = LoadBytes(y.bsums);
-  __m256i u[kTileRows];
-#pragma GCC unroll 8
-  for (int j = 0; j < kTileRows; ++j) u[j] = _mm256_madd_epi16(p.per_sub_block[j], bsums);
-  const __m256i sub = SumEach(u);
-  const __m256 dy = _mm256_set1_ps(y.d);
-  if constexpr (kMins == KMins::kOffset) {
-    sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(sub, kOffsetShift));
-    return _mm256_mul_ps(_mm256_mul_ps(p.d, dy), _mm256_cvtepi32_ps(sumi));
-  } else {
-    const __m256 term = _mm256_mul_ps(_mm256_mul_ps(p.d, dy), _mm256_cvtepi32_ps(sumi));
-    return _mm256_sub_ps(term, _mm256_mul_ps(_mm256_mul_ps(p.dmin, dy), _mm256_cvtepi32_ps(sub)));
-  }
-}
 
-template <typename Block>
-const Block& SuperBlock(const std::byte* const* rows, int j, int64_t b) {
-  return reinterpret_cast<const Block*>(rows[j])[b];
-}
-
-// (bytes >> shift) & mask per byte.
-inline __m256i Bits(__m256i bytes, int shift, uint8_t mask) {
-  return quant_detail::ShiftMask(bytes, shift, mask);
-}
-
-struct Q2KBlocks {
-  static constexpr bool kNeedsSums = false;
-  using Prep = KPrep;
-  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    for (int j = 0; j < kTileRows; ++j) {
-      const BlockQ2_K& x = SuperBlock<BlockQ2_K>(rows, j, b);
-      const __m256i qs[2] = {LoadBytes(x.qs), LoadBytes(x.qs + 32)};
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) p.q[j][c] = Bits(qs[c / 4], 2 * (c % 4), 3);
-      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
-      const __m128i low = _mm_and_si128(raw, _mm_set1_epi8(0xF));
-      const __m128i high = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0xF));
-      const __m256i scales = _mm256_cvtepu8_epi16(low);
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) p.scale[j][c] = ChunkScales(scales, c);
-      p.per_sub_block[j] = _mm256_cvtepu8_epi16(high);
-    }
-    const int64_t block = b * static_cast<int64_t>(sizeof(BlockQ2_K));
-    p.d = GatherF16(rows, block + offsetof(BlockQ2_K, d));
-    p.dmin = GatherF16(rows, block + offsetof(BlockQ2_K, dmin));
-  }
-  static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
-    return KTerm<KMins::kNone, 0>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
-  }
+  static void PanelTerms(const Prep&, int, const PanelQ8&, __m256*) {}
 };
 
-struct Q3KBlocks {
-  static constexpr bool kNeedsSums = false;
-  using Prep = KPrep;
-  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    for (int j = 0; j < kTileRows; ++j) {
-      const BlockQ3_K& x = SuperBlock<BlockQ3_K>(rows, j, b);
-      const __m256i qs[2] = {LoadBytes(x.qs), LoadBytes(x.qs + 32)};
-      const __m256i hmask = LoadBytes(x.hmask);
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-        // q + 4 = low bits | high bit << 2, in [0, 7].
-        p.q[j][c] = _mm256_or_si256(Bits(qs[c / 4], 2 * (c % 4), 3),
-                                    _mm256_slli_epi16(Bits(hmask, c, 1), 2));
-      }
-      // The sixteen 6-bit scales + 32 (Q3KScale): low 4 bits from bytes 0-7 (low nibble for
-      // sub-blocks 0-7, high for 8-15), high 2 bits from bytes 8-11 at 2 (i / 4).
-      uint32_t a[3];
-      std::memcpy(a, x.scales, sizeof(a));
-      const uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-      const uint32_t s[4] = {(a[0] & kLow4) | ((a[2] & kLow2) << 4),
-                             (a[1] & kLow4) | (((a[2] >> 2) & kLow2) << 4),
-                             ((a[0] >> 4) & kLow4) | (((a[2] >> 4) & kLow2) << 4),
-                             ((a[1] >> 4) & kLow4) | (((a[2] >> 6) & kLow2) << 4)};
-      const __m256i scales = _mm256_sub_epi16(
-          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))),
-          _mm256_set1_epi16(32));
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) p.scale[j][c] = ChunkScales(scales, c);
-      p.per_sub_block[j] = scales;
+// Fills panel `out` from block b of the eight rows (Q8_0 or Q8_1, kQ8_1).
+template <bool kQ8_1>
+void BuildPanelQ8(const std::byte* const* rows, int64_t b, PanelQ8& out) {
+  using Block = std::conditional_t<kQ8_1, BlockQ8_1, BlockQ8_0>;
+  __m256i r[kPanelRows];
+  for (int i = 0; i < kPanelRows; ++i) {
+    const Block& x = reinterpret_cast<const Block*>(rows[i])[b];
+    r[i] = Load(x.qs);
+    out.d[i] = _cvtsh_ss(x.d);
+    if constexpr (kQ8_1) {
+      out.s[i] = _cvtsh_ss(x.s);
+    } else {
+      // Sum of the 32 quants: widen pairs and add.
+      const __m256i pairs =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), r[i]), _mm256_set1_epi16(1));
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+      out.sum[i] = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
     }
-    p.d = GatherF16(rows, b * static_cast<int64_t>(sizeof(BlockQ3_K)) + offsetof(BlockQ3_K, d));
   }
-  static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
-    return KTerm<KMins::kOffset, 2>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
-  }
-};
-
-// Q4_K and Q5_K: one 6-bit scale and min per 32-element chunk.
-template <typename Block, bool kFifthBit>
-struct KScaleMinBlocks {
-  static constexpr bool kNeedsSums = false;
-  using Prep = KPrep;
-  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    for (int j = 0; j < kTileRows; ++j) {
-      const Block& x = SuperBlock<Block>(rows, j, b);
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-        __m256i q = Bits(LoadBytes(x.qs + 32 * (c / 2)), 4 * (c % 2), 0xF);
-        if constexpr (kFifthBit) {
-          q = _mm256_or_si256(q, _mm256_slli_epi16(Bits(LoadBytes(x.qh), c, 1), 4));
-        }
-        p.q[j][c] = q;
-      }
-      // KScaleMin for all eight chunks at once, four bytes at a time: scales 0-3 are the low 6
-      // bits of bytes 0-3, scales 4-7 the low nibbles of bytes 8-11 with the top 2 bits of bytes
-      // 0-3 above them; mins likewise from bytes 4-7 and the high nibbles of 8-11.
-      uint32_t a[3];
-      std::memcpy(a, x.scales, sizeof(a));
-      const uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-      const uint32_t scales[2] = {a[0] & kLow6, (a[2] & kLow4) | (((a[0] >> 6) & kLow2) << 4)};
-      const uint32_t mins[2] = {a[1] & kLow6, ((a[2] >> 4) & kLow4) | (((a[1] >> 6) & kLow2) << 4)};
-      uint8_t s[8];
-      std::memcpy(s, scales, sizeof(s));
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) p.scale[j][c] = _mm256_set1_epi16(s[c]);
-      uint64_t m8;
-      std::memcpy(&m8, mins, sizeof(m8));
-      const __m128i m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(m8)));
-      // Sub-blocks 2c and 2c + 1 share chunk c's min.
-      p.per_sub_block[j] = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
-    }
-    const int64_t block = b * static_cast<int64_t>(sizeof(Block));
-    p.d = GatherF16(rows, block + offsetof(Block, d));
-    p.dmin = GatherF16(rows, block + offsetof(Block, dmin));
-  }
-  static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
-    return KTerm<KMins::kNone, 0>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
-  }
-};
-
-struct Q6KBlocks {
-  static constexpr bool kNeedsSums = false;
-  using Prep = KPrep;
-  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    for (int j = 0; j < kTileRows; ++j) {
-      const BlockQ6_K& x = SuperBlock<BlockQ6_K>(rows, j, b);
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-        const int h = c / 4, r = c % 4;
-        const __m256i low = Bits(LoadBytes(x.ql + 64 * h + 32 * (r % 2)), 4 * (r / 2), 0xF);
-        const __m256i high = Bits(LoadBytes(x.qh + 32 * h), 2 * r, 3);
-        p.q[j][c] = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));  // q + 32, in [0, 63]
-      }
-      const __m256i scales =
-          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) p.scale[j][c] = ChunkScales(scales, c);
-      p.per_sub_block[j] = scales;
-    }
-    p.d = GatherF16(rows, b * static_cast<int64_t>(sizeof(BlockQ6_K)) + offsetof(BlockQ6_K, d));
-  }
-  static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
-    return KTerm<KMins::kOffset, 5>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
-  }
-};
-
-// Q8_K weights: signed quants and an F32 d.
-struct Q8KBlocks {
-  static constexpr bool kNeedsSums = false;
-  struct Prep {
-    __m256i w[kTileRows][8];
-    __m256i w_abs[kTileRows][8];
-    __m256 d;
-  };
-  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    float d[kTileRows];
-    for (int j = 0; j < kTileRows; ++j) {
-      // By byte offsets: a row need not be 4-aligned.
-      const std::byte* x = rows[j] + b * static_cast<int64_t>(sizeof(BlockQ8_K));
-      std::memcpy(&d[j], x + offsetof(BlockQ8_K, d), sizeof(float));
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-        const __m256i w = LoadBytes(x + offsetof(BlockQ8_K, qs) + 32 * c);
-        p.w[j][c] = w;
-        p.w_abs[j][c] = _mm256_sign_epi8(w, w);
-      }
-    }
-    p.d = _mm256_loadu_ps(d);
-  }
-  static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
-    const BlockQ8_K& y = *reinterpret_cast<const BlockQ8_K*>(xb);
-    __m256i yv[8];
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) yv[c] = LoadBytes(y.qs + 32 * c);
-    __m256i v[kTileRows];
-#pragma GCC unroll 8
-    for (int j = 0; j < kTileRows; ++j) {
-      __m256i acc = _mm256_setzero_si256();
-#pragma GCC unroll 8
-      for (int c = 0; c < 8; ++c) {
-        acc = _mm256_add_epi32(acc, DotI8I8(p.w_abs[j][c], p.w[j][c], yv[c]));
-      }
-      v[j] = acc;
-    }
-    return _mm256_mul_ps(_mm256_mul_ps(p.d, _mm256_set1_ps(y.d)), _mm256_cvtepi32_ps(SumEach(v)));
-  }
-};
-
-// Calls fn(Kernel{}) with the kernel of a quantized weight dtype; false for any other dtype.
-template <typename Fn>
-bool VisitInt8Kernel(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kQ8_0:
-      fn(SignedBlocks<BlockQ8_0, false>{});
-      return true;
-    case DType::kIQ4_NL:
-      fn(SignedBlocks<BlockIQ4_NL, true>{});
-      return true;
-    case DType::kQ4_0:
-      fn(UnsignedBlocks<BlockQ4_0, 8, false, false>{});
-      return true;
-    case DType::kQ5_0:
-      fn(UnsignedBlocks<BlockQ5_0, 16, false, true>{});
-      return true;
-    case DType::kQ4_1:
-      fn(UnsignedBlocks<BlockQ4_1, 0, true, false>{});
-      return true;
-    case DType::kQ5_1:
-      fn(UnsignedBlocks<BlockQ5_1, 0, true, true>{});
-      return true;
-    case DType::kQ2_K:
-      fn(Q2KBlocks{});
-      return true;
-    case DType::kQ3_K:
-      fn(Q3KBlocks{});
-      return true;
-    case DType::kQ4_K:
-      fn(KScaleMinBlocks<BlockQ4_K, false>{});
-      return true;
-    case DType::kQ5_K:
-      fn(KScaleMinBlocks<BlockQ5_K, true>{});
-      return true;
-    case DType::kQ6_K:
-      fn(Q6KBlocks{});
-      return true;
-    case DType::kQ8_K:
-      fn(Q8KBlocks{});
-      return true;
-    default:
-      return false;
-  }
+  Transpose8x8(r);
+  for (int g = 0; g < 8; ++g) _mm256_store_si256(reinterpret_cast<__m256i*>(out.qs[g]), r[g]);
 }
 
 }  // namespace uc::kernels::avx2::int8
