@@ -4,6 +4,8 @@
 // numbers are DRAM numbers, as in a real model whose weights are far larger than the cache.
 //
 //   kernels_benchmark --benchmark_filter=Decode
+//   kernels_benchmark --benchmark_filter=MatMulPrecision --benchmark_repetitions=5
+//       --benchmark_report_aggregates_only=true     (kExact against kInt8, one line)
 #include <benchmark/benchmark.h>
 
 #include <chrono>
@@ -190,6 +192,45 @@ void MatMulArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_MatMulDecode)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
+
+// kExact against kInt8 on TinyLlama's MLP shape (w: [5632, 2048]). Args: dtype (index into
+// kPrecisionDTypes), tokens (1: decode, weights cold as in BM_MatMulDecode; else prefill, weights
+// warm), precision (0: kExact, 1: kInt8), threads.
+constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0,
+                                      DType::kQ5_K, DType::kQ4_1, DType::kQ5_0, DType::kQ3_K};
+void BM_MatMulPrecision(benchmark::State& state) {
+  const DType dtype = kPrecisionDTypes[state.range(0)];
+  const int64_t tokens = state.range(1);
+  const auto precision = state.range(2) != 0 ? MatMulPrecision::kInt8 : MatMulPrecision::kExact;
+  const int threads = static_cast<int>(state.range(3));
+  SetPath(false, state);
+  std::vector<Tensor> copies = {BenchWeights(kIntermediate, kHidden, dtype, 1)};
+  const int64_t copies_needed =
+      tokens == 1 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
+  while (static_cast<int64_t>(copies.size()) < copies_needed) copies.push_back(copies[0].Clone());
+  const Tensor x = RandomF32({tokens, kHidden}, 2);
+  Tensor y = Tensor::Empty({tokens, kIntermediate}, DType::kF32);
+  size_t next = 0;
+  for (auto _ : state) {
+    MatMul(x, copies[next], y, Pool(threads), precision);
+    next = (next + 1) % copies.size();
+    benchmark::DoNotOptimize(y.raw());
+  }
+  const double bytes = static_cast<double>(copies[0].nbytes()) * state.iterations();
+  state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * tokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(DTypeName(dtype)) +
+                 (precision == MatMulPrecision::kInt8 ? " int8" : " exact"));
+}
+BENCHMARK(BM_MatMulPrecision)
+    ->ArgNames({"dtype", "tokens", "int8", "threads"})
+    ->ArgsProduct({benchmark::CreateDenseRange(0, std::size(kPrecisionDTypes) - 1, 1),
+                   {1, 128},
+                   {0, 1},
+                   {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // Args: tokens (1 = decode at position `context - 1`, else prefill of the last tokens), context,
 // threads. TinyLlama attention: 32 heads, 4 KV heads, head_dim 64.
