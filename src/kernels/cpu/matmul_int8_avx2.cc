@@ -11,7 +11,9 @@
 // count, or on the path (portable or AVX2).
 //
 // Activations, not weights, are rearranged: the weights need no repacking at load time and stay
-// shared with the exact path and EmbeddingLookup.
+// shared with the exact path and EmbeddingLookup. The quantized rows and their panels (about
+// 2.5 bytes per element of x) live in thread-local buffers of the calling thread, kept between
+// calls.
 #if defined(__x86_64__)
 
 #include <algorithm>
