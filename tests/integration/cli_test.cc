@@ -272,7 +272,50 @@ TEST(CliTest, InspectModelText) {
                 "per-token activation\n"
                 "\n"
                 "suggested starting point: residual_stream at layer 2, position prompt[-1]\n"
-                "  (--emit-spec FILE writes it as a starter spec)\n");
+                "  (--emit-spec FILE writes it as a starter spec)\n"
+                "tensor types:   F32 x47 (47 tensors; --tensors lists them)\n");
+}
+
+// A Gemma 3 GGUF: which layers slide, what attn_out/mlp_out mean there, and every tensor's
+// stored type — also for a type the engine cannot run (the index is read, not the weights).
+TEST(CliTest, InspectModelShowsLayerKindsAndTensorTypes) {
+  const std::string gemma = testing::TestData("arch/gemma3/model.gguf").string();
+  const CliResult text = RunCliStdout("inspect-model " + gemma + " --tensors");
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  for (const char* line :
+       {"architecture:   Gemma3ForCausalLM (gemma3_text)\n",
+        "attention:      sliding window 8 on layers 0-4; global on 5\n",
+        "  attn_out         0-5      the attention block's output (after o_proj and its "
+        "post-norm)\n",
+        "tensor types:   F32 x80 (80 tensors)\n", "blk.5.post_ffw_norm.weight", "[512, 64]"}) {
+    EXPECT_NE(text.output.find(line), std::string::npos) << line << "\nin:\n" << text.output;
+  }
+  const CliResult json = RunCliStdout("inspect-model " + gemma + " --format json");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json j = nlohmann::json::parse(json.output);
+  EXPECT_EQ(j["attention"]["sliding_window"], 8);
+  EXPECT_EQ(j["attention"]["global_layers"], nlohmann::json::array({5}));
+  EXPECT_EQ(j["tensor_types"]["F32"], 80);
+  ASSERT_EQ(j["tensors"].size(), 80u);
+  EXPECT_EQ(j["tensors"][0].size(), 3u);  // name, shape, type
+
+  // A tensor of a type we cannot run is still listed, under its ggml name.
+  const fs::path dir = testing::ScratchDir("cli_inspect_iq2");
+  const fs::path file = dir / "model.gguf";
+  fs::copy_file(gemma, file);
+  {
+    std::ifstream in(file, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string name = "blk.1.ffn_down.weight";
+    const size_t at = bytes.find(name);
+    ASSERT_NE(at, std::string::npos);
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at + name.size() + 4 + 2 * 8));
+    f.write("\x10\0\0\0", 4);  // ggml type 16: IQ2_XXS
+  }
+  const CliResult odd = RunCliStdout("inspect-model " + file.string() + " --format json");
+  ASSERT_EQ(odd.exit_code, 0) << odd.output;
+  EXPECT_EQ(nlohmann::json::parse(odd.output)["tensor_types"]["IQ2_XXS"], 1);
 }
 
 TEST(CliTest, InspectModelJsonKeepsV01KeysInEveryLayout) {

@@ -3,9 +3,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "apps/cli/exit_codes.h"
+#include "io/gguf.h"
+#include "io/gguf_types.h"
 #include "probe/spec.h"
 
 namespace uc::cli {
@@ -14,10 +17,29 @@ namespace {
 constexpr char kKvReason[] =
     "the KV cache is stored as paged blocks, not as a per-token activation";
 
+// Hugging Face's model_type of each architecture we run.
 std::string ModelType(const std::string& architecture) {
   if (architecture == "MistralForCausalLM") return "mistral";
   if (architecture == "Qwen2ForCausalLM") return "qwen2";
+  if (architecture == "Qwen3ForCausalLM") return "qwen3";
+  if (architecture == "Phi3ForCausalLM") return "phi3";
+  if (architecture == "Gemma2ForCausalLM") return "gemma2";
+  if (architecture == "Gemma3ForCausalLM") return "gemma3_text";
   return "llama";
+}
+
+// Layer indices as compact ranges: "0-4, 6-10, 12".
+std::string Ranges(const std::vector<int>& layers) {
+  std::string out;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += layers[i] == layers[j] ? std::to_string(layers[i])
+                                  : std::to_string(layers[i]) + "-" + std::to_string(layers[j]);
+    i = j + 1;
+  }
+  return out;
 }
 
 // {"undercurrent": table} and, for v0.1's scripts, the same table under each v0.1 backend key
@@ -41,7 +63,65 @@ struct InspectOptions {
   std::string backend = "all";  // v0.1's --backend: which of its keys (hf, vllm) to add
   bool trust_remote_code = false;
   std::string revision;
+  bool tensors = false;  // list every tensor in the text form
 };
+
+// Every tensor's name (as stored), shape and stored type, from the file's index (no weights are
+// read; a GGUF tensor of a type we cannot run is listed with its ggml name). Adds "tensors" and
+// "tensor_types" (count per type) to `report`; on a file that does not open, a note instead.
+void AddTensorIndex(const std::string& path, nlohmann::ordered_json& report) {
+  StatusOr<models::Checkpoint> ckpt = models::OpenCheckpoint(path);
+  if (!ckpt.ok()) {
+    report["tensors_note"] = "the tensor index could not be read: " + ckpt.status().message();
+    return;
+  }
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  std::map<std::string, int> counts;
+  auto add = [&](const std::string& name, const Shape& shape, const std::string& type) {
+    tensors.push_back({{"name", name}, {"shape", shape}, {"type", type}});
+    ++counts[type];
+  };
+  if (ckpt->gguf != nullptr) {
+    for (const std::string& name : ckpt->gguf->TensorNames()) {
+      const io::GgufTensorInfo* info = ckpt->gguf->FindTensor(name);
+      if (info != nullptr) add(name, info->shape, io::GgmlTypeName(info->ggml_type));
+    }
+  } else {
+    for (const std::string& name : ckpt->tensors->TensorNames()) {
+      StatusOr<Tensor> t = ckpt->tensors->Get(name);
+      if (t.ok()) add(name, t->shape(), std::string(DTypeName(t->dtype())));
+    }
+  }
+  nlohmann::ordered_json types = nlohmann::ordered_json::object();
+  for (const auto& [type, count] : counts) types[type] = count;
+  report["tensor_types"] = std::move(types);
+  report["tensors"] = std::move(tensors);
+}
+
+// The text lines of the tensor index: a count per type, and with `all` every tensor.
+std::string TensorIndexText(const nlohmann::ordered_json& r, bool all) {
+  if (r.contains("tensors_note"))
+    return "tensors:        " + r["tensors_note"].get<std::string>() + "\n";
+  if (!r.contains("tensor_types")) return "";
+  std::string out = "tensor types:   ";
+  bool first = true;
+  for (const auto& [type, count] : r["tensor_types"].items()) {
+    out += (first ? "" : ", ") + type + " x" + std::to_string(count.get<int>());
+    first = false;
+  }
+  out += " (" + std::to_string(r["tensors"].size()) + " tensors" +
+         (all ? ")\n" : "; --tensors lists them)\n");
+  if (!all) return out;
+  for (const auto& t : r["tensors"]) {
+    std::string shape;
+    for (const auto& d : t["shape"]) shape += (shape.empty() ? "" : ", ") + d.dump();
+    char line[512];
+    std::snprintf(line, sizeof(line), "  %-48s %-8s [%s]\n", t["name"].get<std::string>().c_str(),
+                  t["type"].get<std::string>().c_str(), shape.c_str());
+    out += line;
+  }
+  return out;
+}
 
 // v0.1's backends named by --backend ("all": both).
 std::vector<std::string> V01Backends(const std::string& backend) {
@@ -63,8 +143,8 @@ int RunInspect(const InspectOptions& o) {
                  "given, never a Hub revision\n",
                  o.revision.c_str());
   }
-  const nlohmann::ordered_json report =
-      ModelReport(o.path, format, *config, V01Backends(o.backend));
+  nlohmann::ordered_json report = ModelReport(o.path, format, *config, V01Backends(o.backend));
+  AddTensorIndex(o.path, report);
   if (!o.emit_spec.empty()) {
     const std::string spec = StarterSpec(report);
     const StatusOr<probe::Spec> parsed = probe::ParseSpecText(spec, o.emit_spec);
@@ -85,7 +165,7 @@ int RunInspect(const InspectOptions& o) {
   if (o.format == "json") {
     std::cout << report.dump(2) << "\n";
   } else {
-    std::cout << ModelReportText(report);
+    std::cout << ModelReportText(report) << TensorIndexText(report, o.tensors);
   }
   std::cout.flush();
   return kExitOk;
@@ -97,7 +177,7 @@ nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFo
                                    const models::ModelConfig& c,
                                    const std::vector<std::string>& v0_1_backends) {
   const int layers = c.num_hidden_layers;
-  auto supported = [&](int first, int last, const char* what) {
+  auto supported = [&](int first, int last, const std::string& what) {
     return nlohmann::ordered_json{{"status", "yes"},
                                   {"reason", nullptr},
                                   {"layers", {{"first", first}, {"last", last}}},
@@ -105,8 +185,14 @@ nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFo
   };
   nlohmann::ordered_json support = {
       {"residual_stream", supported(0, layers - 1, "the residual stream after each decoder layer")},
-      {"attn_out", supported(0, layers - 1, "the attention block's output (after o_proj)")},
-      {"mlp_out", supported(0, layers - 1, "the MLP block's output (after down_proj)")},
+      {"attn_out",
+       supported(0, layers - 1,
+                 c.sandwich_norms ? "the attention block's output (after o_proj and its post-norm)"
+                                  : "the attention block's output (after o_proj)")},
+      {"mlp_out",
+       supported(0, layers - 1,
+                 c.sandwich_norms ? "the MLP block's output (after down_proj and its post-norm)"
+                                  : "the MLP block's output (after down_proj)")},
       {"final_norm",
        supported(layers, layers, "the final RMSNorm's output, addressed as layer num_layers")},
       {"kv",
@@ -114,6 +200,21 @@ nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFo
         {"reason", kKvReason},
         {"layers", nullptr},
         {"description", "keys and values"}}},
+  };
+  std::vector<int> sliding, global;
+  for (int l = 0; l < layers; ++l) (c.LayerWindow(l) > 0 ? sliding : global).push_back(l);
+  nlohmann::ordered_json attention = {
+      {"sliding_window", c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window)
+                                              : nlohmann::ordered_json(nullptr)},
+      {"sliding_layers", sliding},
+      {"global_layers", global},
+      {"rope_theta", c.rope_theta},
+      {"rope_local_theta", c.rope_local_theta > 0 ? nlohmann::ordered_json(c.rope_local_theta)
+                                                  : nlohmann::ordered_json(nullptr)},
+      {"qk_norm", c.qk_norm},
+      {"logit_softcapping", c.final_logit_softcapping > 0
+                                ? nlohmann::ordered_json(c.final_logit_softcapping)
+                                : nlohmann::ordered_json(nullptr)},
   };
   return {
       {"model", path},
@@ -128,6 +229,7 @@ nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFo
       {"intermediate_size", c.intermediate_size},
       {"vocab_size", c.vocab_size},
       {"max_position_embeddings", c.max_position_embeddings},
+      {"attention", std::move(attention)},
       {"weights_loaded", false},
       {"verified", true},
       {"note", "final_norm is addressed as layer index num_layers (" + std::to_string(layers) +
@@ -150,7 +252,16 @@ std::string ModelReportText(const nlohmann::ordered_json& r) {
   out += "heads:          " + i("num_attention_heads") + " attention, " + i("num_key_value_heads") +
          " key/value, head_dim " + i("head_dim") + "\n";
   out += "vocabulary:     " + i("vocab_size") + "\n";
-  out += "context:        " + i("max_position_embeddings") + " positions\n\n";
+  out += "context:        " + i("max_position_embeddings") + " positions\n";
+  const auto& att = r["attention"];
+  if (!att["sliding_window"].is_null()) {
+    std::vector<int> sliding = att["sliding_layers"].get<std::vector<int>>();
+    std::vector<int> global = att["global_layers"].get<std::vector<int>>();
+    out += "attention:      sliding window " + std::to_string(att["sliding_window"].get<int>()) +
+           " on layers " + Ranges(sliding) +
+           (global.empty() ? std::string() : "; global on " + Ranges(global)) + "\n";
+  }
+  out += "\n";
   out += "capturable tensor types (tensor_type: layer indices):\n";
   for (const auto& [type, s] : r["support"]["undercurrent"].items()) {
     char line[256];
@@ -234,6 +345,9 @@ void AddInspectModelCommand(CLI::App& app) {
                   "Accepted for Undercurrent v0.1's scripts; ignored (with a note on stderr): "
                   "models are local files here, never a Hub revision")
       ->type_name("REV");
+  cmd->add_flag("--tensors", options->tensors,
+                "List every tensor (name as stored, type, shape) in the text form; the JSON form "
+                "always has them");
   cmd->callback([options] { throw CLI::RuntimeError(RunInspect(*options)); });
 }
 

@@ -1,19 +1,23 @@
 // File: inspect_model_command.h
 // -----------------------------------------------------------------------------
-// `undercurrent inspect-model PATH [--format text|json] [--emit-spec FILE]
+// `undercurrent inspect-model PATH [--format text|json] [--emit-spec FILE] [--tensors]
 // [--backend hf|vllm|all|undercurrent] [--trust-remote-code] [--revision REV]`: what a model is
-// (architecture, layers, hidden size, heads, KV heads, vocabulary) and what a probe spec can
-// capture from it: residual_stream, attn_out and mlp_out at layers 0..L-1, final_norm at layer L,
-// kv not at all (with the reason); plus a suggested starting point (the middle layer's
-// residual_stream at prompt[-1]). Reads the configuration only (config.json, GGUF metadata or
-// the llama2.c header), never the weights.
+// (architecture, layers, hidden size, heads, KV heads, vocabulary, which layers slide), every
+// tensor's stored type (a count per type; --tensors lists name, type and shape) and what a probe
+// spec can capture from it: residual_stream, attn_out and mlp_out at layers 0..L-1 (attn_out and
+// mlp_out are what each block adds to the residual stream, after Gemma's post-norms), final_norm
+// at layer L, kv not at all (with the reason); plus a suggested starting point (the middle
+// layer's residual_stream at prompt[-1]). Reads the configuration and the tensor index
+// (config.json / safetensors headers, GGUF metadata, the llama2.c header), never the weights.
 //
 // The JSON form keeps Undercurrent v0.1's keys (model, model_class, model_type, num_layers,
 // hidden_size, num_attention_heads, vocab_size, weights_loaded, verified, note, support,
-// suggested) and adds format, num_key_value_heads, head_dim, intermediate_size and
-// max_position_embeddings. support holds our table under "undercurrent" and, as v0.1 scripts
-// read it, the same table under each of v0.1's backend keys that --backend names (default all:
-// "hf" and "vllm"): one engine captures for every backend here. Each entry has v0.1's status
+// suggested) and adds format, num_key_value_heads, head_dim, intermediate_size,
+// max_position_embeddings, attention (sliding window, sliding and global layers, RoPE bases,
+// q/k norm, logit soft-cap), tensor_types and tensors ({name, shape, type}). support holds our
+// table under "undercurrent" and, as v0.1 scripts read it, the same table under each of v0.1's
+// backend keys that --backend names (default all: "hf" and "vllm"): one engine captures for every
+// backend here. Each entry has v0.1's status
 // ("yes"/"no") and reason, plus the capturable layer range and a description.
 //
 // v0.1's other flags are accepted so its scripts run unchanged: --trust-remote-code does
