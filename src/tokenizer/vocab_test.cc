@@ -32,11 +32,10 @@ std::unique_ptr<Tokenizer> LoadOrDie(StatusOr<std::unique_ptr<Tokenizer>> loaded
   return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
 
-// Checks all test vectors of `name` (e.g. "llama-spm") in testdata directory `dir`; `lossless`:
+// Checks all test vectors of `name` (e.g. "llama-spm") in testdata/vocab; `lossless`:
 // Decode(Encode(s)) == s.
-void ExpectVectors(const Tokenizer& tok, const std::string& name, bool lossless,
-                   const std::string& dir = "vocab") {
-  const std::string prefix = dir + "/ggml-vocab-" + name + ".gguf";
+void ExpectVectors(const Tokenizer& tok, const std::string& name, bool lossless) {
+  const std::string prefix = "vocab/ggml-vocab-" + name + ".gguf";
   const auto inputs = ReadVocabInputs(TestData(prefix + ".inp"));
   const auto expected = ReadVocabOutputs(TestData(prefix + ".out"));
   ASSERT_EQ(inputs.size(), 46u);
@@ -65,12 +64,12 @@ TEST(VocabTest, LlamaSpmGguf) {
   ExpectVectors(*tok, "llama-spm", /*lossless=*/true);
 }
 
-// Phi-3 (tests/testdata/phi3/: llama.cpp's vocab-only GGUF of Phi-3-mini with its test vectors,
+// Phi-3 (tests/testdata/vocab/: llama.cpp's vocab-only GGUF of Phi-3-mini with its test vectors,
 // MIT): SentencePiece BPE with a dummy prefix on every fragment and the chat-turn control
 // tokens. transformers' AutoTokenizer(gguf_file=...) gives the same ids as llama.cpp on the 46
 // strings and on the chat turn below (checked when the data was added).
 TEST(VocabTest, Phi3Gguf) {
-  auto tok = LoadOrDie(LoadGgufTokenizer(TestData("phi3/ggml-vocab-phi-3.gguf")));
+  auto tok = LoadOrDie(LoadGgufTokenizer(TestData("vocab/ggml-vocab-phi-3.gguf")));
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 32064);
   EXPECT_EQ(tok->algorithm(), Algorithm::kSentencePieceBpe);
@@ -78,7 +77,7 @@ TEST(VocabTest, Phi3Gguf) {
   EXPECT_EQ(tok->eos_id(), 32000);  // <|endoftext|>
   EXPECT_TRUE(tok->add_bos_token());
   EXPECT_EQ(tok->stop_ids(), (std::vector<int32_t>{32000, 32007}));  // and <|end|>
-  ExpectVectors(*tok, "phi-3", /*lossless=*/true, "phi3");
+  ExpectVectors(*tok, "phi-3", /*lossless=*/true);
   const std::vector<int32_t> turn =
       tok->Encode("<|user|>\nHi<|end|>\n<|assistant|>\n", /*add_bos=*/true, true);
   EXPECT_EQ(turn,
