@@ -1,14 +1,16 @@
 // The integer MatMul (MatMulPrecision::kInt8). Its bits are defined by reference::MatMulInt8, so
 // every check against the reference is exact (tolerance 0): the AVX2 activation quantizers
-// against the scalar ones of tensor/quants.h, and MatMul on both paths with one and two threads
-// for every quantized weight dtype, on random blocks and on extreme ones (f16 scales of 65504,
-// subnormal and negative, quants all 0 / 15 / -128 / 127, activations quantizing to all +-127).
-// Results must also be independent of the batch a row is in. Against the exact F32 MatMul the
-// error must stay inside the a-priori bound of 8-bit activations stated in ops.h.
+// against the scalar ones of tensor/quants.h, and MatMul on every path (portable, AVX2, AVX-512
+// VNNI where the CPU has them) with one and two threads for every quantized weight dtype, on random
+// blocks and on extreme ones (f16 scales of 65504, subnormal and negative, quants all 0 / 15 / -128
+// / 127, activations quantizing to all +-127). Results must also be independent of the batch a row
+// is in. Against the exact F32 MatMul the error must stay inside the a-priori bound of 8-bit
+// activations stated in ops.h.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -27,21 +29,52 @@ void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
 namespace kernels {
 namespace {
 
-enum class Path { kPortable, kAvx2 };
-std::string PathName(Path path) { return path == Path::kAvx2 ? "Avx2" : "Portable"; }
+enum class Path { kPortable, kAvx2, kAvx512 };
+std::string PathName(Path path) {
+  switch (path) {
+    case Path::kAvx2:
+      return "Avx2";
+    case Path::kAvx512:
+      return "Avx512";
+    default:
+      return "Portable";
+  }
+}
 void PrintTo(Path path, std::ostream* os) { *os << PathName(path); }
 
-// Routes ops to `path` while alive. ok() is false when the CPU lacks AVX2.
+// Routes ops to `path` while alive. ok() is false when the CPU lacks the path's instructions;
+// skip() then says which.
 class ScopedPath {
  public:
-  explicit ScopedPath(Path path) : ok_(path == Path::kPortable || internal::CpuSupportsAvx2()) {
-    internal::ForcePortableForTesting(path == Path::kPortable);
+  explicit ScopedPath(Path path) : path_(path) {
+    switch (path) {
+      case Path::kPortable:
+        internal::ForceLevelForTesting(internal::KernelLevel::kPortable);
+        ok_ = true;
+        break;
+      case Path::kAvx2:
+        internal::ForceLevelForTesting(internal::KernelLevel::kAvx2);
+        ok_ = internal::CpuSupportsAvx2();
+        break;
+      case Path::kAvx512:
+        internal::ForceLevelForTesting(internal::KernelLevel::kAvx512);
+        ok_ = internal::CpuSupportsAvx512Vnni();
+        break;
+    }
   }
-  ~ScopedPath() { internal::ForcePortableForTesting(false); }
+  ~ScopedPath() { internal::ForceLevelForTesting(internal::KernelLevel::kAvx512); }
   bool ok() const { return ok_; }
+  // Why the path cannot run here.
+  std::string skip() const {
+    return path_ == Path::kAvx512
+               ? "CPU lacks AVX-512 F/BW/VL/DQ + VNNI (or the OS does not enable ZMM state): the "
+                 "AVX-512 VNNI integer MatMul is NOT tested on this machine"
+               : "CPU lacks AVX2";
+  }
 
  private:
-  bool ok_;
+  Path path_;
+  bool ok_ = false;
 };
 
 const DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0,
@@ -272,7 +305,7 @@ void ExpectWithinActivationBound(const Tensor& x, const Tensor& w, const Tensor&
 
 TEST_P(Int8MatMulTest, MatchesInt8ReferenceExactlyAndExactMatMulWithinBound) {
   ScopedPath scoped(path());
-  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  if (!scoped.ok()) GTEST_SKIP() << scoped.skip();
   ThreadPool pool(threads());
   uint32_t seed = 1;
   for (int64_t m : {1, 3, 8, 9, 64}) {
@@ -295,10 +328,38 @@ TEST_P(Int8MatMulTest, MatchesInt8ReferenceExactlyAndExactMatMulWithinBound) {
   }
 }
 
+// Every m around the AVX2 and AVX-512 panel sizes (8, 16) and passes (64 rows), block counts
+// odd and even (32-element types: 1, 3, 8 and 23 blocks; K-quants: 1, 3 and 5 super-blocks),
+// and n around the tile sizes: the same bits as the reference.
+TEST_P(Int8MatMulTest, MatchesInt8ReferenceOverShapes) {
+  ScopedPath scoped(path());
+  if (!scoped.ok()) GTEST_SKIP() << scoped.skip();
+  ThreadPool pool(threads());
+  const bool k_quant = DTypeBlockSize(dtype()) == kQK_K;
+  const std::vector<int64_t> ks =
+      k_quant ? std::vector<int64_t>{256, 768, 1280} : std::vector<int64_t>{32, 96, 256, 736};
+  uint32_t seed = 1000;
+  for (int64_t m : {1, 3, 8, 9, 17, 64, 65, 130}) {
+    for (int64_t k : ks) {
+      for (int64_t n : {45, 16}) {
+        const Tensor x = RandomX(m, k, seed++);
+        const Tensor w = RandomWeights(n, k, dtype(), seed++);
+        Tensor got = Tensor::Empty({m, n}, DType::kF32);
+        Tensor want = Tensor::Empty({m, n}, DType::kF32);
+        MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
+        reference::MatMulInt8(x, w, want);
+        ExpectBitExact(
+            got, want,
+            "m=" + std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+      }
+    }
+  }
+}
+
 // A row's result is the same bits whatever else is in the batch and however many threads run.
 TEST_P(Int8MatMulTest, RowsAreBatchInvariant) {
   ScopedPath scoped(path());
-  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  if (!scoped.ok()) GTEST_SKIP() << scoped.skip();
   ThreadPool pool(threads());
   const int64_t k = 512, n = 37, m = 70;  // 70 rows: two passes of the AVX2 tile loop
   const Tensor x = RandomX(m, k, 11);
@@ -323,7 +384,7 @@ TEST_P(Int8MatMulTest, RowsAreBatchInvariant) {
 // to zero, or come from huge and tiny inputs.
 TEST_P(Int8MatMulTest, ExtremeBlocksMatchInt8ReferenceExactly) {
   ScopedPath scoped(path());
-  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  if (!scoped.ok()) GTEST_SKIP() << scoped.skip();
   ThreadPool pool(threads());
   const int64_t k = 512, n = 24;
   Tensor w = RandomWeights(n, k, dtype(), 21);
@@ -366,33 +427,63 @@ TEST_P(Int8MatMulTest, ExtremeBlocksMatchInt8ReferenceExactly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(QuantizedDTypes, Int8MatMulTest,
-                         ::testing::Combine(::testing::ValuesIn(kQuantizedDTypes),
-                                            ::testing::Values(1, 2),
-                                            ::testing::Values(Path::kAvx2, Path::kPortable)),
-                         [](const ::testing::TestParamInfo<Int8Param>& info) {
-                           return std::string(DTypeName(std::get<0>(info.param))) + "_" +
-                                  std::to_string(std::get<1>(info.param)) + "Threads_" +
-                                  PathName(std::get<2>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    QuantizedDTypes, Int8MatMulTest,
+    ::testing::Combine(::testing::ValuesIn(kQuantizedDTypes), ::testing::Values(1, 2),
+                       ::testing::Values(Path::kAvx512, Path::kAvx2, Path::kPortable)),
+    [](const ::testing::TestParamInfo<Int8Param>& info) {
+      return std::string(DTypeName(std::get<0>(info.param))) + "_" +
+             std::to_string(std::get<1>(info.param)) + "Threads_" +
+             PathName(std::get<2>(info.param));
+    });
 
 // ---------------------------------------------------------------------------------------------
 
 TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
   if (!internal::CpuSupportsAvx2()) GTEST_SKIP() << "CPU lacks AVX2";
+  if (!internal::CpuSupportsAvx512Vnni()) {
+    std::printf(
+        "[ NOTE     ] CPU lacks AVX-512 VNNI: comparing the AVX2 and portable paths only\n");
+  }
   ThreadPool pool(2);
   for (DType dtype : kQuantizedDTypes) {
-    const Tensor x = RandomX(13, 1024, 31);
+    const Tensor x = RandomX(37, 1024, 31);
     const Tensor w = RandomWeights(29, 1024, dtype, 32);
-    Tensor portable = Tensor::Empty({13, 29}, DType::kF32);
-    Tensor avx2 = Tensor::Empty({13, 29}, DType::kF32);
+    Tensor portable = Tensor::Empty({37, 29}, DType::kF32);
     {
       ScopedPath scoped(Path::kPortable);
       MatMul(x, w, portable, &pool, MatMulPrecision::kInt8);
     }
-    MatMul(x, w, avx2, &pool, MatMulPrecision::kInt8);
-    ExpectBitExact(avx2, portable, std::string(DTypeName(dtype)));
+    for (Path path : {Path::kAvx2, Path::kAvx512}) {
+      ScopedPath scoped(path);
+      if (!scoped.ok()) continue;
+      Tensor got = Tensor::Empty({37, 29}, DType::kF32);
+      MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
+      ExpectBitExact(got, portable, std::string(DTypeName(dtype)) + " " + PathName(path));
+    }
   }
+}
+
+// The default (nothing forced) is the best level the CPU has, and forcing works both ways.
+TEST(Int8MatMulApiTest, LevelsFollowTheCpu) {
+  EXPECT_EQ(internal::UseAvx2(), internal::CpuSupportsAvx2());
+  EXPECT_EQ(internal::UseAvx512Vnni(), internal::CpuSupportsAvx512Vnni());
+  if (internal::CpuSupportsAvx512Vnni()) {
+    EXPECT_TRUE(internal::CpuSupportsAvx2());
+  }
+  {
+    ScopedPath scoped(Path::kAvx2);
+    EXPECT_FALSE(internal::UseAvx512Vnni());
+    EXPECT_EQ(internal::UseAvx2(), internal::CpuSupportsAvx2());
+  }
+  internal::ForcePortableForTesting(true);
+  EXPECT_FALSE(internal::UseAvx2());
+  EXPECT_FALSE(internal::UseAvx512Vnni());
+  internal::ForcePortableForTesting(false);
+  EXPECT_EQ(internal::UseAvx512Vnni(), internal::CpuSupportsAvx512Vnni());
+  std::printf("[ NOTE     ] kernel levels on this CPU: AVX2 %s, AVX-512 VNNI %s\n",
+              internal::CpuSupportsAvx2() ? "yes" : "no",
+              internal::CpuSupportsAvx512Vnni() ? "yes" : "NO (its int8 MatMul is untested here)");
 }
 
 TEST(Int8MatMulApiTest, FloatWeightsIgnoreThePrecision) {

@@ -195,7 +195,8 @@ BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
 
 // kExact against kInt8 on TinyLlama's MLP shape (w: [5632, 2048]). Args: dtype (index into
 // kPrecisionDTypes), tokens (1: decode, weights cold as in BM_MatMulDecode; else prefill, weights
-// warm), precision (0: kExact, 1: kInt8), threads.
+// warm), precision (0: kExact, 1: kInt8), threads, level (the highest kernel level allowed:
+// 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul has an AVX-512 version).
 constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0,
                                       DType::kQ5_K, DType::kQ4_1, DType::kQ5_0, DType::kQ3_K};
 void BM_MatMulPrecision(benchmark::State& state) {
@@ -203,7 +204,13 @@ void BM_MatMulPrecision(benchmark::State& state) {
   const int64_t tokens = state.range(1);
   const auto precision = state.range(2) != 0 ? MatMulPrecision::kInt8 : MatMulPrecision::kExact;
   const int threads = static_cast<int>(state.range(3));
+  const bool avx512 = state.range(4) == 2;
   SetPath(false, state);
+  if (avx512 && !internal::CpuSupportsAvx512Vnni()) {
+    state.SkipWithError("CPU lacks AVX-512 VNNI");
+  }
+  internal::ForceLevelForTesting(avx512 ? internal::KernelLevel::kAvx512
+                                        : internal::KernelLevel::kAvx2);
   std::vector<Tensor> copies = {BenchWeights(kIntermediate, kHidden, dtype, 1)};
   const int64_t copies_needed =
       tokens == 1 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
@@ -220,17 +227,27 @@ void BM_MatMulPrecision(benchmark::State& state) {
   state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
   state.counters["FLOP/s"] = benchmark::Counter(
       2.0 * tokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(DTypeName(dtype)) +
-                 (precision == MatMulPrecision::kInt8 ? " int8" : " exact"));
+  state.SetLabel(std::string(DTypeName(dtype)) + (precision == MatMulPrecision::kExact ? " exact"
+                                                  : avx512 ? " int8 avx512"
+                                                           : " int8 avx2"));
+  internal::ForceLevelForTesting(internal::KernelLevel::kAvx512);
 }
-BENCHMARK(BM_MatMulPrecision)
-    ->ArgNames({"dtype", "tokens", "int8", "threads"})
-    ->ArgsProduct({benchmark::CreateDenseRange(0, std::size(kPrecisionDTypes) - 1, 1),
-                   {1, 128},
-                   {0, 1},
-                   {1, 2}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMicrosecond);
+
+// Per dtype, shape and thread count: kExact, kInt8 on AVX2 and kInt8 on AVX-512 VNNI.
+void PrecisionArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "tokens", "int8", "threads", "level"});
+  for (int64_t d = 0; d < static_cast<int64_t>(std::size(kPrecisionDTypes)); ++d) {
+    for (int64_t tokens : {1, 128}) {
+      for (int64_t threads : {1, 2}) {
+        b->Args({d, tokens, 0, threads, 2});
+        b->Args({d, tokens, 1, threads, 1});
+        b->Args({d, tokens, 1, threads, 2});
+      }
+    }
+  }
+  b->UseRealTime()->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK(BM_MatMulPrecision)->Apply(PrecisionArgs);
 
 // Args: tokens (1 = decode at position `context - 1`, else prefill of the last tokens), context,
 // threads. TinyLlama attention: 32 heads, 4 KV heads, head_dim 64.

@@ -16,7 +16,7 @@ namespace uc::kernels {
 namespace internal {
 namespace {
 
-std::atomic<bool> g_force_portable{false};
+std::atomic<KernelLevel> g_max_level{KernelLevel::kAvx512};
 
 bool DetectAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,6 +31,29 @@ bool DetectAvx2() {
 #endif
 }
 
+bool DetectAvx512Vnni() {
+#if defined(__x86_64__)
+  if (!CpuSupportsAvx2()) return false;
+  // CPUID leaf 7 subleaf 0: EBX has F (16), DQ (17), BW (30), VL (31); ECX has VNNI (11).
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  constexpr unsigned kEbx = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
+  constexpr unsigned kVnni = 1u << 11;
+  if ((ebx & kEbx) != kEbx || (ecx & kVnni) == 0) return false;
+  // The OS must save the state: OSXSAVE (leaf 1 ECX bit 27), then XCR0 bits 1-2 (SSE, AVX) and
+  // 5-7 (opmask, upper halves of ZMM0-15, ZMM16-31).
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  constexpr unsigned kXcr0 = (1u << 1) | (1u << 2) | (1u << 5) | (1u << 6) | (1u << 7);
+  return (xcr0_lo & kXcr0) == kXcr0;
+#else
+  return false;
+#endif
+}
+
+KernelLevel MaxLevel() { return g_max_level.load(std::memory_order_relaxed); }
+
 }  // namespace
 
 bool CpuSupportsAvx2() {
@@ -38,9 +61,20 @@ bool CpuSupportsAvx2() {
   return supported;
 }
 
-bool UseAvx2() { return CpuSupportsAvx2() && !g_force_portable.load(std::memory_order_relaxed); }
+bool CpuSupportsAvx512Vnni() {
+  static const bool supported = DetectAvx512Vnni();
+  return supported;
+}
 
-void ForcePortableForTesting(bool force) { g_force_portable.store(force); }
+bool UseAvx2() { return CpuSupportsAvx2() && MaxLevel() >= KernelLevel::kAvx2; }
+
+bool UseAvx512Vnni() { return CpuSupportsAvx512Vnni() && MaxLevel() >= KernelLevel::kAvx512; }
+
+void ForceLevelForTesting(KernelLevel level) { g_max_level.store(level); }
+
+void ForcePortableForTesting(bool force) {
+  ForceLevelForTesting(force ? KernelLevel::kPortable : KernelLevel::kAvx512);
+}
 
 }  // namespace internal
 
@@ -91,6 +125,12 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
   const MatMulArgs args{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
                         w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
   if (precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
+#if defined(__x86_64__)
+    if (internal::UseAvx512Vnni()) {
+      avx512::MatMulInt8(args, pool);
+      return;
+    }
+#endif
     UC_DISPATCH(MatMulInt8, args, pool);
   } else {
     UC_DISPATCH(MatMul, args, pool);

@@ -29,10 +29,10 @@ namespace uc::kernels {
 //     Q8_1 for Q4_1 and Q5_1; Q8_K for Q2_K..Q6_K and Q8_K (quantizers in tensor/quants.h). Each
 //     weight block is dotted with its activation block in exact integer arithmetic, and the
 //     block sums are scaled and accumulated in F32 in one fixed order, defined by
-//     reference::MatMulInt8. The result is bit-identical on every path (portable, AVX2), for
-//     every thread count, and for a row of x whatever else is in the batch (no dependence on
-//     m). Against kExact it carries the 8-bit activation error: per element of x at most
-//     0.57 d (d = the block's max |x| / 127; 0.5 d for Q8_K), so
+//     reference::MatMulInt8. The result is bit-identical on every path (portable, AVX2, AVX-512
+//     VNNI), for every thread count, and for a row of x whatever else is in the batch (no
+//     dependence on m). Against kExact it carries the 8-bit activation error: per element of x
+//     at most 0.57 d (d = the block's max |x| / 127; 0.5 d for Q8_K), so
 //     |y_int8 - y_exact| <= sum_l |w_l| * 0.57 d_l plus F32 rounding, typically ~0.5% of |y|.
 //     REQUIRES: x finite and, for the Q8_0 / Q8_1 formats, every |x| < 65504 * 127.
 enum class MatMulPrecision { kExact, kInt8 };
@@ -40,9 +40,9 @@ enum class MatMulPrecision { kExact, kInt8 };
 // y[m, n] = x[m, k] · w[n, k]ᵀ.  x, y: F32; w: any weight dtype (k a whole number of blocks).
 // kExact: decode (m small) streams each weight row once for all m rows; larger m is tiled so
 // each weight tile is converted once and reused across rows. kInt8: each block of eight weight
-// rows is unpacked once and dotted with up to 64 quantized x rows, eight x rows at a time where
-// m allows (the prefill shape). Weights are read in their stored layout, never repacked. Threads
-// split the output columns (weight rows).
+// rows (sixteen with AVX-512 VNNI) is unpacked once and dotted with up to 64 quantized x rows,
+// eight (sixteen) x rows at a time where m allows (the prefill shape). Weights are read in their
+// stored layout, never repacked. Threads split the output columns (weight rows).
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
             MatMulPrecision precision = MatMulPrecision::kExact);
 

@@ -1,9 +1,11 @@
 // File: cpu_kernels.h
 // -----------------------------------------------------------------------------
 // Raw-pointer CPU kernels behind kernels/ops.h. ops.cc checks shapes and dtypes and then calls
-// one of two implementations with the same signature: uc::kernels::cpu (portable C++, any CPU)
-// or uc::kernels::avx2 (AVX2+FMA+F16C, only called when internal::UseAvx2()). Rope, AddInPlace
-// and AddBias are cheap and have only the portable version.
+// one of the implementations with the same signature: uc::kernels::cpu (portable C++, any CPU),
+// uc::kernels::avx2 (AVX2+FMA+F16C, only called when internal::UseAvx2()) or, for the integer
+// MatMul only, uc::kernels::avx512 (AVX-512 F/BW/VL/DQ + VNNI, only called when
+// internal::UseAvx512Vnni()). Rope, AddInPlace and AddBias are cheap and have only the portable
+// version.
 //
 // All pointers are to row-major, densely packed data; F32 unless a DType says otherwise.
 // Outputs must not alias inputs unless noted. Functions taking a ThreadPool accept null (run
@@ -155,5 +157,14 @@ void ConvertRow(DType dtype, const void* src, float* dst, int64_t n);
 double SumFloats(const float* data, int64_t n);
 
 }  // namespace avx2
+
+namespace avx512 {
+
+// Integer MatMul, bit-identical to cpu::MatMulInt8 for every m: tiles of sixteen weight rows
+// against panels of sixteen interleaved x rows (prefill) or single x rows (decode and the m % 16
+// left over), with VNNI dot products. See matmul_int8_avx512.cc.
+void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
+
+}  // namespace avx512
 
 }  // namespace uc::kernels

@@ -1,0 +1,831 @@
+// AVX-512 VNNI integer MatMul (AVX-512 F/BW/VL/DQ + VNNI), bit-identical to cpu::MatMulInt8
+// and avx2::MatMulInt8. The design is matmul_int8_avx2.cc's at twice the width: the x rows are
+// quantized once per call (by avx2::QuantizeActivations); the weights, in ggml's block layout as
+// stored, are walked in tiles of sixteen rows, and each block of a tile is unpacked once for all
+// the x rows of a pass:
+//   - groups of sixteen x rows are interleaved into panels once per call, and each weight row of
+//     the tile is dotted with a whole panel (lane = x row; four-byte groups of the weight row are
+//     broadcast): the prefill shape. Every type has a panel kernel here;
+//   - the other x rows (the m % 16 left over, and every row of the decode shape) are dotted
+//     with the tile (lane = weight row), with a horizontal sum per block.
+//
+// Every weight quant is unpacked to an unsigned byte u = q + offset (Q4_0 8, Q5_0 16, Q3_K 4,
+// Q6_K 32, and 128 for the signed Q8_0, IQ4_NL and Q8_K), so that _mm512_dpbusd_epi32 (unsigned
+// bytes times the signed activation bytes, four products added into an int32 lane, no
+// saturation) gives exact block sums; the offset comes back out with the activation block sums
+// (Q8_0's sum of quants, Q8_K's bsums). The K-quants' sub-block scales multiply int16 sums of
+// _mm512_maddubs_epi16 (unsigned quants at most 63, so pairs of products stay below 2^15, as in
+// int8_blocks_avx2.h) through _mm512_dpwssd_epi32. Block sums are exact integers, and each output
+// adds its block terms alone, in block order, with the reference's F32 operations, so the bits
+// do not depend on m, on the shape a row goes through, on the thread count or on the path.
+//
+// Everything here but MatMulInt8 is in an anonymous namespace: inline functions shared with
+// other translation units would be emitted here with AVX-512 instructions and could be the
+// copy the linker keeps, which CPUs without AVX-512 cannot run. For the same reason the scratch
+// buffers are plain malloc'ed memory rather than std::vector.
+#if defined(__x86_64__)
+
+// GCC 12's AVX-512 headers start some intrinsics from `__m512i __Y = __Y;`, which
+// -Wuninitialized reports wherever they are inlined (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "tensor/dtype.h"
+
+namespace uc::kernels::avx512 {
+namespace {
+
+constexpr int kTileRows = 16;   // weight rows per tile: one per int32 / F32 lane
+constexpr int kPanelRows = 16;  // x rows per panel: one per lane
+// x rows per pass over a tile's blocks; their accumulators stay in L1 (4 KiB).
+constexpr int64_t kRowsPerPass = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+__m512i Load(const void* p) { return _mm512_loadu_si512(p); }
+__m256i Load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+__m128i Load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+void Store256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+
+float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+uint16_t LoadU16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// The four bytes at p in every int32 lane.
+__m512i Broadcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+
+// The 16 bytes at a, b, c, d in 128-bit lanes 0, 1, 2, 3.
+__m512i Lanes(const void* a, const void* b, const void* c, const void* d) {
+  __m512i v = _mm512_castsi128_si512(Load128(a));
+  v = _mm512_inserti32x4(v, Load128(b), 1);
+  v = _mm512_inserti32x4(v, Load128(c), 2);
+  return _mm512_inserti32x4(v, Load128(d), 3);
+}
+
+// The f16 at byte `offset` of each of the sixteen rows, as F32.
+void GatherF16(const std::byte* const* rows, int64_t offset, float* out) {
+  alignas(32) uint16_t h[kTileRows];
+  for (int j = 0; j < kTileRows; ++j) h[j] = LoadU16(rows[j] + offset);
+  _mm512_store_ps(out, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+}
+
+// Per 128-bit lane: [a 0+2, b 0+2, a 1+3, b 1+3] (int32 lanes).
+__m512i AddInterleaved(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+}
+
+// Per 128-bit lane: [a 0+1, b 0+1, a 2+3, b 2+3] of int32 pairs, for a, b from AddInterleaved.
+__m512i AddInterleaved64(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+// [a.0 + a.1, a.2 + a.3, b.0 + b.1, b.2 + b.3] of 128-bit lanes.
+__m512i AddLanePairs(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Lane 4 L + q = the sum of 128-bit lane L of v[q] (q < 4).
+__m512i SumQuads(const __m512i* v) {
+  return AddInterleaved64(AddInterleaved(v[0], v[1]), AddInterleaved(v[2], v[3]));
+}
+
+// Lane j = the sum of the sixteen int32 lanes of v[j].
+__m512i SumEach(const __m512i* v) {
+  __m512i u[4];
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    // 128-bit lane L of u[g]: rows 4 g .. 4 g + 3, summed over their lane L.
+    u[g] = AddInterleaved64(AddInterleaved(v[4 * g], v[4 * g + 1]),
+                            AddInterleaved(v[4 * g + 2], v[4 * g + 3]));
+  }
+  return AddLanePairs(AddLanePairs(u[0], u[1]), AddLanePairs(u[2], u[3]));
+}
+
+// Lane j = the sum of row j's eight int32 lanes, from v[p] = [row 2p's eight | row 2p + 1's].
+__m512i SumPairedRows(const __m512i* v) {
+  const __m512i a = AddInterleaved64(AddInterleaved(v[0], v[1]), AddInterleaved(v[2], v[3]));
+  const __m512i b = AddInterleaved64(AddInterleaved(v[4], v[5]), AddInterleaved(v[6], v[7]));
+  // Rows 0, 2, 4, 6 | 1, 3, 5, 7 | 8, 10, 12, 14 | 9, 11, 13, 15.
+  const __m512i sums = AddLanePairs(a, b);
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), sums);
+}
+
+// Scratch memory of one thread, kept between calls, 64-byte aligned.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { std::free(data_); }
+
+  std::byte* Get(size_t bytes) {
+    if (bytes > capacity_) {
+      std::free(data_);
+      capacity_ = (bytes + 63) / 64 * 64;
+      data_ = static_cast<std::byte*>(std::aligned_alloc(64, capacity_));
+      UC_CHECK(data_ != nullptr, "MatMulInt8: out of memory");
+    }
+    return data_;
+  }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// 32-element blocks (Q8_0 / Q8_1 activations). A kernel works on a tile of sixteen weight rows:
+//   K::Prepare(rows, b, prep) unpacks block b of the sixteen rows into `prep`;
+//   K::Term(prep, xb, x_sum) dots it with one activation block (x_sum: the sum of its quants):
+//     lane j = row j's block term;
+//   K::PanelTerms(prep, cols, panel, acc) adds row c's block terms for the sixteen x rows of a
+//     panel to acc[c] (lane i = x row i), c < cols.
+
+// Block b of sixteen Q8_0 / Q8_1 activation rows, interleaved: qs[g] holds elements [4g, 4g + 4)
+// of row i at bytes [4i, 4i + 4).
+struct alignas(64) PanelQ8 {
+  int8_t qs[8][64];
+  float d[kPanelRows];      // each row's d, widened
+  int32_t sum[kPanelRows];  // Q8_0: the sum of the row's quants
+  float s[kPanelRows];      // Q8_1: the row's s, widened
+};
+
+// How a block's quants become unsigned bytes.
+enum class Quants {
+  kNibbles,          // Q4_0, Q4_1: the nibble
+  kNibblesFifthBit,  // Q5_0, Q5_1: the nibble plus 16 times the bit of qh
+  kIq4Nl,            // IQ4_NL: kIq4NlValues[nibble] + 128
+  kBytes,            // Q8_0: q + 128
+};
+
+// kIq4NlValues + 128, as unsigned bytes.
+alignas(16) constexpr uint8_t kIq4NlUnsigned[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                    129, 141, 153, 166, 181, 197, 217, 241};
+
+// x = d * (u - kOffset) (+ m with kHasMin; Q8_1 activations then, else Q8_0).
+template <typename Block, Quants kQuants, int kOffset, bool kHasMin>
+struct Blocks32 {
+  static constexpr bool kNeedsSums = kOffset != 0;
+  static constexpr int kShift = kOffset == 0 ? 0 : __builtin_ctz(kOffset);
+  static_assert(kOffset == 0 || kOffset == 1 << kShift);
+  using Panel = PanelQ8;
+  using Activation = std::conditional_t<kHasMin, BlockQ8_1, BlockQ8_0>;
+  struct Prep {
+    // 128-bit lane L of lo[q]: elements 0-15 of row 4 L + q, as unsigned bytes; hi: 16-31.
+    __m512i lo[4], hi[4];
+    alignas(64) float d[kTileRows];
+    alignas(64) float m[kTileRows];
+  };
+
+  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const Block* x[4];
+      for (int lane = 0; lane < 4; ++lane) {
+        x[lane] = reinterpret_cast<const Block*>(rows[4 * lane + q]) + b;
+      }
+      __m512i lo, hi;
+      if constexpr (kQuants == Quants::kBytes) {
+        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+        lo = _mm512_xor_si512(Lanes(x[0]->qs, x[1]->qs, x[2]->qs, x[3]->qs), flip);
+        hi = _mm512_xor_si512(Lanes(x[0]->qs + 16, x[1]->qs + 16, x[2]->qs + 16, x[3]->qs + 16),
+                              flip);
+      } else {
+        const __m512i bytes = Lanes(x[0]->qs, x[1]->qs, x[2]->qs, x[3]->qs);
+        lo = _mm512_and_si512(bytes, low4);
+        hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
+        if constexpr (kQuants == Quants::kIq4Nl) {
+          const __m512i table = _mm512_broadcast_i32x4(Load128(kIq4NlUnsigned));
+          lo = _mm512_shuffle_epi8(table, lo);
+          hi = _mm512_shuffle_epi8(table, hi);
+        }
+        if constexpr (kQuants == Quants::kNibblesFifthBit) {
+          // Bit l of row 4 L + q's qh goes to byte l (l < 16) of lane L of lo, else of hi.
+          uint64_t lo_bits = 0, hi_bits = 0;
+          for (int lane = 0; lane < 4; ++lane) {
+            uint32_t qh;
+            std::memcpy(&qh, x[lane]->qh, sizeof(qh));
+            lo_bits |= static_cast<uint64_t>(qh & 0xFFFF) << (16 * lane);
+            hi_bits |= static_cast<uint64_t>(qh >> 16) << (16 * lane);
+          }
+          const __m512i sixteen = _mm512_set1_epi8(16);
+          lo = _mm512_mask_add_epi8(lo, lo_bits, lo, sixteen);
+          hi = _mm512_mask_add_epi8(hi, hi_bits, hi, sixteen);
+        }
+      }
+      p.lo[q] = lo;
+      p.hi[q] = hi;
+    }
+    const int64_t block = b * static_cast<int64_t>(sizeof(Block));
+    GatherF16(rows, block + offsetof(Block, d), p.d);
+    if constexpr (kHasMin) GatherF16(rows, block + offsetof(Block, m), p.m);
+  }
+
+  static __m512 Term(const Prep& p, const std::byte* xb, int32_t x_sum) {
+    const Activation& x = *reinterpret_cast<const Activation*>(xb);
+    const __m512i y_lo = _mm512_broadcast_i32x4(Load128(x.qs));
+    const __m512i y_hi = _mm512_broadcast_i32x4(Load128(x.qs + 16));
+    __m512i v[4];
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      v[q] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), p.lo[q], y_lo),
+                                 p.hi[q], y_hi);
+    }
+    __m512i sumi = SumQuads(v);
+    if constexpr (kOffset != 0) sumi = _mm512_sub_epi32(sumi, _mm512_set1_epi32(kOffset * x_sum));
+    __m512 mw = _mm512_setzero_ps(), sx = _mm512_setzero_ps();
+    if constexpr (kHasMin) {
+      mw = _mm512_load_ps(p.m);
+      sx = _mm512_set1_ps(Half(x.s));
+    }
+    return Scale(_mm512_load_ps(p.d), _mm512_set1_ps(Half(x.d)), sumi, mw, sx);
+  }
+
+  static void PanelTerms(const Prep& p, int cols, const PanelQ8& x, __m512* acc) {
+    __m512i xq[8];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; ++g) xq[g] = Load(x.qs[g]);
+    const __m512 dx = _mm512_load_ps(x.d);
+    __m512i offset = _mm512_setzero_si512();
+    if constexpr (kOffset != 0) offset = _mm512_slli_epi32(Load(x.sum), kShift);
+    __m512 sx = _mm512_setzero_ps();
+    if constexpr (kHasMin) sx = _mm512_load_ps(x.s);
+    const auto* lo_bytes = reinterpret_cast<const uint8_t*>(p.lo);
+    const auto* hi_bytes = reinterpret_cast<const uint8_t*>(p.hi);
+    for (int c = 0; c < cols; ++c) {
+      // Row c = 4 L + q: lane L of lo[q], hi[q].
+      const uint8_t* lo = lo_bytes + 64 * (c % 4) + 16 * (c / 4);
+      const uint8_t* hi = hi_bytes + 64 * (c % 4) + 16 * (c / 4);
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        s0 = _mm512_dpbusd_epi32(s0, Broadcast4(lo + 4 * g), xq[g]);
+        s1 = _mm512_dpbusd_epi32(s1, Broadcast4(hi + 4 * g), xq[g + 4]);
+      }
+      __m512i sumi = _mm512_add_epi32(s0, s1);
+      if constexpr (kOffset != 0) sumi = _mm512_sub_epi32(sumi, offset);
+      __m512 mw = _mm512_setzero_ps();
+      if constexpr (kHasMin) mw = _mm512_set1_ps(p.m[c]);
+      acc[c] = _mm512_add_ps(acc[c], Scale(_mm512_set1_ps(p.d[c]), dx, sumi, mw, sx));
+    }
+  }
+
+ private:
+  // (dw * dx) * float(sumi), plus mw * sx with a min (the reference's term).
+  static __m512 Scale(__m512 dw, __m512 dx, __m512i sumi, __m512 mw, __m512 sx) {
+    __m512 term = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(sumi));
+    if constexpr (kHasMin) term = _mm512_add_ps(term, _mm512_mul_ps(mw, sx));
+    return term;
+  }
+};
+
+// Fills panel `out` from block b of the sixteen rows (Q8_0 or Q8_1, kQ8_1).
+template <bool kQ8_1>
+void BuildPanelQ8(const std::byte* const* rows, int64_t b, PanelQ8& out) {
+  using Block = std::conditional_t<kQ8_1, BlockQ8_1, BlockQ8_0>;
+  for (int i = 0; i < kPanelRows; ++i) {
+    const Block& x = reinterpret_cast<const Block*>(rows[i])[b];
+    for (int g = 0; g < 8; ++g) std::memcpy(out.qs[g] + 4 * i, x.qs + 4 * g, 4);
+    out.d[i] = Half(x.d);
+    if constexpr (kQ8_1) {
+      out.s[i] = Half(x.s);
+    } else {
+      int32_t sum = 0;
+      for (int l = 0; l < 32; ++l) sum += x.qs[l];
+      out.sum[i] = sum;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants (Q8_K activations). A super-block is eight 32-element chunks; sub-block i (16
+// elements) is half i % 2 of chunk i / 2. Every type unpacks into one KPrep: per row, the
+// unsigned quants in element order, the integer scale of each sub-block and, per sub-block,
+// either the min (kMin: Q2_K, Q4_K, Q5_K: term = dy d sumi - dy dmin sum(min * bsum)) or again
+// the scale (kOffset: Q3_K, Q6_K, Q8_K: sumi -= offset * sum(scale * bsum)).
+
+enum class KMins { kMin, kOffset };
+
+// Block b of sixteen Q8_K activation rows, interleaved as PanelQ8, chunk by chunk.
+struct alignas(64) PanelQ8K {
+  int8_t qs[8][8][64];                // [chunk][four-byte group]: row i at bytes [4i, 4i + 4)
+  float d[kPanelRows];                // each row's d
+  int32_t bsum_pairs[8][kPanelRows];  // [chunk c][row]: bsums 2c (low 16 bits) and 2c + 1
+};
+
+struct KPrep {
+  alignas(64) uint8_t q[kTileRows][kQK_K];           // [row] unsigned quants
+  alignas(64) int16_t sub_scale[kTileRows][16];      // [row][sub-block] integer scale
+  alignas(64) int16_t sub_extra[kTileRows][16];      // [row][sub-block] min, or scale (kOffset)
+  alignas(64) int16_t pair_scale[kTileRows][4][32];  // [row][64 elements]: scale of each pair
+  alignas(64) int16_t neg_offset[kTileRows][32];     // kOffset: -(scale << shift), then 16 zeros
+  alignas(64) float d[kTileRows], dmin[kTileRows];
+};
+
+// (bytes >> shift) & mask per byte.
+__m256i Bits(__m256i bytes, int shift, uint8_t mask) {
+  return _mm256_and_si256(_mm256_srli_epi16(bytes, shift),
+                          _mm256_set1_epi8(static_cast<char>(mask)));
+}
+
+// pair_scale (unless kUnitScale) and neg_offset of row j from its sub_scale and sub_extra.
+template <KMins kMins, int kShift, bool kUnitScale>
+void FinishKRow(KPrep& p, int j) {
+  alignas(64) static constexpr int16_t kPairSubBlock[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1,
+                                                            1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
+                                                            2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+  const __m512i scales = _mm512_zextsi256_si512(Load256(p.sub_scale[j]));
+  const __m512i pick = Load(kPairSubBlock);
+#pragma GCC unroll 4
+  for (int r = 0; r < (kUnitScale ? 0 : 4); ++r) {
+    // Register r covers elements [64 r, 64 r + 64): pair t is in sub-block 4 r + t / 8.
+    const __m512i index = _mm512_add_epi16(pick, _mm512_set1_epi16(static_cast<int16_t>(4 * r)));
+    _mm512_store_si512(p.pair_scale[j][r], _mm512_permutexvar_epi16(index, scales));
+  }
+  if constexpr (kMins == KMins::kOffset) {
+    const __m256i neg = _mm256_sub_epi16(_mm256_setzero_si256(),
+                                         _mm256_slli_epi16(Load256(p.sub_extra[j]), kShift));
+    _mm512_store_si512(p.neg_offset[j], _mm512_zextsi256_si512(neg));
+  }
+}
+
+// The block terms for the sixteen rows (lanes) against one activation super-block.
+template <KMins kMins, int kShift, bool kUnitScale>
+__m512 KTerm(const KPrep& p, const BlockQ8_K& y) {
+  __m512i yv[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) yv[r] = Load(y.qs + 64 * r);
+  const __m512i bsums = _mm512_broadcast_i64x4(Load256(y.bsums));
+  __m512i v[kTileRows];
+#pragma GCC unroll 16
+  for (int j = 0; j < kTileRows; ++j) {
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      const __m512i q = Load(p.q[j] + 64 * r);
+      if constexpr (kUnitScale) {
+        acc = _mm512_dpbusd_epi32(acc, q, yv[r]);
+      } else {
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q, yv[r]), Load(p.pair_scale[j][r]));
+      }
+    }
+    if constexpr (kMins == KMins::kOffset)
+      acc = _mm512_dpwssd_epi32(acc, Load(p.neg_offset[j]), bsums);
+    v[j] = acc;
+  }
+  const __m512i sumi = SumEach(v);
+  const __m512 dy = _mm512_set1_ps(y.d);
+  const __m512 d = _mm512_mul_ps(dy, _mm512_load_ps(p.d));
+  if constexpr (kMins == KMins::kOffset) {
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi));
+  } else {
+    __m512i e[kTileRows / 2];
+#pragma GCC unroll 8
+    for (int pr = 0; pr < kTileRows / 2; ++pr) {
+      e[pr] = _mm512_madd_epi16(Load(p.sub_extra[2 * pr]), bsums);  // rows 2 pr, 2 pr + 1
+    }
+    const __m512 dmin = _mm512_mul_ps(dy, _mm512_load_ps(p.dmin));
+    return _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)),
+                         _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(SumPairedRows(e))));
+  }
+}
+
+// acc[j] += row j's block terms for the sixteen x rows of a panel (lanes), j < cols.
+// kGroupsPerSum four-byte groups are summed in int16 before the scale: each adds 2 products of
+// at most umax * 127, so four groups are fine up to 5-bit quants (31496) and Q6_K takes two
+// (32004). kUnitScale (Q8_K, u up to 255): dpbusd straight into int32.
+template <KMins kMins, int kShift, int kGroupsPerSum, bool kUnitScale>
+void KPanelTerms(const KPrep& p, int cols, const PanelQ8K& x, __m512* acc) {
+  const __m512 dy = _mm512_load_ps(x.d);
+  for (int j = 0; j < cols; ++j) {
+    __m512i sumi = _mm512_setzero_si512(), extra = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* q = p.q[j] + 32 * c;
+      if constexpr (kUnitScale) {
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; ++g)
+          sumi = _mm512_dpbusd_epi32(sumi, Broadcast4(q + 4 * g), Load(x.qs[c][g]));
+      } else {
+#pragma GCC unroll 8
+        for (int g0 = 0; g0 < 8; g0 += kGroupsPerSum) {
+          __m512i s = _mm512_maddubs_epi16(Broadcast4(q + 4 * g0), Load(x.qs[c][g0]));
+#pragma GCC unroll 4
+          for (int g = g0 + 1; g < g0 + kGroupsPerSum; ++g) {
+            s = _mm512_add_epi16(s, _mm512_maddubs_epi16(Broadcast4(q + 4 * g), Load(x.qs[c][g])));
+          }
+          // Groups 0-3 are sub-block 2c, 4-7 sub-block 2c + 1.
+          sumi = _mm512_dpwssd_epi32(sumi, s, _mm512_set1_epi16(p.sub_scale[j][2 * c + g0 / 4]));
+        }
+      }
+      extra = _mm512_dpwssd_epi32(extra, Broadcast4(&p.sub_extra[j][2 * c]), Load(x.bsum_pairs[c]));
+    }
+    const __m512 d = _mm512_mul_ps(dy, _mm512_set1_ps(p.d[j]));
+    __m512 term;
+    if constexpr (kMins == KMins::kOffset) {
+      const __m512i s = _mm512_sub_epi32(sumi, _mm512_slli_epi32(extra, kShift));
+      term = _mm512_mul_ps(d, _mm512_cvtepi32_ps(s));
+    } else {
+      const __m512 dmin = _mm512_mul_ps(dy, _mm512_set1_ps(p.dmin[j]));
+      term = _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)),
+                           _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(extra)));
+    }
+    acc[j] = _mm512_add_ps(acc[j], term);
+  }
+}
+
+// The kernel of a K-quant, from its Unpack(row bytes of the super-block, p, j) that fills row
+// j's q, sub_scale, sub_extra, d and dmin.
+template <typename Block, typename Unpacker, KMins kMins, int kShift, int kGroupsPerSum,
+          bool kUnitScale = false>
+struct KBlocks {
+  static constexpr bool kNeedsSums = false;
+  using Prep = KPrep;
+  using Panel = PanelQ8K;
+  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
+    for (int j = 0; j < kTileRows; ++j) {
+      Unpacker::Unpack(rows[j] + b * static_cast<int64_t>(sizeof(Block)), p, j);
+      FinishKRow<kMins, kShift, kUnitScale>(p, j);
+    }
+  }
+  static __m512 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
+    return KTerm<kMins, kShift, kUnitScale>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
+  }
+  static void PanelTerms(const Prep& p, int cols, const PanelQ8K& x, __m512* acc) {
+    KPanelTerms<kMins, kShift, kGroupsPerSum, kUnitScale>(p, cols, x, acc);
+  }
+};
+
+template <typename Block>
+const Block& BlockAt(const std::byte* bytes) {
+  return *reinterpret_cast<const Block*>(bytes);
+}
+
+struct Q2KUnpacker {
+  static void Unpack(const std::byte* bytes, KPrep& p, int j) {
+    const auto& x = BlockAt<BlockQ2_K>(bytes);
+    const __m256i qs[2] = {Load256(x.qs), Load256(x.qs + 32)};
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) Store256(p.q[j] + 32 * c, Bits(qs[c / 4], 2 * (c % 4), 3));
+    const __m128i raw = Load128(x.scales);
+    const __m128i low4 = _mm_set1_epi8(0x0F);
+    Store256(p.sub_scale[j], _mm256_cvtepu8_epi16(_mm_and_si128(raw, low4)));
+    Store256(p.sub_extra[j], _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)));
+    p.d[j] = Half(x.d);
+    p.dmin[j] = Half(x.dmin);
+  }
+};
+
+struct Q3KUnpacker {
+  static void Unpack(const std::byte* bytes, KPrep& p, int j) {
+    const auto& x = BlockAt<BlockQ3_K>(bytes);
+    const __m256i qs[2] = {Load256(x.qs), Load256(x.qs + 32)};
+    const __m256i hmask = Load256(x.hmask);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      // q + 4 = low bits | high bit << 2, in [0, 7].
+      Store256(p.q[j] + 32 * c, _mm256_or_si256(Bits(qs[c / 4], 2 * (c % 4), 3),
+                                                _mm256_slli_epi16(Bits(hmask, c, 1), 2)));
+    }
+    // The sixteen 6-bit scales - 32 (Q3KScale): low 4 bits from bytes 0-7 (low nibble for
+    // sub-blocks 0-7, high for 8-15), high 2 bits from bytes 8-11 at 2 (i / 4).
+    uint32_t a[3];
+    std::memcpy(a, x.scales, sizeof(a));
+    const uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+    const uint32_t s[4] = {(a[0] & kLow4) | ((a[2] & kLow2) << 4),
+                           (a[1] & kLow4) | (((a[2] >> 2) & kLow2) << 4),
+                           ((a[0] >> 4) & kLow4) | (((a[2] >> 4) & kLow2) << 4),
+                           ((a[1] >> 4) & kLow4) | (((a[2] >> 6) & kLow2) << 4)};
+    const __m256i scales =
+        _mm256_sub_epi16(_mm256_cvtepu8_epi16(Load128(s)), _mm256_set1_epi16(32));
+    Store256(p.sub_scale[j], scales);
+    Store256(p.sub_extra[j], scales);
+    p.d[j] = Half(x.d);
+  }
+};
+
+// Q4_K and Q5_K: one 6-bit scale and min per 32-element chunk.
+template <typename Block, bool kFifthBit>
+struct KScaleMinUnpacker {
+  static void Unpack(const std::byte* bytes, KPrep& p, int j) {
+    const auto& x = BlockAt<Block>(bytes);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      __m256i q = Bits(Load256(x.qs + 32 * (c / 2)), 4 * (c % 2), 0xF);
+      if constexpr (kFifthBit) {
+        q = _mm256_or_si256(q, _mm256_slli_epi16(Bits(Load256(x.qh), c, 1), 4));
+      }
+      Store256(p.q[j] + 32 * c, q);
+    }
+    // KScaleMin for all eight chunks, four bytes at a time: scales 0-3 are the low 6 bits of
+    // bytes 0-3, scales 4-7 the low nibbles of bytes 8-11 with the top 2 bits of bytes 0-3
+    // above them; mins likewise from bytes 4-7 and the high nibbles of 8-11.
+    uint32_t a[3];
+    std::memcpy(a, x.scales, sizeof(a));
+    const uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+    const uint32_t scales[2] = {a[0] & kLow6, (a[2] & kLow4) | (((a[0] >> 6) & kLow2) << 4)};
+    const uint32_t mins[2] = {a[1] & kLow6, ((a[2] >> 4) & kLow4) | (((a[1] >> 6) & kLow2) << 4)};
+    // Sub-blocks 2c and 2c + 1 share chunk c's scale and min.
+    auto per_sub_block = [](const uint32_t* bytes8) {
+      uint64_t v;
+      std::memcpy(&v, bytes8, sizeof(v));
+      const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(v)));
+      return _mm256_set_m128i(_mm_unpackhi_epi16(w, w), _mm_unpacklo_epi16(w, w));
+    };
+    Store256(p.sub_scale[j], per_sub_block(scales));
+    Store256(p.sub_extra[j], per_sub_block(mins));
+    p.d[j] = Half(x.d);
+    p.dmin[j] = Half(x.dmin);
+  }
+};
+
+struct Q6KUnpacker {
+  static void Unpack(const std::byte* bytes, KPrep& p, int j) {
+    const auto& x = BlockAt<BlockQ6_K>(bytes);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) {
+      const int h = c / 4, r = c % 4;
+      const __m256i low = Bits(Load256(x.ql + 64 * h + 32 * (r % 2)), 4 * (r / 2), 0xF);
+      const __m256i high = Bits(Load256(x.qh + 32 * h), 2 * r, 3);
+      Store256(p.q[j] + 32 * c, _mm256_or_si256(low, _mm256_slli_epi16(high, 4)));  // q + 32
+    }
+    const __m256i scales = _mm256_cvtepi8_epi16(Load128(x.scales));
+    Store256(p.sub_scale[j], scales);
+    Store256(p.sub_extra[j], scales);
+    p.d[j] = Half(x.d);
+  }
+};
+
+// Q8_K weights: q + 128, unit scales, an F32 d (read by bytes: a row need not be 4-aligned).
+struct Q8KUnpacker {
+  static void Unpack(const std::byte* bytes, KPrep& p, int j) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      _mm512_store_si512(p.q[j] + 64 * r,
+                         _mm512_xor_si512(Load(bytes + offsetof(BlockQ8_K, qs) + 64 * r), flip));
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    Store256(p.sub_scale[j], ones);
+    Store256(p.sub_extra[j], ones);
+    std::memcpy(&p.d[j], bytes + offsetof(BlockQ8_K, d), sizeof(float));
+  }
+};
+
+using Q2KBlocks = KBlocks<BlockQ2_K, Q2KUnpacker, KMins::kMin, 0, 4>;
+using Q3KBlocks = KBlocks<BlockQ3_K, Q3KUnpacker, KMins::kOffset, 2, 4>;
+using Q4KBlocks = KBlocks<BlockQ4_K, KScaleMinUnpacker<BlockQ4_K, false>, KMins::kMin, 0, 4>;
+using Q5KBlocks = KBlocks<BlockQ5_K, KScaleMinUnpacker<BlockQ5_K, true>, KMins::kMin, 0, 4>;
+using Q6KBlocks = KBlocks<BlockQ6_K, Q6KUnpacker, KMins::kOffset, 5, 2>;
+using Q8KBlocks = KBlocks<BlockQ8_K, Q8KUnpacker, KMins::kOffset, 7, 8, /*kUnitScale=*/true>;
+
+// Fills panel `out` from super-block b of the sixteen Q8_K rows.
+void BuildPanelQ8K(const std::byte* const* rows, int64_t b, PanelQ8K& out) {
+  for (int i = 0; i < kPanelRows; ++i) {
+    const BlockQ8_K& x = reinterpret_cast<const BlockQ8_K*>(rows[i])[b];
+    for (int c = 0; c < 8; ++c) {
+      for (int g = 0; g < 8; ++g) std::memcpy(out.qs[c][g] + 4 * i, x.qs + 32 * c + 4 * g, 4);
+      out.bsum_pairs[c][i] = static_cast<int32_t>(static_cast<uint16_t>(x.bsums[2 * c]) |
+                                                  static_cast<uint32_t>(x.bsums[2 * c + 1]) << 16);
+    }
+    out.d[i] = x.d;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The driver.
+
+// Calls fn(Kernel{}) with the kernel of a quantized weight dtype.
+template <typename Fn>
+void VisitKernel(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      return fn(Blocks32<BlockQ8_0, Quants::kBytes, 128, false>{});
+    case DType::kIQ4_NL:
+      return fn(Blocks32<BlockIQ4_NL, Quants::kIq4Nl, 128, false>{});
+    case DType::kQ4_0:
+      return fn(Blocks32<BlockQ4_0, Quants::kNibbles, 8, false>{});
+    case DType::kQ5_0:
+      return fn(Blocks32<BlockQ5_0, Quants::kNibblesFifthBit, 16, false>{});
+    case DType::kQ4_1:
+      return fn(Blocks32<BlockQ4_1, Quants::kNibbles, 0, true>{});
+    case DType::kQ5_1:
+      return fn(Blocks32<BlockQ5_1, Quants::kNibblesFifthBit, 0, true>{});
+    case DType::kQ2_K:
+      return fn(Q2KBlocks{});
+    case DType::kQ3_K:
+      return fn(Q3KBlocks{});
+    case DType::kQ4_K:
+      return fn(Q4KBlocks{});
+    case DType::kQ5_K:
+      return fn(Q5KBlocks{});
+    case DType::kQ6_K:
+      return fn(Q6KBlocks{});
+    case DType::kQ8_K:
+      return fn(Q8KBlocks{});
+    default:
+      UC_CHECK(false, "MatMulInt8: dtype %d is not quantized", static_cast<int>(dtype));
+  }
+}
+
+// The quantized activations of one call.
+struct QuantizedX {
+  const std::byte* rows;  // [m] rows of row_bytes
+  int64_t row_bytes;
+  int64_t block_bytes;
+  int64_t blocks;
+  const int32_t* sums;  // [m, blocks] sum of each block's quants (rows past the panels), or null
+  const void* panels;   // [panel_rows / 16, blocks] panels of rows [0, panel_rows), or null
+  int64_t panel_rows;   // a multiple of 16
+};
+
+// Asks for bytes [begin, end) to be brought into L1.
+void PrefetchBytes(const std::byte* begin, const std::byte* end) {
+  for (const std::byte* p = begin; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+}
+
+// y rows [i0, i0 + 16) x columns [j0, j0 + cols) from acc[c] (lane i = row i0 + i, column
+// j0 + c).
+void StorePanel(const __m512* acc, int64_t cols, float* y, int64_t n) {
+  alignas(64) float t[kTileRows][kPanelRows];
+  for (int c = 0; c < kTileRows; ++c) _mm512_store_ps(t[c], acc[c]);
+  for (int i = 0; i < kPanelRows; ++i) {
+    for (int64_t c = 0; c < cols; ++c) y[i * n + c] = t[c][i];
+  }
+}
+
+// Outputs of tiles [t_begin, t_end): columns [16 t, 16 t + 16) ∩ [0, n).
+template <typename K>
+void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  using Panel = typename K::Panel;
+  alignas(64) typename K::Prep prep;
+  __m512 acc[kRowsPerPass];
+  const auto* panels = static_cast<const Panel*>(x.panels);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t j0 = t * kTileRows;
+    const int64_t cols = std::min<int64_t>(kTileRows, a.n - j0);
+    const __mmask16 col_mask = static_cast<__mmask16>((1u << cols) - 1);
+    // Lanes past n repeat the last row; their results are dropped.
+    const std::byte* rows[kTileRows];
+    for (int c = 0; c < kTileRows; ++c) {
+      rows[c] = a.w + std::min<int64_t>(j0 + c, a.n - 1) * a.w_row_bytes;
+    }
+    // The tile reads sixteen rows side by side, a pattern the hardware prefetcher does not
+    // follow; the next tile (the next sixteen rows, contiguous) is requested a share per block.
+    const std::byte* next = a.w + std::min(j0 + kTileRows, a.n) * a.w_row_bytes;
+    const std::byte* next_end = a.w + std::min(j0 + 2 * kTileRows, a.n) * a.w_row_bytes;
+    const int64_t share = (kTileRows * a.w_row_bytes + x.blocks - 1) / x.blocks;
+    bool prefetched = false;
+    auto prepare = [&](int64_t b) {
+      if (!prefetched && next < next_end) {
+        PrefetchBytes(next + b * share, std::min(next + (b + 1) * share, next_end));
+      }
+      K::Prepare(rows, b, prep);
+    };
+    // Panels: acc[16 g + c] = column j0 + c of panel g's sixteen rows.
+    for (int64_t i0 = 0; i0 < x.panel_rows; i0 += kRowsPerPass) {
+      const int64_t groups = std::min(kRowsPerPass, x.panel_rows - i0) / kPanelRows;
+      for (int64_t r = 0; r < groups * kTileRows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < x.blocks; ++b) {
+        prepare(b);
+        for (int64_t g = 0; g < groups; ++g) {
+          const Panel& panel = panels[(i0 / kPanelRows + g) * x.blocks + b];
+          K::PanelTerms(prep, static_cast<int>(cols), panel, acc + g * kTileRows);
+        }
+      }
+      prefetched = true;
+      for (int64_t g = 0; g < groups; ++g) {
+        StorePanel(acc + g * kTileRows, cols, a.y + (i0 + g * kPanelRows) * a.n + j0, a.n);
+      }
+    }
+    // Single rows: acc[r] = row i0 + r of columns j0..j0 + 15.
+    for (int64_t i0 = x.panel_rows; i0 < a.m; i0 += kRowsPerPass) {
+      const int64_t count = std::min(kRowsPerPass, a.m - i0);
+      for (int64_t r = 0; r < count; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < x.blocks; ++b) {
+        prepare(b);
+        const std::byte* xb = x.rows + i0 * x.row_bytes + b * x.block_bytes;
+        for (int64_t r = 0; r < count; ++r) {
+          const int32_t sum = K::kNeedsSums ? x.sums[(i0 + r) * x.blocks + b] : 0;
+          acc[r] = _mm512_add_ps(acc[r], K::Term(prep, xb + r * x.row_bytes, sum));
+        }
+      }
+      prefetched = true;
+      for (int64_t r = 0; r < count; ++r) {
+        _mm512_mask_storeu_ps(a.y + (i0 + r) * a.n + j0, col_mask, acc[r]);
+      }
+    }
+  }
+}
+
+// Sum of the 32 quants of each Q8_0 block of x rows [begin, end).
+void BlockSums(const std::byte* rows, int64_t row_bytes, int64_t blocks, int64_t begin, int64_t end,
+               int32_t* sums) {
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t i = begin; i < end; ++i) {
+    const auto* x = reinterpret_cast<const BlockQ8_0*>(rows + i * row_bytes);
+    for (int64_t b = 0; b < blocks; ++b) {
+      // 1 * q summed four at a time: dpbusd with unsigned ones.
+      const __m256i wide = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, Load256(x[b].qs));
+      sums[i * blocks + b] = _mm512_reduce_add_epi32(_mm512_zextsi256_si512(wide));
+    }
+  }
+}
+
+// Panels of x row groups [begin, end) (rows 16 g .. 16 g + 15 of group g).
+template <typename Panel>
+void BuildPanels(ActivationFormat format, const QuantizedX& x, int64_t begin, int64_t end,
+                 Panel* panels) {
+  for (int64_t g = begin; g < end; ++g) {
+    const std::byte* rows[kPanelRows];
+    for (int i = 0; i < kPanelRows; ++i) rows[i] = x.rows + (g * kPanelRows + i) * x.row_bytes;
+    for (int64_t b = 0; b < x.blocks; ++b) {
+      Panel& out = panels[g * x.blocks + b];
+      if constexpr (std::is_same_v<Panel, PanelQ8K>) {
+        BuildPanelQ8K(rows, b, out);
+      } else if (format == ActivationFormat::kQ8_1) {
+        BuildPanelQ8<true>(rows, b, out);
+      } else {
+        BuildPanelQ8<false>(rows, b, out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void MatMulInt8(const MatMulArgs& args, ThreadPool* pool) {
+  const ActivationFormat format = Int8ActivationFormat(args.w_dtype);
+  QuantizedX x;
+  x.row_bytes = ActivationRowBytes(format, args.k);
+  x.blocks = args.k / ActivationBlockSize(format);
+  x.block_bytes = x.row_bytes / x.blocks;
+  // The calling thread's buffers; the workers only see the pointers.
+  thread_local Scratch rows_buffer, sums_buffer, panel_buffer;
+  std::byte* const xq = rows_buffer.Get(static_cast<size_t>(args.m * x.row_bytes));
+  x.rows = xq;
+  VisitKernel(args.w_dtype, [&](auto kernel) {
+    using K = decltype(kernel);
+    using Panel = typename K::Panel;
+    x.panel_rows = args.m / kPanelRows * kPanelRows;
+    int32_t* const sum_data = K::kNeedsSums
+                                  ? reinterpret_cast<int32_t*>(sums_buffer.Get(
+                                        static_cast<size_t>(args.m * x.blocks) * sizeof(int32_t)))
+                                  : nullptr;
+    x.sums = sum_data;
+    const int64_t groups = x.panel_rows / kPanelRows;
+    auto* const panels = groups == 0 ? nullptr
+                                     : reinterpret_cast<Panel*>(panel_buffer.Get(
+                                           static_cast<size_t>(groups * x.blocks) * sizeof(Panel)));
+    x.panels = panels;
+    ParallelFor(
+        pool, args.m,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            avx2::QuantizeActivations(format, args.x + i * args.k, args.k, xq + i * x.row_bytes);
+          }
+          if constexpr (K::kNeedsSums) {
+            const int64_t first = std::max(begin, x.panel_rows);
+            if (first < end) BlockSums(xq, x.row_bytes, x.blocks, first, end, sum_data);
+          }
+        },
+        MinRowsPerChunk(args.k));
+    if (groups > 0) {
+      ParallelFor(
+          pool, groups,
+          [&](int64_t begin, int64_t end) { BuildPanels(format, x, begin, end, panels); },
+          std::max<int64_t>(1, MinRowsPerChunk(args.k) / kPanelRows));
+    }
+    const int64_t num_tiles = (args.n + kTileRows - 1) / kTileRows;
+    ParallelFor(
+        pool, num_tiles, [&](int64_t begin, int64_t end) { TileRange<K>(args, x, begin, end); },
+        std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / kTileRows));
+  });
+}
+
+}  // namespace uc::kernels::avx512
+
+#endif  // defined(__x86_64__)
