@@ -37,15 +37,32 @@ bool BlockManager::Allocate(std::vector<int32_t>& table, int num_tokens) {
   return true;
 }
 
+void BlockManager::Release(int32_t id) {
+  UC_CHECK(id >= 0 && id < num_blocks_, "freeing block %d of a cache of %d blocks", id,
+           num_blocks_);
+  UC_CHECK(in_use_[id], "double free of KV block %d", id);
+  in_use_[id] = false;
+  free_.push_back(id);
+}
+
 void BlockManager::Free(std::vector<int32_t>& table) {
   for (const int32_t id : table) {
-    UC_CHECK(id >= 0 && id < num_blocks_, "freeing block %d of a cache of %d blocks", id,
-             num_blocks_);
-    UC_CHECK(in_use_[id], "double free of KV block %d", id);
-    in_use_[id] = false;
-    free_.push_back(id);
+    if (id != kNoBlock) Release(id);
   }
   table.clear();
+}
+
+int BlockManager::FreeLeading(std::vector<int32_t>& table, int count) {
+  UC_CHECK(count >= 0 && static_cast<size_t>(count) <= table.size(),
+           "FreeLeading(%d) of a table of %zu blocks", count, table.size());
+  int freed = 0;
+  for (int b = 0; b < count; ++b) {
+    if (table[b] == kNoBlock) continue;
+    Release(table[b]);
+    table[b] = kNoBlock;
+    ++freed;
+  }
+  return freed;
 }
 
 }  // namespace uc::engine

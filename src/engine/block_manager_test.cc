@@ -96,6 +96,25 @@ TEST(BlockManagerTest, FreeingAnEmptyTableIsANoOp) {
   EXPECT_EQ(blocks.num_free_blocks(), 2);
 }
 
+TEST(BlockManagerTest, FreeLeadingGivesBackTheOldestBlocksAndKeepsPositions) {
+  BlockManager blocks(5, 2);
+  Table a;
+  ASSERT_TRUE(blocks.Allocate(a, 8));  // blocks 0..3
+  EXPECT_EQ(blocks.FreeLeading(a, 2), 2);
+  EXPECT_EQ(a, (Table{BlockManager::kNoBlock, BlockManager::kNoBlock, 2, 3}));
+  EXPECT_EQ(blocks.num_free_blocks(), 3);
+  EXPECT_EQ(blocks.FreeLeading(a, 3), 1);  // the first two are already back
+  EXPECT_EQ(a, (Table{BlockManager::kNoBlock, BlockManager::kNoBlock, BlockManager::kNoBlock, 3}));
+  // The table keeps growing by position: 12 tokens need two more blocks, taken from the front
+  // of the free list (4, then the first one given back).
+  ASSERT_TRUE(blocks.Allocate(a, 12));
+  EXPECT_EQ(
+      a, (Table{BlockManager::kNoBlock, BlockManager::kNoBlock, BlockManager::kNoBlock, 3, 4, 0}));
+  blocks.Free(a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(blocks.num_free_blocks(), 5);
+}
+
 TEST(BlockManagerDeathTest, DoubleFreeIsACheckedError) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   BlockManager blocks(4, 4);

@@ -8,6 +8,17 @@
 
 namespace uc::engine {
 
+int MaxBlocksHeld(int num_tokens, int block_size, int sliding_window, int max_chunk) {
+  UC_CHECK(num_tokens >= 0 && block_size >= 1 && sliding_window >= 0 && max_chunk >= 1,
+           "MaxBlocksHeld(%d, %d, %d, %d)", num_tokens, block_size, sliding_window, max_chunk);
+  const int64_t all = (int64_t{num_tokens} + block_size - 1) / block_size;
+  if (sliding_window == 0) return static_cast<int>(all);
+  // Positions [start - window + 1, start + chunk): window - 1 + chunk of them, on at most one
+  // block more than they fill.
+  const int64_t span = int64_t{sliding_window} - 1 + max_chunk;
+  return static_cast<int>(std::min(all, (span + block_size - 1) / block_size + 1));
+}
+
 Scheduler::Scheduler(const SchedulerConfig& config, BlockManager* block_manager)
     : config_(config), blocks_(block_manager) {
   UC_CHECK(block_manager != nullptr, "Scheduler needs a BlockManager");
@@ -16,6 +27,12 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager* block_manager)
            config.max_num_batched_tokens);
   UC_CHECK(config.max_prefill_chunk >= 1, "max_prefill_chunk is %d", config.max_prefill_chunk);
   UC_CHECK(config.max_model_len >= 1, "max_model_len is %d", config.max_model_len);
+  UC_CHECK(config.sliding_window >= 0, "sliding_window is %d", config.sliding_window);
+}
+
+int Scheduler::MaxBlocksHeld(int num_tokens) const {
+  return engine::MaxBlocksHeld(num_tokens, blocks_->block_size(), config_.sliding_window,
+                               std::min(config_.max_prefill_chunk, config_.max_num_batched_tokens));
 }
 
 Status Scheduler::AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
@@ -34,10 +51,10 @@ Status Scheduler::AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
         " tokens; the context (max_model_len) is " + std::to_string(config_.max_model_len) +
         ", leaving no room to generate");
   }
-  if (blocks_->BlocksFor(num_prompt) > blocks_->num_blocks()) {
+  if (MaxBlocksHeld(num_prompt) > blocks_->num_blocks()) {
     return InvalidArgumentError("sequence " + std::to_string(seq_id) + ": prompt has " +
                                 std::to_string(num_prompt) + " tokens, needing " +
-                                std::to_string(blocks_->BlocksFor(num_prompt)) + " KV blocks of " +
+                                std::to_string(MaxBlocksHeld(num_prompt)) + " KV blocks of " +
                                 std::to_string(blocks_->block_size()) + " tokens; the cache has " +
                                 std::to_string(blocks_->num_blocks()));
   }
@@ -67,6 +84,7 @@ worker::SchedulerOutput Scheduler::Schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     CheckSchedulable(*seq);
+    ReleaseOutOfWindow(seq);
     const int n = ChunkSize(*seq, budget);
     const int end = seq->num_computed_tokens + n;
     bool fits = blocks_->Allocate(seq->block_table, end);
@@ -171,6 +189,17 @@ void Scheduler::InsertWaiting(Sequence* seq) {
   waiting_.insert(pos, seq);
 }
 
+void Scheduler::ReleaseOutOfWindow(Sequence* seq) {
+  if (config_.sliding_window == 0) return;
+  // The next token, at position num_computed_tokens, reads keys from position
+  // num_computed_tokens - window + 1 on (kernels::AttentionShape::FirstPosition).
+  const int first_needed = seq->num_computed_tokens - config_.sliding_window + 1;
+  if (first_needed <= 0) return;
+  const int count =
+      std::min(first_needed / blocks_->block_size(), static_cast<int>(seq->block_table.size()));
+  blocks_->FreeLeading(seq->block_table, count);
+}
+
 int Scheduler::ChunkSize(const Sequence& seq, int budget) const {
   const int remaining = seq.num_tokens() - seq.num_computed_tokens;
   return std::min({remaining, config_.max_prefill_chunk, budget});
@@ -216,9 +245,9 @@ void Scheduler::CheckSchedulable(const Sequence& seq) const {
            "sequence %llu holds max_model_len (%d) tokens and can generate no more; the engine "
            "must Finish it",
            id, config_.max_model_len);
-  UC_CHECK(blocks_->BlocksFor(seq.num_tokens()) <= blocks_->num_blocks(),
-           "sequence %llu holds %d tokens, more than the whole KV cache (%d blocks of %d); the "
-           "engine must Finish it before it outgrows the cache",
+  UC_CHECK(MaxBlocksHeld(seq.num_tokens()) <= blocks_->num_blocks(),
+           "sequence %llu holds %d tokens, more than the whole KV cache (%d blocks of %d) can "
+           "hold; the engine must Finish it before it outgrows the cache",
            id, seq.num_tokens(), blocks_->num_blocks(), blocks_->block_size());
 }
 

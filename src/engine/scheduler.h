@@ -15,6 +15,10 @@
 //   2. If nothing was preempted this step: waiting sequences in FCFS order (preempted ones
 //      first, by arrival) while there is budget, a sequence slot and KV blocks for the chunk.
 //      The queue head is never skipped for a later request, so no request starves.
+// With a sliding window on every layer (sliding_window > 0), a running sequence's blocks that
+// lie wholly before the window of its next token are given back before each step's allocation
+// (vLLM's sliding-window manager), so a sequence holds at most MaxBlocksHeld blocks however long
+// it grows, and may outgrow the whole cache.
 // A recomputed sequence runs prompt + generated tokens as prefill; the last chunk samples the
 // next new token. A sequence whose chunk reaches the end of its known tokens has `sample` set;
 // the engine then calls AppendToken with the sampled id (and Finish when it stops).
@@ -41,7 +45,17 @@ struct SchedulerConfig {
   int max_num_batched_tokens = 512;  // tokens in one step at most, all sequences together
   int max_prefill_chunk = 256;       // prompt tokens of one sequence in one step at most
   int max_model_len = 2048;          // positions one sequence may reach
+  // > 0: every layer attends to at most this many positions (itself included; the largest
+  // window when layers differ), so KV blocks before a sequence's window are given back. 0: no
+  // layer or not every layer slides (Gemma's global layers need the whole prefix).
+  int sliding_window = 0;
 };
+
+// The most KV blocks of `block_size` one sequence of `num_tokens` tokens holds at once: all of
+// them without a window; with one, those of the window of its first new token plus a chunk of
+// up to `max_chunk` tokens (at most one more for the alignment). REQUIRES: the sizes >= 1 (the
+// window >= 0).
+int MaxBlocksHeld(int num_tokens, int block_size, int sliding_window, int max_chunk);
 
 enum class SequenceStatus { kWaiting, kRunning, kPreempted, kFinished };
 
@@ -80,7 +94,7 @@ class Scheduler {
   // REQUIRES (checked by the next Schedule()): every sequence that had `sample` set gets
   // AppendToken or Finish before the next Schedule(); the engine Finishes a sequence once it
   // holds max_model_len tokens (no position >= max_model_len is ever scheduled), and before
-  // its tokens outgrow the whole cache (num_blocks * block_size; moot when the cache holds
+  // its tokens outgrow the whole cache (MaxBlocksHeld > num_blocks; moot when the cache holds
   // max_model_len tokens), since such a sequence could never be scheduled again.
   void AppendToken(uint64_t seq_id, int32_t token);
   // Ends a running/waiting/preempted sequence (stop condition, or abort): its blocks go back
@@ -99,6 +113,8 @@ class Scheduler {
   int64_t num_preemptions() const { return num_preemptions_; }
   const SchedulerConfig& config() const { return config_; }
   const BlockManager& block_manager() const { return *blocks_; }
+  // MaxBlocksHeld for this scheduler's block size, window and chunk.
+  int MaxBlocksHeld(int num_tokens) const;
   // NotFound for an unknown or finished id.
   StatusOr<SequenceInfo> Info(uint64_t seq_id) const;
 
@@ -124,6 +140,9 @@ class Scheduler {
   // waiting queue; records it in out.preempted_seq_ids.
   void Preempt(Sequence* seq, worker::SchedulerOutput& out);
   void InsertWaiting(Sequence* seq);
+  // Sliding window: gives back `seq`'s blocks that lie wholly before the window of its next
+  // token (position num_computed_tokens).
+  void ReleaseOutOfWindow(Sequence* seq);
   // Tokens `seq` runs this step: what it has not computed, capped by the chunk and `budget`.
   int ChunkSize(const Sequence& seq, int budget) const;
   // Appends `seq`'s next `num_tokens` tokens to `out` and counts them as computed.

@@ -538,6 +538,14 @@ class FakeEngine {
       EXPECT_EQ(s.new_params.has_value(), !r.params_seen) << s.seq_id;
       EXPECT_EQ(static_cast<int>(s.block_table.size()), blocks_.BlocksFor(s.end_pos()));
       EXPECT_LT(s.end_pos() - 1, config.max_model_len);
+      // Every block the chunk's tokens read or write is held: from the window of its first
+      // token (the whole prefix without a window) to its end.
+      const int first_read =
+          config.sliding_window > 0 ? std::max(0, s.start_pos - config.sliding_window + 1) : 0;
+      for (int b = first_read / blocks_.block_size(); b < blocks_.BlocksFor(s.end_pos()); ++b) {
+        EXPECT_NE(s.block_table[b], BlockManager::kNoBlock)
+            << "sequence " << s.seq_id << " block " << b << " of a chunk from " << s.start_pos;
+      }
     }
   }
 
@@ -557,11 +565,18 @@ class FakeEngine {
       EXPECT_EQ(info->num_computed_tokens, r.computed) << id;
       EXPECT_EQ(info->num_tokens, static_cast<int>(r.known.size())) << id;
       EXPECT_EQ(static_cast<int>(info->block_table.size()), blocks_.BlocksFor(r.computed)) << id;
+      int held = 0;
       for (const int32_t block : info->block_table) {
+        if (block == BlockManager::kNoBlock) {
+          EXPECT_GT(scheduler_.config().sliding_window, 0) << "a block given back without a window";
+          continue;
+        }
         EXPECT_TRUE(block >= 0 && block < blocks_.num_blocks()) << block;
         EXPECT_TRUE(used.insert(block).second) << "block " << block << " used twice";
+        ++held;
       }
-      sum += static_cast<int>(info->block_table.size());
+      EXPECT_LE(held, scheduler_.MaxBlocksHeld(r.computed)) << id;
+      sum += held;
       if (info->status == SequenceStatus::kRunning) {
         ++running;
       } else {
@@ -629,7 +644,10 @@ TEST(SchedulerTest, ShortRequestStreamDoesNotStarveAnOlderLongRequest) {
 
 // 200 random requests against a cache too small for them, with random arrivals and a few
 // aborts; the checks run after every step.
-TEST(SchedulerTest, RandomizedSimulationKeepsInvariantsAndFinishesEverything) {
+// 200 random requests with random arrivals and aborts through a cache small enough to force
+// preemptions. windowed: a sliding window (4..16) on every layer, contexts longer than the
+// whole cache could hold without it, and a cache sized for the window.
+void RunRandomizedSimulation(bool windowed) {
   int64_t total_preemptions = 0;
   for (const uint32_t seed : {1u, 2u, 3u, 4u, 5u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -638,12 +656,19 @@ TEST(SchedulerTest, RandomizedSimulationKeepsInvariantsAndFinishesEverything) {
       return std::uniform_int_distribution<int>(lo, hi)(rng);
     };
     const int block_size = uniform(1, 4);
-    const int max_model_len = 48;
-    const int num_blocks = (max_model_len + block_size - 1) / block_size + uniform(0, 8);
-    FakeEngine engine(
+    const int max_model_len = windowed ? 96 : 48;
+    SchedulerConfig config =
         Config(/*max_num_seqs=*/uniform(1, 8), /*max_num_batched_tokens=*/uniform(1, 40),
-               /*max_prefill_chunk=*/uniform(1, 20), max_model_len),
-        num_blocks, block_size);
+               /*max_prefill_chunk=*/uniform(1, 20), max_model_len);
+    config.sliding_window = windowed ? uniform(4, 16) : 0;
+    const int per_seq =
+        MaxBlocksHeld(max_model_len, block_size, config.sliding_window,
+                      std::min(config.max_prefill_chunk, config.max_num_batched_tokens));
+    const int num_blocks = per_seq + uniform(0, 8);
+    if (windowed) {
+      ASSERT_LT(num_blocks * block_size, max_model_len) << "the window must be what makes it fit";
+    }
+    FakeEngine engine(config, num_blocks, block_size);
     std::vector<uint64_t> to_abort;
     uint64_t next_id = 0;
     while (next_id < 200 || engine.scheduler().HasUnfinished()) {
@@ -676,6 +701,44 @@ TEST(SchedulerTest, RandomizedSimulationKeepsInvariantsAndFinishesEverything) {
     total_preemptions += engine.scheduler().num_preemptions();
   }
   EXPECT_GT(total_preemptions, 0);  // the cache was small enough to matter
+}
+
+TEST(SchedulerTest, RandomizedSimulationKeepsInvariantsAndFinishesEverything) {
+  RunRandomizedSimulation(/*windowed=*/false);
+}
+
+// Sliding window: blocks before each sequence's window go back to the pool, so sequences longer
+// than the whole cache run to the end, and every chunk still holds every block it reads.
+TEST(SchedulerTest, SlidingWindowReusesBlocksBeforeTheWindow) {
+  RunRandomizedSimulation(/*windowed=*/true);
+}
+
+TEST(SchedulerTest, SlidingWindowGivesBackExactlyTheBlocksBeforeTheWindow) {
+  BlockManager blocks(/*num_blocks=*/6, /*block_size=*/4);
+  SchedulerConfig config = Config(1, 64, /*max_prefill_chunk=*/4, 256);
+  config.sliding_window = 6;
+  Scheduler scheduler(config, &blocks);
+  // Without the window a 30-token prompt would need 8 blocks of the 6.
+  EXPECT_EQ(scheduler.MaxBlocksHeld(30), 4);  // ceil((6 - 1 + 4) / 4) + 1
+  ASSERT_TRUE(scheduler.AddSequence(1, Prompt(30, 0), Params()).ok());
+  int start = 0;
+  while (start < 30) {
+    const SchedulerOutput out = scheduler.Schedule();
+    ASSERT_EQ(out.scheduled.size(), 1u);
+    const ScheduledSequence& s = out.scheduled[0];
+    ASSERT_EQ(s.start_pos, start);
+    // Blocks wholly before position start - 5 are given back; the rest are held.
+    const int released = std::max(0, start - 5) / 4;
+    for (int b = 0; b < static_cast<int>(s.block_table.size()); ++b) {
+      EXPECT_EQ(s.block_table[b] == BlockManager::kNoBlock, b < released)
+          << "chunk from " << start << ", block " << b;
+    }
+    EXPECT_EQ(blocks.num_used_blocks(), static_cast<int>(s.block_table.size()) - released);
+    start = s.end_pos();
+  }
+  scheduler.AppendToken(1, 7);
+  ASSERT_TRUE(scheduler.Finish(1));
+  EXPECT_EQ(blocks.num_free_blocks(), 6);
 }
 
 }  // namespace

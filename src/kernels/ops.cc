@@ -307,7 +307,9 @@ void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
     UC_CHECK(p >= 0 && p / layout.block_size < layout.blocks_per_seq,
              "PagedAttention: position %d outside %d blocks of %d", p, layout.blocks_per_seq,
              layout.block_size);
-    for (int32_t b = 0; b <= p / layout.block_size; ++b) {
+    // Blocks before the window are never read (the engine may have given them back).
+    const auto first_block = static_cast<int32_t>(shape.FirstPosition(p) / layout.block_size);
+    for (int32_t b = first_block; b <= p / layout.block_size; ++b) {
       const int32_t block = layout.block_tables[seq * layout.blocks_per_seq + b];
       UC_CHECK(block >= 0 && block < num_blocks, "PagedAttention: block id %d outside [0, %lld)",
                block, static_cast<long long>(num_blocks));

@@ -120,9 +120,10 @@ struct PagedKvLayout {
 };
 
 // Causal grouped-query attention of a batch of tokens from many sequences against the paged
-// KV cache: token i attends to positions 0..positions[i] of its own sequence. Shapes and head
-// mapping as CausalAttention; k_cache/v_cache: [num_blocks * block_size, num_kv_heads *
-// head_dim]. REQUIRES: every block a token reaches is a valid block id and its rows are filled.
+// KV cache: token i attends to positions FirstPosition(positions[i])..positions[i] of its own
+// sequence. Shapes and head mapping as CausalAttention; k_cache/v_cache: [num_blocks *
+// block_size, num_kv_heads * head_dim]. REQUIRES: every block a token reaches is a valid block
+// id and its rows are filled (table entries before a token's window are never read).
 // Each token's result depends only on its own q row and its sequence's cache rows, never on the
 // rest of the batch.
 void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
