@@ -135,7 +135,7 @@ Status Deployment::Load(const DeploymentOptions& options) {
   parallel.pp_size = pp;
   parallel.layer_start = stages[parallel.pp_rank].first;
   parallel.layer_end = stages[parallel.pp_rank].second;
-  UC_ASSIGN_OR_RETURN(model_, models::CausalLM::Load(checkpoint_, parallel));
+  UC_ASSIGN_OR_RETURN(model_, models::CausalLM::Load(checkpoint_, parallel, options.load));
   int threads = options.num_threads;
   if (threads <= 0) {
     // The ranks share the host's cores (one host, or ranks spread evenly over hosts).

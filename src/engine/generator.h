@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "engine/deployment.h"
+#include "kernels/ops.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
 #include "tokenizer/tokenizer.h"
@@ -57,6 +58,8 @@ struct GeneratorOptions {
   int num_threads = 0;                                  // 0: all available cores
   int max_model_len = 0;    // context length; 0: the model's max_position_embeddings
   int prefill_chunk = 256;  // prompt tokens per forward call
+  // kExact (default) or kInt8: see models::LoadOptions.
+  kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
 };
 
 // Receives each piece of newly completed text; return false to abort the request.

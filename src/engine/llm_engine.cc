@@ -43,6 +43,7 @@ StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& option
   DeploymentOptions deployment_options;
   deployment_options.model_path = options.model_path;
   deployment_options.num_threads = options.num_threads;
+  deployment_options.load.matmul_precision = options.matmul_precision;
   UC_ASSIGN_OR_RETURN(std::unique_ptr<Deployment> deployment,
                       Deployment::Create(deployment_options));
   return OpenDriver(options, std::move(deployment));
@@ -97,7 +98,11 @@ Status LLMEngine::InitKvCache() {
   const int64_t block_bytes = int64_t{2} * max_layers * bs *
                               deployment_->model().kv_size_per_rank() *
                               static_cast<int64_t>(sizeof(float));
-  const int64_t blocks_per_seq = (max_model_len_ + bs - 1) / bs;
+  // With a window on every layer a sequence holds only its window's blocks (plus a chunk).
+  const int window = config().MaxWindow();
+  const int64_t blocks_per_seq =
+      MaxBlocksHeld(max_model_len_, bs, window,
+                    std::min(options_.max_prefill_chunk, options_.max_num_batched_tokens));
   const int64_t useful = blocks_per_seq * options_.max_num_seqs;
   const int64_t num_blocks = options_.num_kv_blocks > 0
                                  ? options_.num_kv_blocks
@@ -106,7 +111,8 @@ Status LLMEngine::InitKvCache() {
     if (options_.num_kv_blocks > 0) {
       return InvalidArgumentError(std::to_string(num_blocks) + " KV blocks of " +
                                   std::to_string(bs) + " tokens cannot hold one sequence of " +
-                                  "max_model_len " + std::to_string(max_model_len_));
+                                  "max_model_len " + std::to_string(max_model_len_) +
+                                  " (it needs " + std::to_string(blocks_per_seq) + ")");
     }
     return InvalidArgumentError(
         "the KV cache budget of " + Mib(options_.kv_cache_bytes) + " per rank holds " +
@@ -121,6 +127,7 @@ Status LLMEngine::InitKvCache() {
   sc.max_num_batched_tokens = options_.max_num_batched_tokens;
   sc.max_prefill_chunk = options_.max_prefill_chunk;
   sc.max_model_len = max_model_len_;
+  sc.sliding_window = window;
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get());
   char line[256];
   std::snprintf(line, sizeof(line),

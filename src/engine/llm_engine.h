@@ -40,6 +40,7 @@
 #include "engine/generator.h"
 #include "engine/scheduler.h"
 #include "engine/step_observer.h"
+#include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/sampling_params.h"
 
@@ -58,6 +59,8 @@ struct EngineOptions {
   int64_t kv_cache_bytes = int64_t{1} << 30;
   // When > 0: exactly this many KV blocks on every rank, whatever the budget (tests, tuning).
   int num_kv_blocks = 0;
+  // kExact (default) or kInt8: see models::LoadOptions.
+  kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
 };
 
 // A prompt as text (tokenized with the model's tokenizer, BOS as it prescribes) or as ids.

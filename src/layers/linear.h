@@ -1,11 +1,13 @@
 // File: linear.h
 // -----------------------------------------------------------------------------
-// Linear: y = x·Wᵀ (+ b) with W kept in its stored dtype (F32/F16/BF16/Q8_0/Q4_0/Q4_1) and
-// converted inside the matmul kernel. Holds views into the checkpoint mapping; copying a Linear
+// Linear: y = x·Wᵀ (+ b) with W kept in its stored dtype (a float or ggml block type) and
+// converted inside the matmul kernel, exactly or through 8-bit activations (precision(); see
+// kernels::MatMulPrecision). Holds views into the checkpoint mapping; copying a Linear
 // is cheap. Immutable after construction, so Forward may run concurrently on distinct outputs.
 #pragma once
 
 #include "base/thread_pool.h"
+#include "kernels/ops.h"
 #include "tensor/tensor.h"
 
 namespace uc::layers {
@@ -20,6 +22,9 @@ class Linear {
   int64_t output_size() const { return weight_.dim(0); }
   const Tensor& weight() const { return weight_; }
   bool has_bias() const { return bias_.numel() > 0 && bias_.raw() != nullptr; }
+  // How Forward multiplies a quantized weight; kExact by default. Set before Forward runs.
+  kernels::MatMulPrecision precision() const { return precision_; }
+  void set_precision(kernels::MatMulPrecision precision) { precision_ = precision; }
 
   // x: [m, input_size] F32 -> y: [m, output_size] F32 (preallocated).
   void Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const;
@@ -27,6 +32,7 @@ class Linear {
  private:
   Tensor weight_;  // [output_size, input_size]
   Tensor bias_;    // [output_size] or undefined
+  kernels::MatMulPrecision precision_ = kernels::MatMulPrecision::kExact;
 };
 
 }  // namespace uc::layers

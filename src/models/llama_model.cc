@@ -208,7 +208,8 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
 }
 
 StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
-                                                   const ParallelContext& parallel) {
+                                                   const ParallelContext& parallel,
+                                                   const LoadOptions& options) {
   const ModelConfig& c = checkpoint.config;
   UC_CHECK(parallel.tp_group != nullptr, "CausalLM::Load needs a TP group");
   UC_CHECK(0 <= parallel.layer_start && parallel.layer_start < parallel.layer_end &&
@@ -234,6 +235,10 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
   for (int i = parallel.layer_start; i < parallel.layer_end; ++i) {
     UC_ASSIGN_OR_RETURN(LayerParts parts, LoadLayerParts(c, i, w, tp));
     bytes += LayerBytes(parts);
+    parts.qkv.set_precision(options.matmul_precision);
+    parts.o_proj.set_precision(options.matmul_precision);
+    parts.gate_up.set_precision(options.matmul_precision);
+    parts.down.set_precision(options.matmul_precision);
     const kernels::AttentionShape shape{
         .num_heads = static_cast<int>(parts.qkv.num_heads_per_rank()),
         .num_kv_heads = static_cast<int>(parts.qkv.num_kv_heads_per_rank()),
@@ -274,19 +279,21 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
                                  c.vocab_size, c.hidden_size));
     UC_ASSIGN_OR_RETURN(model->lm_head_,
                         layers::ParallelLmHead::Load(head, tp, /*use_all_gather=*/false));
+    model->lm_head_.set_precision(options.matmul_precision);
     bytes += model->lm_head_.vocab_size() == 0 ? 0 : head.nbytes() / tp.world_size();
   }
   model->weight_bytes_ = bytes;
   return model;
 }
 
-StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint) {
+StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
+                                                   const LoadOptions& options) {
   auto tp =
       std::make_unique<distributed::GroupCoordinator>(std::vector<int>{0}, 0, 0, nullptr, "tp");
   ParallelContext parallel;
   parallel.tp_group = tp.get();
   parallel.layer_end = checkpoint.config.num_hidden_layers;
-  UC_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model, Load(checkpoint, parallel));
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model, Load(checkpoint, parallel, options));
   model->own_tp_group_ = std::move(tp);
   return model;
 }

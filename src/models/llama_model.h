@@ -132,6 +132,15 @@ class DecoderLayer {
   SandwichNorms sandwich_;
 };
 
+// How a model is built from its checkpoint (the same on every rank of a deployment).
+struct LoadOptions {
+  // How the linear layers and the LM head multiply quantized weights. kExact: F32 activations,
+  // within 1e-5 of the dequantized matmul (the oracle path; the default). kInt8: activations
+  // quantized to 8 bits per block and integer dot products, as llama.cpp's CPU backend (faster,
+  // ~0.5% error per matmul). F32/F16/BF16 weights ignore it. See kernels::MatMulPrecision.
+  kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
+};
+
 // A layer owned by another pipeline stage: keeps the layer table at its global length.
 struct PPMissingLayer {};
 
@@ -141,9 +150,11 @@ class CausalLM {
   // (presence, shape, dtype) and that the model divides over the TP group (heads, KV heads,
   // intermediate size), naming the dimension otherwise.
   static StatusOr<std::unique_ptr<CausalLM>> Load(const Checkpoint& checkpoint,
-                                                  const ParallelContext& parallel);
+                                                  const ParallelContext& parallel,
+                                                  const LoadOptions& options = {});
   // The whole model in this process (one TP rank, one stage).
-  static StatusOr<std::unique_ptr<CausalLM>> Load(const Checkpoint& checkpoint);
+  static StatusOr<std::unique_ptr<CausalLM>> Load(const Checkpoint& checkpoint,
+                                                  const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const ParallelContext& parallel() const { return parallel_; }

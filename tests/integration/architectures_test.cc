@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "common/test_util.h"
+#include "engine/llm.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
 #include "worker/sampler.h"
@@ -93,6 +94,107 @@ TEST_P(GreedyTest, GreedyContinuationMatches) {
     model_->Forward({&next, 1}, {&pos, 1}, cache, false, logits, &pool_);
   }
   EXPECT_EQ(generated, expected);
+}
+
+// LoadOptions::matmul_precision reaches every quantized matmul: on the Q4_0 file the int8 path
+// gives other bits than the exact one (8-bit activations), within a few percent of the
+// transformers logits' scale, and the same argmax wherever transformers' top-2 margin exceeds
+// twice that deviation. (Gemma 3's test holds the int8 path to llama.cpp's own deviation.)
+TEST(MatMulPrecisionTest, Int8ModelRunsTheIntegerPathCloseToTransformers) {
+  const nlohmann::json reference = testing::LoadJson(TestData("gguf/q4_0/reference.json"));
+  ASSERT_FALSE(reference.is_null());
+  auto ckpt = models::OpenCheckpoint(TestData("gguf/q4_0/tiny-gqa2-Q4_0.gguf"));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  auto exact = models::CausalLM::Load(*ckpt);
+  auto int8 = models::CausalLM::Load(
+      *ckpt, models::LoadOptions{.matmul_precision = kernels::MatMulPrecision::kInt8});
+  ASSERT_TRUE(exact.ok() && int8.ok());
+  const std::vector<int32_t> ids = JsonInts(reference["input_ids"]);
+  std::vector<int32_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  ThreadPool pool(2);
+  auto all_logits = [&](models::CausalLM& model) {
+    models::KvCache cache = model.NewKvCache(static_cast<int>(ids.size()));
+    Tensor logits = Tensor::Empty({static_cast<int64_t>(ids.size()), model.config().vocab_size},
+                                  DType::kF32);
+    model.Forward(ids, positions, cache, true, logits, &pool);
+    return logits;
+  };
+  const Tensor a = all_logits(**exact);
+  const Tensor b = all_logits(**int8);
+  const int64_t vocab = (*exact)->config().vocab_size;
+  double worst = 0.0, scale = 1.0;
+  int differing = 0;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    const std::vector<float> expected = JsonFloats(reference["logits"][p]);
+    const float* row = b.data<float>() + static_cast<int64_t>(p) * vocab;
+    const float* exact_row = a.data<float>() + static_cast<int64_t>(p) * vocab;
+    for (int64_t v = 0; v < vocab; ++v) {
+      worst = std::max(worst, double{std::fabs(row[v] - expected[v])});
+      scale = std::max(scale, double{std::fabs(expected[v])});
+      differing += row[v] != exact_row[v] ? 1 : 0;
+    }
+  }
+  EXPECT_GT(differing, 0) << "the int8 model gave the exact path's bits: kInt8 did not reach it";
+  EXPECT_LT(worst, 0.05 * scale) << "int8 logits strayed from transformers";
+  int checked = 0;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    if (reference["top2_margin"][p].get<double>() <= 2 * worst) continue;
+    const float* row = b.data<float>() + static_cast<int64_t>(p) * vocab;
+    EXPECT_EQ(worker::Sampler::Argmax({row, static_cast<size_t>(vocab)}),
+              reference["argmax"][p].get<int>())
+        << "position " << p;
+    ++checked;
+  }
+  EXPECT_GE(checked, static_cast<int>(ids.size()) / 2);
+  std::cout << "int8 vs transformers on tiny-gqa2 Q4_0: max |dlogit| " << worst << " (logits up to "
+            << scale << "); argmax checked at " << checked << " of " << ids.size()
+            << " positions\n";
+}
+
+// The serving engine on Mistral with an 8-token window, three copies of a 24-token prompt each
+// generating 16 tokens (40 positions) through a cache of 8 blocks of 2 (16 slots): only the
+// blocks of each window are held, blocks before it return to the pool as the sequences move on,
+// the cache forces preemption and recomputation, and every request still matches transformers.
+TEST(SlidingWindowEngineTest, CacheSmallerThanOneSequenceStillMatchesTransformers) {
+  const nlohmann::json reference =
+      testing::LoadJson(TestData("arch/mistral_window/reference.json"));
+  ASSERT_FALSE(reference.is_null());
+  const std::vector<int32_t> ids = JsonInts(reference["input_ids"]);
+  const std::vector<int32_t> expected = JsonInts(reference["greedy"]["new_ids"]);
+  ASSERT_EQ(reference["config"]["sliding_window"].get<int>(), 8);
+  engine::EngineOptions options;
+  options.model_path = TestData("arch/mistral_window");
+  // The fixture has no tokenizer; stories260K's has the same 512-token vocabulary.
+  options.tokenizer_path = std::string(UC_SOURCE_DIR) + "/models/stories260K/tokenizer.model";
+  options.num_threads = 2;
+  options.max_model_len = 64;
+  options.max_num_seqs = 3;
+  options.max_num_batched_tokens = 8;
+  options.max_prefill_chunk = 4;
+  options.block_size = 2;
+  options.num_kv_blocks = 8;
+  ASSERT_LT(options.num_kv_blocks * options.block_size,
+            static_cast<int>(ids.size() + expected.size()));
+  auto llm = engine::LLM::Open(options);
+  ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+  worker::SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.max_tokens = static_cast<int>(expected.size());
+  greedy.ignore_eos = true;
+  std::vector<engine::GenerateRequest> requests;
+  for (int r = 0; r < 3; ++r) {
+    requests.push_back({"r" + std::to_string(r), engine::Prompt::Ids(ids), greedy});
+  }
+  const std::vector<engine::GenerateResult> results = (*llm)->Generate(requests);
+  ASSERT_EQ(results.size(), requests.size());
+  for (const engine::GenerateResult& r : results) {
+    ASSERT_TRUE(r.status.ok()) << r.id << ": " << r.status.ToString();
+    EXPECT_EQ(r.output.output_ids, expected) << r.id;
+  }
+  const engine::EngineStats stats = (*llm)->engine().stats();
+  EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+  EXPECT_GT(stats.num_preemptions, 0) << "the cache was meant to be too small for all three";
 }
 
 const FixtureCase kArchCases[] = {

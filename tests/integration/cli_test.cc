@@ -108,6 +108,9 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(RunCli("bench --model " + kModel + " --batch 0").exit_code, 2);
   EXPECT_EQ(RunCli("validate").exit_code, 2);
   EXPECT_EQ(RunCli("generate --model " + kModel).exit_code, 2);  // no prompt
+  const CliResult matmul = RunCli("generate --model " + kModel + " --prompt x --matmul fast");
+  EXPECT_EQ(matmul.exit_code, 2);
+  EXPECT_NE(matmul.output.find("--matmul"), std::string::npos) << matmul.output;
   // Durations past 1e6 s would overflow the deadlines' integer clocks into "at once".
   for (const std::string& flags :
        {"generate --model " + kModel + " --prompt x --probe-drain-timeout 1e30",
@@ -118,6 +121,21 @@ TEST(CliTest, UsageErrorsExitTwo) {
     const CliResult r = RunCli(flags);
     EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
     EXPECT_NE(r.output.find("not in range"), std::string::npos) << flags << "\n" << r.output;
+  }
+}
+
+// --matmul reaches the engine: bench reports the precision it ran with, on a Q4_0 file.
+TEST(CliTest, BenchRunsEitherMatMulPrecision) {
+  const std::string model = testing::TestData("gguf/q4_0/tiny-gqa2-Q4_0.gguf").string();
+  for (const std::string precision : {"exact", "int8"}) {
+    const CliResult r = RunCliStdout("bench --model " + model +
+                                     " --batch 2 --prompt-len 8 --max-tokens 4 --repetitions 1 "
+                                     "--threads 1 --format json --matmul " +
+                                     precision);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["matmul"], precision);
+    EXPECT_GT(j["decode_tokens_per_second"].get<double>(), 0.0);
   }
 }
 

@@ -64,6 +64,7 @@ StatusOr<std::unique_ptr<engine::Deployment>> OpenDeployment(const CaptureOption
   d.tensor_parallel_size = o.tensor_parallel_size;
   d.pipeline_parallel_size = o.pipeline_parallel_size;
   d.num_threads = o.engine.num_threads;
+  d.load.matmul_precision = o.engine.matmul_precision;
   d.step_timeout_seconds = o.step_timeout;
   UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment,
                       engine::Deployment::Create(d, &backend));
@@ -199,6 +200,11 @@ int RunCapture(CaptureOptions& o) {
       {"dtype", o.dtype},
       {"shard_size", *shard_bytes},
   };
+  // Activations from the int8 path differ from exact ones: a dataset is resumed only with the
+  // precision it was started with (exact datasets keep the fingerprint they always had).
+  if (o.engine.matmul_precision == kernels::MatMulPrecision::kInt8) {
+    dataset.fingerprint["matmul"] = "int8";
+  }
   StatusOr<std::unique_ptr<probe::DatasetWriter>> writer =
       probe::DatasetWriter::Open(o.out, std::move(dataset));
   if (!writer.ok()) return fail(writer.status());
@@ -413,6 +419,7 @@ void AddCaptureCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--threads", options->engine.num_threads, "Threads (0: all cores)")
       ->check(Threads())
       ->capture_default_str();
+  AddMatMulFlag(cmd, &options->engine.matmul_precision);
   cmd->add_option("--max-model-len", options->engine.max_model_len,
                   "Context length (default: the model's)");
   cmd->callback([options, argc, argv] {
