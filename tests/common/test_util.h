@@ -1,7 +1,7 @@
 // File: test_util.h
 // -----------------------------------------------------------------------------
-// Helpers shared by the integration tests: paths of committed test data, JSON loading, and
-// float comparisons that report where and by how much two arrays differ.
+// Helpers shared by the integration tests: paths of committed test data, JSON loading, float
+// comparisons that report where and by how much two arrays differ, and greedy sampling params.
 #pragma once
 
 #include <filesystem>
@@ -9,6 +9,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "worker/sampling_params.h"
 
 namespace uc::testing {
 
@@ -32,5 +34,14 @@ std::filesystem::path ScratchDir(const std::string& name);
 
 // Runs a shell command, capturing stdout+stderr; returns the exit status.
 int RunCommand(const std::string& command, std::string* output);
+
+// Greedy decoding of exactly `max_tokens` tokens (EOS does not stop it): the runs tests compare.
+inline worker::SamplingParams Greedy(int max_tokens) {
+  worker::SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  return p;
+}
 
 }  // namespace uc::testing

@@ -61,13 +61,7 @@ engine::EngineOptions Options(const std::string& model) {
   return o;
 }
 
-worker::SamplingParams Greedy(int max_tokens) {
-  worker::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using testing::Greedy;
 
 std::vector<GenerateRequest> Workload() {
   return {

@@ -115,8 +115,8 @@ TEST(MatMulPrecisionTest, Int8ModelRunsTheIntegerPathCloseToTransformers) {
   ThreadPool pool(2);
   auto all_logits = [&](models::CausalLM& model) {
     models::KvCache cache = model.NewKvCache(static_cast<int>(ids.size()));
-    Tensor logits = Tensor::Empty({static_cast<int64_t>(ids.size()), model.config().vocab_size},
-                                  DType::kF32);
+    Tensor logits =
+        Tensor::Empty({static_cast<int64_t>(ids.size()), model.config().vocab_size}, DType::kF32);
     model.Forward(ids, positions, cache, true, logits, &pool);
     return logits;
   };
@@ -178,13 +178,10 @@ TEST(SlidingWindowEngineTest, CacheSmallerThanOneSequenceStillMatchesTransformer
             static_cast<int>(ids.size() + expected.size()));
   auto llm = engine::LLM::Open(options);
   ASSERT_TRUE(llm.ok()) << llm.status().ToString();
-  worker::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  greedy.max_tokens = static_cast<int>(expected.size());
-  greedy.ignore_eos = true;
   std::vector<engine::GenerateRequest> requests;
   for (int r = 0; r < 3; ++r) {
-    requests.push_back({"r" + std::to_string(r), engine::Prompt::Ids(ids), greedy});
+    requests.push_back({"r" + std::to_string(r), engine::Prompt::Ids(ids),
+                        testing::Greedy(static_cast<int>(expected.size()))});
   }
   const std::vector<engine::GenerateResult> results = (*llm)->Generate(requests);
   ASSERT_EQ(results.size(), requests.size());

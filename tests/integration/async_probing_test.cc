@@ -45,13 +45,7 @@ std::unique_ptr<engine::LLM> OpenLLM() {
   return llm.ok() ? std::move(llm).value() : nullptr;
 }
 
-worker::SamplingParams Greedy(int max_tokens) {
-  worker::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using testing::Greedy;
 
 // n requests with prompts of 2..9 tokens and 20..50 generated tokens.
 std::vector<GenerateRequest> Workload(int n) {

@@ -47,13 +47,7 @@ EngineOptions Options() {
   return o;
 }
 
-worker::SamplingParams Greedy(int max_tokens) {
-  worker::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using testing::Greedy;
 
 TEST(EngineTest, ThirtyTwoConcurrentRequestsMatchEachRunAlone) {
   const std::vector<GenerateRequest> requests = testing::BatchingWorkload(32);

@@ -44,13 +44,7 @@ std::unique_ptr<engine::LLM> OpenLLM(engine::EngineOptions o = Options()) {
   return llm.ok() ? std::move(llm).value() : nullptr;
 }
 
-worker::SamplingParams Greedy(int max_tokens) {
-  worker::SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  return p;
-}
+using testing::Greedy;
 
 std::vector<float> GoldenRow(const nlohmann::json& rows, int64_t pos) {
   return testing::JsonFloats(rows[static_cast<size_t>(pos)]);
