@@ -27,7 +27,7 @@ struct DeploymentOptions {
   int pipeline_parallel_size = 1;
   int num_threads = 0;                  // per rank; 0: the cores available / ranks on this host
   double step_timeout_seconds = 120.0;  // the driver's watchdog per step
-  models::LoadOptions load;             // how the model is built (matmul precision)
+  models::LoadOptions load = {};        // how the model is built (matmul precision)
 };
 
 // InvalidArgument naming the dimension when `config` does not split over tp × pp.

@@ -102,7 +102,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::Open(const GeneratorOptions& opt
   DeploymentOptions deployment_options;
   deployment_options.model_path = options.model_path;
   deployment_options.num_threads = options.num_threads;
-  deployment_options.load.matmul_precision = options.matmul_precision;
+  deployment_options.load = options.load;
   UC_ASSIGN_OR_RETURN(std::unique_ptr<Deployment> deployment,
                       Deployment::Create(deployment_options));
   return OpenDriver(options, std::move(deployment));

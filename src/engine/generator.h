@@ -58,8 +58,8 @@ struct GeneratorOptions {
   int num_threads = 0;                                  // 0: all available cores
   int max_model_len = 0;    // context length; 0: the model's max_position_embeddings
   int prefill_chunk = 256;  // prompt tokens per forward call
-  // kExact (default) or kInt8: see models::LoadOptions.
-  kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
+  // How the model is built: matmul precision, control vectors (models::LoadOptions).
+  models::LoadOptions load = {};
 };
 
 // Receives each piece of newly completed text; return false to abort the request.

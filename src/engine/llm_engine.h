@@ -59,8 +59,8 @@ struct EngineOptions {
   int64_t kv_cache_bytes = int64_t{1} << 30;
   // When > 0: exactly this many KV blocks on every rank, whatever the budget (tests, tuning).
   int num_kv_blocks = 0;
-  // kExact (default) or kInt8: see models::LoadOptions.
-  kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
+  // How the model is built: matmul precision, control vectors (models::LoadOptions).
+  models::LoadOptions load = {};
 };
 
 // A prompt as text (tokenized with the model's tokenizer, BOS as it prescribes) or as ids.

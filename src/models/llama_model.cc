@@ -1,5 +1,6 @@
 #include "models/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -204,6 +205,7 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
   mlp_.Forward(normed, act.mlp, hidden, ctx.pool);
   if (sandwich_.enabled()) sandwich_.post_mlp.Forward(hidden, hidden);
   Tap(ctx, Site::kMlpOut, hidden);
+  if (steering_.defined()) kernels::AddBias(steering_, hidden);  // joins the residual stream
   TapResidual(ctx, act, m);
 }
 
@@ -224,6 +226,12 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     return InvalidArgumentError(
         checkpoint.path.string() + ": intermediate_size " + std::to_string(c.intermediate_size) +
         " is not divisible by tensor_parallel_size " + std::to_string(tp.world_size()));
+  }
+  LayerVectors steering;
+  if (!options.steering.empty()) {
+    UC_ASSIGN_OR_RETURN(
+        steering,
+        LoadControlVectors(options.steering, static_cast<int>(c.hidden_size), c.num_hidden_layers));
   }
   int64_t bytes = 0;
   if (parallel.is_first_stage()) {
@@ -268,6 +276,11 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     model->layers_[i].emplace<DecoderLayer>(
         i, layers::RmsNorm(parts.input_norm, c.rms_norm_eps), std::move(attention),
         layers::RmsNorm(parts.post_norm, c.rms_norm_eps), std::move(mlp), std::move(sandwich));
+    if (const auto it = steering.find(i); it != steering.end()) {
+      Tensor vector = Tensor::Empty({c.hidden_size}, DType::kF32);
+      std::copy(it->second.begin(), it->second.end(), vector.data<float>());
+      std::get<DecoderLayer>(model->layers_[i]).set_steering(std::move(vector));
+    }
   }
   if (parallel.is_last_stage()) {
     UC_ASSIGN_OR_RETURN(Tensor norm,

@@ -32,6 +32,7 @@
 #include "layers/vocab_parallel_embedding.h"
 #include "models/checkpoint.h"
 #include "models/forward_hooks.h"
+#include "models/steering.h"
 
 namespace uc::models {
 
@@ -119,6 +120,9 @@ class DecoderLayer {
   // act.hidden_states[0:m] and act.residual[0:m].
   void Forward(const ForwardContext& ctx, Activations& act, int64_t m) const;
   const layers::Attention& attention() const { return attention_; }
+  // A [hidden_size] F32 vector added to this block's output for every token, after the
+  // attn_out and mlp_out taps and before the residual-stream tap; undefined: none.
+  void set_steering(Tensor vector) { steering_ = std::move(vector); }
 
  private:
   void Tap(const ForwardContext& ctx, Site site, const Tensor& value) const;
@@ -130,6 +134,7 @@ class DecoderLayer {
   layers::RmsNorm post_attention_layernorm_;
   layers::GatedMlp mlp_;
   SandwichNorms sandwich_;
+  Tensor steering_;
 };
 
 // How a model is built from its checkpoint (the same on every rank of a deployment).
@@ -139,6 +144,9 @@ struct LoadOptions {
   // quantized to 8 bits per block and integer dot products, as llama.cpp's CPU backend (faster,
   // ~0.5% error per matmul). F32/F16/BF16 weights ignore it. See kernels::MatMulPrecision.
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
+  // Control vectors added to every token's residual stream after their blocks (steering.h).
+  // Read and checked against the model by Load; each pipeline stage keeps its own blocks'.
+  SteeringOptions steering = {};
 };
 
 // A layer owned by another pipeline stage: keeps the layer table at its global length.

@@ -106,8 +106,9 @@ TEST(MatMulPrecisionTest, Int8ModelRunsTheIntegerPathCloseToTransformers) {
   auto ckpt = models::OpenCheckpoint(TestData("gguf/q4_0/tiny-gqa2-Q4_0.gguf"));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   auto exact = models::CausalLM::Load(*ckpt);
-  auto int8 = models::CausalLM::Load(
-      *ckpt, models::LoadOptions{.matmul_precision = kernels::MatMulPrecision::kInt8});
+  models::LoadOptions int8_options;
+  int8_options.matmul_precision = kernels::MatMulPrecision::kInt8;
+  auto int8 = models::CausalLM::Load(*ckpt, int8_options);
   ASSERT_TRUE(exact.ok() && int8.ok());
   const std::vector<int32_t> ids = JsonInts(reference["input_ids"]);
   std::vector<int32_t> positions(ids.size());

@@ -190,6 +190,33 @@ TEST(BadInputTest, GgufUnknownArchitecture) {
   ExpectCleanFailure(Generate(file), {"model.gguf", "mamba", "gemma3", "qwen3", "llama"});
 }
 
+// Control vector files that do not fit the model (a wrong length, a truncated .npy, a block past
+// the model, a model GGUF given as a vector): one line naming the file and what is wrong.
+TEST(BadInputTest, ControlVectorFilesThatDoNotFit) {
+  auto generate = [](const fs::path& vector) {
+    CliResult r;
+    r.exit_code = testing::RunCommand(testing::CliBinary().string() + " generate --model '" +
+                                          TestData("stories260K-hf").string() +
+                                          "' --prompt hello --max-tokens 4 --control-vector '" +
+                                          vector.string() + "'",
+                                      &r.output);
+    return r;
+  };
+  ExpectCleanFailure(generate(TestData("steering/bad_hidden.gguf")),
+                     {"bad_hidden.gguf", "direction.2", "48 values", "hidden size is 64"});
+  ExpectCleanFailure(generate(TestData("stories260K/stories260K.gguf")),
+                     {"stories260K.gguf", "architecture 'llama'", "controlvector"});
+  const fs::path dir = testing::ScratchDir("bad_input/control_vectors");
+  const fs::path npy = dir / "truncated.npy";
+  fs::copy_file(TestData("steering/vectors_c.npy"), npy);
+  Truncate(npy, 300);
+  ExpectCleanFailure(generate(npy), {"truncated.npy", "truncated"});
+  const fs::path past = dir / "past.gguf";
+  fs::copy_file(TestData("steering/vectors_a.gguf"), past);
+  Overwrite(past, FindBytes(past, "direction.3"), "direction.9");
+  ExpectCleanFailure(generate(past), {"past.gguf", "direction.9", "block 9", "0 to 4"});
+}
+
 // The same failures through the library API return Status values, never crash.
 TEST(BadInputTest, OpenCheckpointReturnsStatus) {
   const fs::path dir = CopyModelDir("api_missing_field");

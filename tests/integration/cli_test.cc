@@ -139,6 +139,34 @@ TEST(CliTest, BenchRunsEitherMatMulPrecision) {
   }
 }
 
+// llama.cpp's control-vector flags: a steered greedy run differs from the plain one, the flags
+// combine, and a file that does not fit the model is named (exit 1).
+TEST(CliTest, ControlVectorFlagsSteerTheGeneration) {
+  const std::string base = "generate --model " + kModel +
+                           " --prompt 'Once upon a time' --temperature 0 "
+                           "--max-tokens 24 --json";
+  const std::string a = testing::TestData("steering/vectors_a.gguf").string();
+  const std::string b = testing::TestData("steering/vectors_b.safetensors").string();
+  auto ids = [](const CliResult& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return r.exit_code == 0 ? nlohmann::json::parse(r.output)["ids"] : nlohmann::json();
+  };
+  const nlohmann::json plain = ids(RunCliStdout(base));
+  const nlohmann::json steered = ids(RunCliStdout(base + " --control-vector-scaled " + a + " 3"));
+  const nlohmann::json combined =
+      ids(RunCliStdout(base + " --control-vector " + a + " --control-vector-scaled " + b +
+                       " -2 --control-vector-layer-range 2 4"));
+  EXPECT_NE(plain, steered);
+  EXPECT_NE(plain, combined);
+  EXPECT_NE(steered, combined);
+  const std::string bad = testing::TestData("steering/bad_hidden.gguf").string();
+  const CliResult r = RunCli(base + " --control-vector " + bad);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find(bad + ": tensor 'direction.2' has 48 values"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(RunCli(base + " --control-vector-scaled " + a + " strong").exit_code, 2);
+}
+
 TEST(CliTest, ReportedFailuresExitOne) {
   const CliResult missing = RunCli("inspect-model /no/such/model");
   EXPECT_EQ(missing.exit_code, 1);

@@ -49,8 +49,9 @@ class Gemma3Test : public ::testing::Test {
       return;
     }
     model_ = std::move(model).value().release();
-    auto int8_model = models::CausalLM::Load(
-        *checkpoint_, models::LoadOptions{.matmul_precision = kernels::MatMulPrecision::kInt8});
+    models::LoadOptions int8_options;
+    int8_options.matmul_precision = kernels::MatMulPrecision::kInt8;
+    auto int8_model = models::CausalLM::Load(*checkpoint_, int8_options);
     if (!int8_model.ok()) {
       setup_error_ = new std::string(int8_model.status().ToString());
       return;

@@ -22,7 +22,7 @@ struct BenchOptions {
   engine::BatchShape shape;
   int repetitions = 3;
   int threads = 0;
-  kernels::MatMulPrecision matmul = kernels::MatMulPrecision::kExact;
+  models::LoadOptions load;
   std::string spec_file;
   std::vector<std::string> probe_plugins;
   std::string format = "text";
@@ -53,7 +53,7 @@ int RunBench(const BenchOptions& o) {
   options.model_path = o.model;
   if (!o.tokenizer.empty()) options.tokenizer_path = o.tokenizer;
   options.num_threads = o.threads;
-  options.matmul_precision = o.matmul;
+  options.load = o.load;
   options.max_num_seqs = o.shape.batch;
   options.max_model_len = o.shape.prompt_tokens + o.shape.max_tokens + 8;
   StatusOr<std::unique_ptr<engine::LLMEngine>> opened = engine::LLMEngine::Open(options);
@@ -93,7 +93,7 @@ int RunBench(const BenchOptions& o) {
         {"max_tokens", o.shape.max_tokens},
         {"repetitions", o.repetitions},
         {"threads", o.threads},
-        {"matmul", o.matmul == kernels::MatMulPrecision::kInt8 ? "int8" : "exact"},
+        {"matmul", o.load.matmul_precision == kernels::MatMulPrecision::kInt8 ? "int8" : "exact"},
         {"spec", o.spec_file.empty() ? nlohmann::ordered_json(nullptr)
                                      : nlohmann::ordered_json(o.spec_file)},
         {"extraction_points", points},
@@ -113,7 +113,8 @@ int RunBench(const BenchOptions& o) {
     std::printf(
         "model %s: batch %d, prompt %d tokens, %d generated each, matmul %s, median of %d runs%s\n",
         o.model.c_str(), o.shape.batch, o.shape.prompt_tokens, o.shape.max_tokens,
-        o.matmul == kernels::MatMulPrecision::kInt8 ? "int8" : "exact", o.repetitions,
+        o.load.matmul_precision == kernels::MatMulPrecision::kInt8 ? "int8" : "exact",
+        o.repetitions,
         spec.has_value()
             ? (", spec " + o.spec_file + " (" + std::to_string(points) + " points)").c_str()
             : "");
@@ -156,7 +157,7 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Threads (0: all cores)")
       ->check(Threads())
       ->capture_default_str();
-  AddMatMulFlag(cmd, &o->matmul);
+  AddModelLoadFlags(cmd, &o->load);
   cmd->add_option("--spec", o->spec_file, "Probe spec to run during the benchmark")
       ->check(CLI::ExistingFile);
   cmd->add_option("--probe-plugin", o->probe_plugins,

@@ -64,7 +64,7 @@ StatusOr<std::unique_ptr<engine::Deployment>> OpenDeployment(const CaptureOption
   d.tensor_parallel_size = o.tensor_parallel_size;
   d.pipeline_parallel_size = o.pipeline_parallel_size;
   d.num_threads = o.engine.num_threads;
-  d.load.matmul_precision = o.engine.matmul_precision;
+  d.load = o.engine.load;
   d.step_timeout_seconds = o.step_timeout;
   UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment,
                       engine::Deployment::Create(d, &backend));
@@ -202,8 +202,21 @@ int RunCapture(CaptureOptions& o) {
   };
   // Activations from the int8 path differ from exact ones: a dataset is resumed only with the
   // precision it was started with (exact datasets keep the fingerprint they always had).
-  if (o.engine.matmul_precision == kernels::MatMulPrecision::kInt8) {
+  if (o.engine.load.matmul_precision == kernels::MatMulPrecision::kInt8) {
     dataset.fingerprint["matmul"] = "int8";
+  }
+  // So are activations captured under control vectors: their files' contents, scales and range.
+  if (!o.engine.load.steering.empty()) {
+    nlohmann::json steering = {{"layer_start", o.engine.load.steering.layer_start},
+                               {"layer_end", o.engine.load.steering.layer_end},
+                               {"files", nlohmann::json::array()}};
+    for (const models::ControlVectorFile& f : o.engine.load.steering.files) {
+      std::ifstream in(f.path, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      steering["files"].push_back({{"scale", f.scale}, {"fnv1a64", Hex(Fnv1a64(bytes))}});
+    }
+    dataset.fingerprint["steering"] = std::move(steering);
   }
   StatusOr<std::unique_ptr<probe::DatasetWriter>> writer =
       probe::DatasetWriter::Open(o.out, std::move(dataset));
@@ -419,7 +432,7 @@ void AddCaptureCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--threads", options->engine.num_threads, "Threads (0: all cores)")
       ->check(Threads())
       ->capture_default_str();
-  AddMatMulFlag(cmd, &options->engine.matmul_precision);
+  AddModelLoadFlags(cmd, &options->engine.load);
   cmd->add_option("--max-model-len", options->engine.max_model_len,
                   "Context length (default: the model's)");
   cmd->callback([options, argc, argv] {

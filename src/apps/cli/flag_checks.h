@@ -4,10 +4,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
+#include "models/llama_model.h"
 
 namespace uc::cli {
 
@@ -25,16 +29,55 @@ inline CLI::Range Seconds(double min_seconds = 0.0) {
 inline constexpr int kMaxFlagThreads = 1024;
 inline CLI::Range Threads() { return CLI::Range(0, kMaxFlagThreads); }
 
-// --matmul exact|int8: how quantized weights are multiplied (kernels::MatMulPrecision).
-inline CLI::Option* AddMatMulFlag(CLI::App* cmd, kernels::MatMulPrecision* precision) {
+// How the commands that load a model build it (models::LoadOptions), the same flags everywhere:
+//   --matmul exact|int8          how quantized weights are multiplied (kernels::MatMulPrecision)
+//   --control-vector FILE        add FILE's directions to the residual stream (repeatable)
+//   --control-vector-scaled FILE SCALE   the same, times SCALE (repeatable)
+//   --control-vector-layer-range START END   steer only blocks START..END (inclusive)
+// (llama.cpp's flag names and meanings). `load` must outlive the parse.
+inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
   static const std::map<std::string, kernels::MatMulPrecision> kNames = {
       {"exact", kernels::MatMulPrecision::kExact}, {"int8", kernels::MatMulPrecision::kInt8}};
-  return cmd
-      ->add_option("--matmul", *precision,
-                   "Quantized weights: exact (F32 activations, matches transformers) or int8 "
-                   "(8-bit activations and integer dot products, as llama.cpp; faster)")
+  cmd->add_option("--matmul", load->matmul_precision,
+                  "Quantized weights: exact (F32 activations, matches transformers) or int8 "
+                  "(8-bit activations and integer dot products, as llama.cpp; faster)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
       ->default_str("exact");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--control-vector",
+         [load](const std::vector<std::string>& files) {
+           for (const std::string& file : files) load->steering.files.push_back({file, 1.0f});
+         },
+         "Control vector file (.gguf as llama.cpp and repeng write, .safetensors, .npy) added "
+         "to the residual stream after its blocks, every token (repeatable)")
+      ->type_name("FILE");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--control-vector-scaled",
+         [load](const std::vector<std::string>& args) {
+           for (size_t i = 0; i + 1 < args.size(); i += 2) {
+             float scale = 0.0f;
+             const std::string& text = args[i + 1];
+             const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), scale);
+             if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(scale)) {
+               throw CLI::ValidationError("--control-vector-scaled",
+                                          "SCALE '" + text + "' is not a finite number");
+             }
+             load->steering.files.push_back({args[i], scale});
+           }
+         },
+         "Control vector file times SCALE (repeatable; vectors add up)")
+      ->type_size(2)
+      ->type_name("FILE SCALE");
+  cmd->add_option_function<std::vector<int>>(
+         "--control-vector-layer-range",
+         [load](const std::vector<int>& range) {
+           load->steering.layer_start = range[0];
+           load->steering.layer_end = range[1];
+         },
+         "Steer only blocks START to END (inclusive)")
+      ->expected(2)
+      ->type_name("START END")
+      ->check(CLI::NonNegativeNumber);
 }
 
 }  // namespace uc::cli

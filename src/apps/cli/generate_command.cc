@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<engine::Deployment>> OpenDeployment(GenerateOptions& o)
   d.tensor_parallel_size = o.tensor_parallel_size;
   d.pipeline_parallel_size = o.pipeline_parallel_size;
   d.num_threads = o.generator.num_threads;
-  d.load.matmul_precision = o.generator.matmul_precision;
+  d.load = o.generator.load;
   d.step_timeout_seconds = o.step_timeout;
   UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment,
                       engine::Deployment::Create(d, &backend));
@@ -325,7 +325,7 @@ int RunGenerate(GenerateOptions& o) {
   o.generator.model_path = o.model;
   o.engine.model_path = o.model;
   o.engine.num_threads = o.generator.num_threads;
-  o.engine.matmul_precision = o.generator.matmul_precision;
+  o.engine.load = o.generator.load;
   o.engine.max_model_len = o.generator.max_model_len;
   if (!o.tokenizer.empty()) o.engine.tokenizer_path = o.tokenizer;
   StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
@@ -460,7 +460,7 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--threads", options->generator.num_threads, "Threads (0: all cores)")
       ->check(Threads())
       ->capture_default_str();
-  AddMatMulFlag(cmd, &options->generator.matmul_precision);
+  AddModelLoadFlags(cmd, &options->generator.load);
   cmd->add_option("--max-model-len", options->generator.max_model_len,
                   "Context length (default: the model's)");
   cmd->add_flag("--json", options->json,

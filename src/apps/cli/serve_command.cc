@@ -78,7 +78,7 @@ StatusOr<std::unique_ptr<engine::LLMEngine>> OpenEngine(const ServeOptions& o) {
   d.tensor_parallel_size = o.tensor_parallel_size;
   d.pipeline_parallel_size = o.pipeline_parallel_size;
   d.num_threads = o.engine.num_threads;
-  d.load.matmul_precision = o.engine.matmul_precision;
+  d.load = o.engine.load;
   d.step_timeout_seconds = o.step_timeout;
   UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment,
                       engine::Deployment::Create(d, &backend));
@@ -369,7 +369,7 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--threads", o->engine.num_threads, "Threads per rank (0: all cores)")
       ->check(Threads())
       ->capture_default_str();
-  AddMatMulFlag(cmd, &o->engine.matmul_precision);
+  AddModelLoadFlags(cmd, &o->engine.load);
   cmd->add_option("--max-model-len", o->engine.max_model_len,
                   "Context length (default: the model's)");
   cmd->add_option("--http-threads", o->server.http_threads,

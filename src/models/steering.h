@@ -1,0 +1,54 @@
+// File: steering.h
+// -----------------------------------------------------------------------------
+// Control vectors: directions added to the residual stream after decoder blocks, for every token
+// (llama.cpp's control vectors, repeng's export). The vector for block N is added to that
+// block's output, so the residual stream after layer N — what a `residual_stream` probe at layer
+// N sees, and what every later layer reads — includes it; the same layer's `attn_out` and
+// `mlp_out` are the blocks' own outputs, without it.
+//
+// Files (the format from the extension):
+//   .gguf         llama.cpp's control-vector GGUF: general.architecture = "controlvector",
+//                 one 1-D float tensor `direction.N` of hidden_size values per steered block N
+//   .safetensors  the same tensor names
+//   .npy          a float32 or float64 array [num_layers, hidden_size]: row N for block N
+//                 (all-zero rows steer nothing)
+// Several files add up, each times its scale; a layer range keeps only the blocks inside it
+// (inclusive, llama.cpp's --control-vector-layer-range). Every problem is an InvalidArgument
+// naming the file and, where there is one, the tensor: a wrong length, a block outside the
+// model, a non-finite value, a GGUF of another architecture, an unknown extension.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <vector>
+
+#include "base/status.h"
+
+namespace uc::models {
+
+struct ControlVectorFile {
+  std::filesystem::path path;
+  float scale = 1.0f;
+};
+
+struct SteeringOptions {
+  std::vector<ControlVectorFile> files;
+  // Blocks [layer_start, layer_end] only (inclusive); -1: no bound on that side.
+  int layer_start = -1;
+  int layer_end = -1;
+  bool empty() const { return files.empty(); }
+};
+
+// Block index -> [hidden_size] vector. Blocks with no vector are absent.
+using LayerVectors = std::map<int, std::vector<float>>;
+
+// The directions in one file, unscaled, checked against the model's sizes.
+StatusOr<LayerVectors> ReadControlVectorFile(const std::filesystem::path& path, int hidden_size,
+                                             int num_layers);
+
+// The sum over options.files of scale * direction per block, restricted to the layer range.
+// InvalidArgument for a bad file (see above) or a range outside [0, num_layers) or reversed.
+StatusOr<LayerVectors> LoadControlVectors(const SteeringOptions& options, int hidden_size,
+                                          int num_layers);
+
+}  // namespace uc::models
