@@ -151,12 +151,9 @@ StatusOr<LayerVectors> ReadNpy(const std::filesystem::path& path, int hidden_siz
   }
   if (order != "False") return FileError(path, "a Fortran-ordered array is not supported");
   long long rows = -1, cols = -1;
-  if (std::sscanf(shape.c_str(), "(%lld, %lld)", &rows, &cols) != 2 || rows < 0 || cols < 0) {
-    return FileError(path, "array shape " + shape + "; expected (num_layers, hidden_size) = (" +
-                               std::to_string(num_layers) + ", " + std::to_string(hidden_size) +
-                               ")");
-  }
-  if (rows > num_layers || cols != hidden_size) {
+  // At most one row per block (fewer: the blocks past them are not steered).
+  if (std::sscanf(shape.c_str(), "(%lld, %lld)", &rows, &cols) != 2 || rows < 0 ||
+      rows > num_layers || cols != hidden_size) {
     return FileError(path, "array shape " + shape + "; expected (num_layers, hidden_size) = (" +
                                std::to_string(num_layers) + ", " + std::to_string(hidden_size) +
                                ")");
