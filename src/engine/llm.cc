@@ -20,8 +20,8 @@ std::vector<GenerateResult> LLM::Generate(
       results[i].status =
           InvalidArgumentError("request id '" + requests[i].id + "' appears more than once");
     } else {
-      results[i].status =
-          engine_->AddRequest(requests[i].id, requests[i].prompt, requests[i].params);
+      results[i].status = engine_->AddRequest(requests[i].id, requests[i].prompt,
+                                              requests[i].params, requests[i].steering);
     }
     if (results[i].status.ok()) {
       index[requests[i].id] = i;

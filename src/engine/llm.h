@@ -25,6 +25,7 @@ struct GenerateRequest {
   std::string id;
   Prompt prompt;
   worker::SamplingParams params;
+  RequestSteering steering = {};  // per-request steering (none by default)
 };
 
 struct GenerateResult {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "base/logging.h"
 #include "engine/stop_matcher.h"
@@ -36,7 +37,10 @@ struct LLMEngine::RequestState {
   std::string stop_reason;
   std::optional<AbortInfo> abort;
   RequestMetrics metrics;
-  bool final_feed = false;  // done; its last token runs through the model once more
+  bool final_feed = false;     // done; its last token runs through the model once more
+  std::string steering_bytes;  // serialized config; empty: none
+  uint32_t steering_id = 0;    // registry id once drained
+  int32_t steering_from = 0;   // INT32_MAX while deferred
 };
 
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
@@ -77,6 +81,10 @@ Status LLMEngine::Init(const EngineOptions& options) {
       return InvalidArgumentError(std::string(name) + " must be >= 1, got " +
                                   std::to_string(value));
     }
+  }
+  if (options.max_steering_configs < 0) {
+    return InvalidArgumentError("max_steering_configs must be >= 0 (0: no limit), got " +
+                                std::to_string(options.max_steering_configs));
   }
   UC_ASSIGN_OR_RETURN(tokenizer_,
                       LoadTokenizerFor(deployment_->checkpoint(), options.tokenizer_path));
@@ -128,6 +136,7 @@ Status LLMEngine::InitKvCache() {
   sc.max_prefill_chunk = options_.max_prefill_chunk;
   sc.max_model_len = max_model_len_;
   sc.sliding_window = window;
+  sc.max_steering_configs = options_.max_steering_configs;
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get());
   char line[256];
   std::snprintf(line, sizeof(line),
@@ -152,8 +161,17 @@ StatusOr<std::vector<int32_t>> LLMEngine::Tokenize(const Prompt& prompt) const {
 }
 
 Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt,
-                             const worker::SamplingParams& params) {
+                             const worker::SamplingParams& params,
+                             const RequestSteering& steering) {
   if (request_id.empty()) return InvalidArgumentError("request id must not be empty");
+  std::string steering_bytes;
+  if (steering.config != nullptr && !steering.config->empty()) {
+    UC_RETURN_IF_ERROR(steering.config
+                           ->Validate(static_cast<int>(config().hidden_size),
+                                      config().num_hidden_layers, "steering")
+                           .Annotate("request '" + request_id + "'"));
+    steering_bytes = steering.config->Serialize();
+  }
   UC_RETURN_IF_ERROR(params.Validate().Annotate("request '" + request_id + "'"));
   if (params.max_tokens < 1) {
     return InvalidArgumentError("request '" + request_id + "': max_tokens must be >= 1, got " +
@@ -196,6 +214,8 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
   r->decoder = std::make_unique<tokenizer::IncrementalDecoder>(*tokenizer_, at_start);
   r->stops = std::make_unique<StopMatcher>(params.stop);
   r->metrics.arrival_seconds = Now();
+  r->steering_bytes = std::move(steering_bytes);
+  r->steering_from = steering.deferred ? std::numeric_limits<int32_t>::max() : 0;
   std::lock_guard<std::mutex> lock(inbox_mu_);
   if (ids_in_use_.count(request_id) != 0) {
     return InvalidArgumentError("request id '" + request_id + "' is already in use");
@@ -231,7 +251,9 @@ void LLMEngine::DrainInbox(std::vector<RequestOutput>& outputs) {
   }
   for (std::unique_ptr<RequestState>& r : added) {
     // AddRequest checked everything the scheduler checks, against the same limits.
-    const Status status = scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params);
+    if (!r->steering_bytes.empty()) r->steering_id = InternSteering(r->steering_bytes);
+    const Status status =
+        scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params, r->steering_id);
     UC_CHECK(status.ok(), "%s", status.ToString().c_str());
     const uint64_t seq_id = r->seq_id;
     if (observer_ != nullptr) observer_->OnRequestAdded(seq_id, r->id, r->prompt_ids);
@@ -280,6 +302,7 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
     auto it = requests_.find(id);
     if (it != requests_.end()) ++it->second->metrics.num_preemptions;
   }
+  AttachSteering(plan);
   if (observer_ != nullptr && !plan.scheduled.empty()) plan.capture = observer_->PlanCapture(plan);
   std::vector<Tensor> captured;
   const std::vector<int32_t> tokens = deployment_->worker().ExecuteModel(plan, &captured);
@@ -367,6 +390,7 @@ void LLMEngine::AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out
 // Frees the request's blocks (the next step tells the ranks) and fills its final output.
 void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
   scheduler_->Finish(r.seq_id);
+  if (r.steering_id != 0) ReleaseSteering(r.steering_id);
   if (observer_ != nullptr) {
     observer_->OnRequestFinished(r.seq_id, static_cast<int64_t>(r.output_ids.size()),
                                  r.finish_reason == FinishReason::kAbort);
@@ -388,8 +412,57 @@ void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
   requests_.erase(r.seq_id);  // destroys r
 }
 
+uint32_t LLMEngine::InternSteering(const std::string& bytes) {
+  auto [it, added] = steering_by_bytes_.try_emplace(bytes);
+  if (added) {
+    it->second.id = next_steering_id_++;
+    steering_bytes_by_id_[it->second.id] = bytes;
+  }
+  ++it->second.refs;
+  return it->second.id;
+}
+
+void LLMEngine::ReleaseSteering(uint32_t id) {
+  const auto by_id = steering_bytes_by_id_.find(id);
+  UC_CHECK(by_id != steering_bytes_by_id_.end(), "unknown steering config %u", id);
+  const auto it = steering_by_bytes_.find(by_id->second);
+  if (--it->second.refs > 0) return;
+  if (it->second.sent) steering_drops_.push_back(id);
+  steering_by_bytes_.erase(it);
+  steering_bytes_by_id_.erase(by_id);
+}
+
+void LLMEngine::AttachSteering(worker::SchedulerOutput& plan) {
+  plan.dropped_steering = std::move(steering_drops_);
+  steering_drops_.clear();
+  for (worker::ScheduledSequence& s : plan.scheduled) {
+    if (s.steering_id == 0) continue;
+    const auto req = requests_.find(s.seq_id);
+    UC_CHECK(req != requests_.end(), "steered sequence %llu without a request",
+             static_cast<unsigned long long>(s.seq_id));
+    s.steering_from = req->second->steering_from;
+    const std::string& bytes = steering_bytes_by_id_.at(s.steering_id);
+    SteeringSlot& slot = steering_by_bytes_.at(bytes);
+    if (!slot.sent) {
+      plan.new_steering.push_back({s.steering_id, bytes});
+      slot.sent = true;
+    }
+  }
+}
+
+bool LLMEngine::StartSteering(uint64_t seq_id, int32_t from_position) {
+  const auto it = requests_.find(seq_id);
+  if (it == requests_.end() || it->second->steering_id == 0 ||
+      it->second->steering_from != std::numeric_limits<int32_t>::max()) {
+    return false;
+  }
+  it->second->steering_from = from_position;
+  return true;
+}
+
 EngineStats LLMEngine::stats() const {
   EngineStats s = stats_;
+  s.num_steering_configs = static_cast<int>(steering_by_bytes_.size());
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
   s.num_kv_blocks = blocks_->num_blocks();

@@ -43,6 +43,7 @@
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/sampling_params.h"
+#include "worker/steering_config.h"
 
 namespace uc::engine {
 
@@ -61,6 +62,18 @@ struct EngineOptions {
   int num_kv_blocks = 0;
   // How the model is built: matmul precision, control vectors (models::LoadOptions).
   models::LoadOptions load = {};
+  // Distinct per-request steering configs running at once at most (SchedulerConfig); requests
+  // with another config wait. 0: no limit.
+  int max_steering_configs = 16;
+};
+
+// How one request is steered: vectors added to its residual stream (worker/steering_config.h),
+// applied to its tokens at positions >= `from` (0: from the first prompt token). Requests with
+// equal configs share one registration on the ranks. A `deferred` request runs unsteered until
+// StartSteering switches it on (conditional steering, triggered by a probe).
+struct RequestSteering {
+  std::shared_ptr<const worker::SteeringConfig> config;  // null or empty: none
+  bool deferred = false;
 };
 
 // A prompt as text (tokenized with the model's tokenizer, BOS as it prescribes) or as ids.
@@ -105,6 +118,7 @@ struct EngineStats {
   int64_t num_steps = 0;
   int64_t prompt_tokens_computed = 0;  // including recomputation
   int64_t generated_tokens = 0;
+  int num_steering_configs = 0;  // distinct steering configs registered on the ranks
 };
 
 class LLMEngine {
@@ -121,8 +135,14 @@ class LLMEngine {
   // when the id is empty or in use, the prompt has no tokens, an id is outside the vocabulary,
   // the prompt leaves no room to generate within max_model_len, or a sampling parameter is
   // impossible (the message names the field).
+  // With `steering`, also InvalidArgument when a vector does not fit the model
+  // (SteeringConfig::Validate, field "steering").
   Status AddRequest(const std::string& request_id, const Prompt& prompt,
-                    const worker::SamplingParams& params);
+                    const worker::SamplingParams& params, const RequestSteering& steering = {});
+  // Engine thread (a StepObserver's callbacks): switches the deferred steering of sequence
+  // `seq_id` on for its tokens at positions >= `from_position`, from the next step. False when
+  // the sequence is unknown, has no steering or has it on already.
+  bool StartSteering(uint64_t seq_id, int32_t from_position);
   // Ends a request at the next step (waiting, running or preempted); its final output has
   // finish_reason kAbort and `abort` set. False when the id is unknown or already finished.
   bool Abort(const std::string& request_id, AbortInfo info = AbortInfo("client", "aborted"));
@@ -167,6 +187,11 @@ class LLMEngine {
   void AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out);
   void FinishRequest(RequestState& r, RequestOutput& out);
   double Now() const;
+  // Steering registry (engine thread): configs by content, shared by the requests using them.
+  uint32_t InternSteering(const std::string& bytes);
+  void ReleaseSteering(uint32_t id);
+  // Fills plan's steering positions, registrations and drops.
+  void AttachSteering(worker::SchedulerOutput& plan);
 
   EngineOptions options_;
   std::unique_ptr<Deployment> deployment_;
@@ -185,6 +210,15 @@ class LLMEngine {
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;  // engine thread
   uint64_t next_seq_id_ = 1;
   EngineStats stats_;
+  struct SteeringSlot {
+    uint32_t id = 0;
+    int refs = 0;
+    bool sent = false;  // registered on the ranks
+  };
+  std::unordered_map<std::string, SteeringSlot> steering_by_bytes_;
+  std::unordered_map<uint32_t, std::string> steering_bytes_by_id_;
+  std::vector<uint32_t> steering_drops_;  // for the next plan
+  uint32_t next_steering_id_ = 1;
   StepObserver* observer_ = nullptr;
   StepListener step_listener_;
 };

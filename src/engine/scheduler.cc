@@ -7,6 +7,13 @@
 #include "base/check.h"
 
 namespace uc::engine {
+namespace {
+
+bool Contains(const std::vector<uint32_t>& ids, uint32_t id) {
+  return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
+
+}  // namespace
 
 int MaxBlocksHeld(int num_tokens, int block_size, int sliding_window, int max_chunk) {
   UC_CHECK(num_tokens >= 0 && block_size >= 1 && sliding_window >= 0 && max_chunk >= 1,
@@ -28,6 +35,8 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockManager* block_manager)
   UC_CHECK(config.max_prefill_chunk >= 1, "max_prefill_chunk is %d", config.max_prefill_chunk);
   UC_CHECK(config.max_model_len >= 1, "max_model_len is %d", config.max_model_len);
   UC_CHECK(config.sliding_window >= 0, "sliding_window is %d", config.sliding_window);
+  UC_CHECK(config.max_steering_configs >= 0, "max_steering_configs is %d",
+           config.max_steering_configs);
 }
 
 int Scheduler::MaxBlocksHeld(int num_tokens) const {
@@ -36,7 +45,7 @@ int Scheduler::MaxBlocksHeld(int num_tokens) const {
 }
 
 Status Scheduler::AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
-                              const worker::SamplingParams& params) {
+                              const worker::SamplingParams& params, uint32_t steering_id) {
   if (seqs_.count(seq_id) != 0) {
     return InvalidArgumentError("sequence id " + std::to_string(seq_id) + " is already in use");
   }
@@ -64,6 +73,7 @@ Status Scheduler::AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
   seq->token_ids = std::move(prompt_ids);
   seq->num_prompt_tokens = num_prompt;
   seq->params = params;
+  seq->steering_id = steering_id;
   waiting_.push_back(seq.get());
   seqs_.emplace(seq_id, std::move(seq));
   return OkStatus();
@@ -105,12 +115,27 @@ worker::SchedulerOutput Scheduler::Schedule() {
 
   // 2. Waiting sequences in FCFS order. After a preemption the cache is short, and admitting
   // new work would only lead to preempting it again.
-  while (!preempted && !waiting_.empty() && budget > 0 && num_running() < config_.max_num_seqs) {
-    Sequence* seq = waiting_.front();
+  std::vector<uint32_t> configs;  // distinct steering configs running
+  for (const Sequence* seq : running_) {
+    if (seq->steering_id != 0 && !Contains(configs, seq->steering_id)) {
+      configs.push_back(seq->steering_id);
+    }
+  }
+  size_t next = 0;
+  while (!preempted && next < waiting_.size() && budget > 0 &&
+         num_running() < config_.max_num_seqs) {
+    Sequence* seq = waiting_[next];
+    const bool new_config = seq->steering_id != 0 && !Contains(configs, seq->steering_id);
+    if (new_config && config_.max_steering_configs > 0 &&
+        static_cast<int>(configs.size()) >= config_.max_steering_configs) {
+      ++next;  // waits for a config slot; later sequences may go ahead
+      continue;
+    }
     CheckSchedulable(*seq);
     const int n = ChunkSize(*seq, budget);
-    if (!blocks_->Allocate(seq->block_table, n)) break;  // never skip the head
-    waiting_.pop_front();
+    if (!blocks_->Allocate(seq->block_table, n)) break;  // never skip for lack of blocks
+    if (new_config) configs.push_back(seq->steering_id);
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
     seq->status = SequenceStatus::kRunning;
     const auto pos =
         std::upper_bound(running_.begin(), running_.end(), seq->arrival,
@@ -220,6 +245,7 @@ void Scheduler::AddChunk(Sequence* seq, int num_tokens, worker::SchedulerOutput&
   s.block_table = seq->block_table;
   s.num_prompt_tokens = seq->num_prompt_tokens;
   s.sample = end == seq->num_tokens() && !seq->final_feed;
+  s.steering_id = seq->steering_id;
   if (!seq->params_sent) {
     s.new_params = seq->params;
     seq->params_sent = true;

@@ -14,7 +14,9 @@
 //      preempted.
 //   2. If nothing was preempted this step: waiting sequences in FCFS order (preempted ones
 //      first, by arrival) while there is budget, a sequence slot and KV blocks for the chunk.
-//      The queue head is never skipped for a later request, so no request starves.
+//      The queue head is never skipped for a later request, so no request starves — except
+//      for the steering cap: a sequence whose steering config would make more than
+//      max_steering_configs distinct configs run at once is passed over until one finishes.
 // With a sliding window on every layer (sliding_window > 0), a running sequence's blocks that
 // lie wholly before the window of its next token are given back before each step's allocation
 // (vLLM's sliding-window manager), so a sequence holds at most MaxBlocksHeld blocks however long
@@ -49,6 +51,10 @@ struct SchedulerConfig {
   // window when layers differ), so KV blocks before a sequence's window are given back. 0: no
   // layer or not every layer slides (Gemma's global layers need the whole prefix).
   int sliding_window = 0;
+  // Distinct steering configs among running sequences at most (so in any one step); 0: no
+  // limit. A waiting sequence whose config would exceed it stays waiting while later ones —
+  // unsteered, or steered by a config already running — go ahead of it.
+  int max_steering_configs = 0;
 };
 
 // The most KV blocks of `block_size` one sequence of `num_tokens` tokens holds at once: all of
@@ -76,12 +82,14 @@ class Scheduler {
   // allocates from it.
   Scheduler(const SchedulerConfig& config, BlockManager* block_manager);
 
-  // Queues a new sequence. `params` is sent to the ranks with its first scheduled chunk.
+  // Queues a new sequence. `params` is sent to the ranks with its first scheduled chunk;
+  // `steering_id` (0: none) is the engine's registered steering config, copied into every chunk
+  // and counted against max_steering_configs.
   // InvalidArgument (nothing queued) when: seq_id is already known (unfinished, or finished
   // but not yet reported in an output's finished_seq_ids); prompt_ids is empty;
   // prompt_ids.size() >= max_model_len; the prompt alone needs more KV blocks than exist.
   Status AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
-                     const worker::SamplingParams& params);
+                     const worker::SamplingParams& params, uint32_t steering_id = 0);
 
   // Decides the next step. Sequences finished (Finish: a stop or an abort) since the previous
   // call are listed in finished_seq_ids. May return an output with nothing scheduled (nothing
@@ -130,7 +138,8 @@ class Scheduler {
     SequenceStatus status = SequenceStatus::kWaiting;
     int num_preemptions = 0;
     worker::SamplingParams params;
-    bool params_sent = false;     // new_params went out with its first chunk
+    bool params_sent = false;  // new_params went out with its first chunk
+    uint32_t steering_id = 0;
     bool awaiting_token = false;  // scheduled with sample; AppendToken or Finish comes next
     bool final_feed = false;      // its last token runs once more, without sampling
     int num_tokens() const { return static_cast<int>(token_ids.size()); }

@@ -280,6 +280,32 @@ TEST(SchedulerTest, MaxNumSeqsBoundsTheRunningSet) {
   EXPECT_EQ(scheduler.num_running(), 2);
 }
 
+// With at most 2 steering configs running, a sequence with a third config waits while later
+// sequences — unsteered, or with a config already running — go ahead; it starts once a config
+// is gone. Every chunk carries its sequence's config id.
+TEST(SchedulerTest, SteeringCapDelaysOnlyNewConfigs) {
+  BlockManager blocks(/*num_blocks=*/32, /*block_size=*/4);
+  SchedulerConfig config = Config(/*max_num_seqs=*/8, 64, 64, 128);
+  config.max_steering_configs = 2;
+  Scheduler scheduler(config, &blocks);
+  const std::vector<std::pair<uint64_t, uint32_t>> seqs = {
+      {1, 7}, {2, 8}, {3, 9}, {4, 0}, {5, 7}, {6, 9}};
+  for (const auto& [id, steering] : seqs) {
+    ASSERT_TRUE(scheduler.AddSequence(id, Prompt(3, 0), Params(), steering).ok());
+  }
+  SchedulerOutput out = scheduler.Schedule();
+  EXPECT_EQ(ScheduledIds(out), (std::vector<uint64_t>{1, 2, 4, 5}));
+  for (const ScheduledSequence& s : out.scheduled) {
+    EXPECT_EQ(s.steering_id, seqs[s.seq_id - 1].second) << s.seq_id;
+  }
+  EXPECT_EQ(scheduler.num_waiting(), 2);
+  for (uint64_t id : {1, 4, 5}) scheduler.AppendToken(id, 10);
+  EXPECT_TRUE(scheduler.Finish(2));  // config 8 is gone: config 9 may start
+  out = scheduler.Schedule();
+  EXPECT_EQ(ScheduledIds(out), (std::vector<uint64_t>{1, 4, 5, 3, 6}));  // running first
+  EXPECT_EQ(scheduler.num_waiting(), 0);
+}
+
 // Two sequences fill a cache of 4 blocks of 2; when the older one needs a fifth block, the
 // newer one is preempted, and it is recomputed (prompt + generated tokens) once there is room.
 TEST(SchedulerTest, PreemptsTheNewestAndRecomputesIt) {

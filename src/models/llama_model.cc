@@ -177,6 +177,29 @@ void DecoderLayer::Tap(const ForwardContext& ctx, Site site, const Tensor& value
   }
 }
 
+void DecoderLayer::Steer(const ForwardContext& ctx, Site site, Tensor& block_out,
+                         const Tensor& residual) const {
+  if (ctx.steering == nullptr) return;
+  const int64_t hidden_size = block_out.dim(1);
+  for (const SteeringAdd& add : ctx.steering->adds) {
+    if (add.layer != layer_index_ || add.site != site) continue;
+    for (const int32_t row : add.rows) {
+      float* out = block_out.data<float>() + row * hidden_size;
+      float scale = add.scale;
+      if (add.norm_match) {
+        const float* res = residual.data<float>() + row * hidden_size;
+        double sum = 0.0;
+        for (int64_t j = 0; j < hidden_size; ++j) {
+          const double x = static_cast<double>(out[j]) + res[j];
+          sum += x * x;
+        }
+        scale *= static_cast<float>(std::sqrt(sum)) * add.inv_vector_norm;
+      }
+      for (int64_t j = 0; j < hidden_size; ++j) out[j] += scale * add.vector[j];
+    }
+  }
+}
+
 // The residual stream after this layer is hidden_states + residual; it is only materialized
 // when a probe asks for it.
 void DecoderLayer::TapResidual(const ForwardContext& ctx, Activations& act, int64_t m) const {
@@ -200,12 +223,15 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
                      ctx.pool);
   if (sandwich_.enabled()) sandwich_.post_attention.Forward(hidden, hidden);
   Tap(ctx, Site::kAttnOut, hidden);
+  Steer(ctx, Site::kAttnOut, hidden, residual);
   kernels::AddInPlace(hidden, residual);
   post_attention_layernorm_.Forward(residual, normed);
   mlp_.Forward(normed, act.mlp, hidden, ctx.pool);
   if (sandwich_.enabled()) sandwich_.post_mlp.Forward(hidden, hidden);
   Tap(ctx, Site::kMlpOut, hidden);
   if (steering_.defined()) kernels::AddBias(steering_, hidden);  // joins the residual stream
+  Steer(ctx, Site::kMlpOut, hidden, residual);
+  Steer(ctx, Site::kResidPost, hidden, residual);
   TapResidual(ctx, act, m);
 }
 
@@ -367,7 +393,7 @@ void CausalLM::Forward(const ForwardBatch& batch, KvCache& cache, const Intermed
     std::memcpy(residual.raw(), input->residual.raw(), static_cast<size_t>(residual.nbytes()));
   }
   const layers::AttentionMetadata meta{batch.positions, batch.slot_mapping, batch.layout};
-  const ForwardContext ctx{batch.positions, &meta, &cache, hooks, pool};
+  const ForwardContext ctx{batch.positions, &meta, &cache, hooks, pool, batch.steering};
   for (int i = parallel_.layer_start; i < parallel_.layer_end; ++i) {
     std::get<DecoderLayer>(layers_[i]).Forward(ctx, act, m);
   }

@@ -71,7 +71,8 @@ struct ForwardBatch {
   std::span<const int32_t> positions;     // [m]
   std::span<const int32_t> slot_mapping;  // [m]
   kernels::PagedKvLayout layout;
-  std::span<const int32_t> logit_rows;  // ascending rows of [0, m); may be empty
+  std::span<const int32_t> logit_rows;      // ascending rows of [0, m); may be empty
+  const BatchSteering* steering = nullptr;  // per-row steering; null or empty: none
 };
 
 // Which logits a forward call produces on the last stage.
@@ -95,8 +96,9 @@ struct ForwardContext {
   std::span<const int32_t> positions;  // [m]
   const layers::AttentionMetadata* attention = nullptr;
   KvCache* cache = nullptr;
-  ForwardHooks* hooks = nullptr;  // may be null
-  ThreadPool* pool = nullptr;     // may be null
+  ForwardHooks* hooks = nullptr;            // may be null
+  ThreadPool* pool = nullptr;               // may be null
+  const BatchSteering* steering = nullptr;  // may be null
 };
 
 // Gemma's extra norms of the attention and MLP outputs before they join the residual stream
@@ -121,12 +123,17 @@ class DecoderLayer {
   void Forward(const ForwardContext& ctx, Activations& act, int64_t m) const;
   const layers::Attention& attention() const { return attention_; }
   // A [hidden_size] F32 vector added to this block's output for every token, after the
-  // attn_out and mlp_out taps and before the residual-stream tap; undefined: none.
+  // attn_out and mlp_out taps and before the residual-stream tap; undefined: none. Per-request
+  // steering (ForwardContext::steering) is applied at the same places: attn_out after the
+  // attn_out tap, mlp_out and residual_stream after the mlp_out tap.
   void set_steering(Tensor vector) { steering_ = std::move(vector); }
 
  private:
   void Tap(const ForwardContext& ctx, Site site, const Tensor& value) const;
   void TapResidual(const ForwardContext& ctx, Activations& act, int64_t m) const;
+  // Adds ctx.steering's vectors for (this layer, site) to `block_out` (the block's output about
+  // to join `residual`).
+  void Steer(const ForwardContext& ctx, Site site, Tensor& block_out, const Tensor& residual) const;
 
   int layer_index_;
   layers::RmsNorm input_layernorm_;

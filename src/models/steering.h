@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "models/forward_hooks.h"
 
 namespace uc::models {
 
@@ -50,5 +51,26 @@ StatusOr<LayerVectors> ReadControlVectorFile(const std::filesystem::path& path, 
 // InvalidArgument for a bad file (see above) or a range outside [0, num_layers) or reversed.
 StatusOr<LayerVectors> LoadControlVectors(const SteeringOptions& options, int hidden_size,
                                           int num_layers);
+
+// Per-request steering of one forward call (built by the worker from the step's registered
+// configs): each entry adds `vector` at (layer, site) to the batch rows `rows`, scaled by
+// `scale`, or with norm_match by scale × ‖stream_row‖ / ‖vector‖ (‖stream_row‖: the norm of the
+// residual stream right after that site, before this addition). Rows are ascending; a row may
+// appear in several entries (their additions are applied in entry order, so each row's result
+// depends only on its own entries, never on the rest of the batch).
+struct SteeringAdd {
+  int layer = 0;
+  Site site = Site::kResidPost;
+  const float* vector = nullptr;  // [hidden_size]; owned by the caller, outlives the call
+  float scale = 1.0f;
+  bool norm_match = false;
+  float inv_vector_norm = 0.0f;  // 1 / ‖vector‖, for norm_match
+  std::vector<int32_t> rows = {};
+};
+
+struct BatchSteering {
+  std::vector<SteeringAdd> adds;
+  bool empty() const { return adds.empty(); }
+};
 
 }  // namespace uc::models

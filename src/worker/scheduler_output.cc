@@ -75,9 +75,18 @@ std::string SchedulerOutput::Serialize() const {
     w.Put<uint8_t>(s.sample);
     w.Put<uint8_t>(s.new_params.has_value());
     if (s.new_params.has_value()) PutParams(w, *s.new_params);
+    w.Put(s.steering_id);
+    w.Put(s.steering_from);
   }
   PutIds(w, finished_seq_ids);
   PutIds(w, preempted_seq_ids);
+  w.Put<uint32_t>(static_cast<uint32_t>(new_steering.size()));
+  for (const SteeringRegistration& reg : new_steering) {
+    w.Put(reg.id);
+    w.PutString(reg.config);
+  }
+  w.Put<uint32_t>(static_cast<uint32_t>(dropped_steering.size()));
+  for (uint32_t id : dropped_steering) w.Put(id);
   w.Put<uint32_t>(static_cast<uint32_t>(capture.size()));
   for (const CaptureItem& c : capture) {
     w.Put(c.layer);
@@ -105,14 +114,31 @@ StatusOr<SchedulerOutput> SchedulerOutput::Parse(const std::string& bytes) {
       s.new_params.emplace();
       ok = GetParams(r, *s.new_params);
     }
+    ok = ok && r.Get(s.steering_id) && r.Get(s.steering_from);
     if (!ok) return InvalidArgumentError("malformed scheduler output (sequence)");
     s.sample = sample != 0;
     out.scheduled.push_back(std::move(s));
   }
-  uint32_t items = 0;
-  if (!GetIds(r, out.finished_seq_ids) || !GetIds(r, out.preempted_seq_ids) || !r.Get(items)) {
+  if (!GetIds(r, out.finished_seq_ids) || !GetIds(r, out.preempted_seq_ids)) {
     return InvalidArgumentError("malformed scheduler output (ids)");
   }
+  uint32_t registrations = 0, drops = 0;
+  if (!r.Get(registrations)) return InvalidArgumentError("malformed scheduler output (steering)");
+  for (uint32_t i = 0; i < registrations; ++i) {
+    SteeringRegistration reg;
+    if (!r.Get(reg.id) || !r.GetString(reg.config)) {
+      return InvalidArgumentError("malformed scheduler output (steering)");
+    }
+    out.new_steering.push_back(std::move(reg));
+  }
+  if (!r.Get(drops)) return InvalidArgumentError("malformed scheduler output (steering)");
+  for (uint32_t i = 0; i < drops; ++i) {
+    uint32_t id = 0;
+    if (!r.Get(id)) return InvalidArgumentError("malformed scheduler output (steering)");
+    out.dropped_steering.push_back(id);
+  }
+  uint32_t items = 0;
+  if (!r.Get(items)) return InvalidArgumentError("malformed scheduler output (capture)");
   for (uint32_t i = 0; i < items; ++i) {
     CaptureItem c;
     if (!r.Get(c.layer) || !r.Get(c.site) || !r.GetInts(c.rows)) {

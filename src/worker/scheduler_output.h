@@ -32,9 +32,20 @@ struct ScheduledSequence {
   bool sample = false;
   // Set the first time a sequence is scheduled (and only then): how the last stage samples it.
   std::optional<SamplingParams> new_params;
+  // Steering: the registered config (SchedulerOutput::new_steering) that applies to this
+  // sequence's tokens at positions >= steering_from; 0: none.
+  uint32_t steering_id = 0;
+  int32_t steering_from = 0;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t end_pos() const { return start_pos + num_tokens(); }
+};
+
+// A steering config (worker/steering_config.h, serialized) the ranks keep under `id` until a
+// later output drops it. Ids are never reused.
+struct SteeringRegistration {
+  uint32_t id = 0;
+  std::string config;
 };
 
 // Rows of one tap point a probe wants this step: the activation of batch rows `rows` at
@@ -54,6 +65,11 @@ struct SchedulerOutput {
   std::vector<uint64_t> finished_seq_ids;
   // Sequences preempted this step (KV freed; they will be recomputed). Informational.
   std::vector<uint64_t> preempted_seq_ids;
+  // Steering configs used from this step on (registered before the batch runs), and configs
+  // no longer used by any sequence (dropped before the batch runs). A step's sequences use at
+  // most SchedulerConfig::max_steering_configs distinct ids.
+  std::vector<SteeringRegistration> new_steering;
+  std::vector<uint32_t> dropped_steering;
   // Activations to capture this step (empty: nothing is copied).
   std::vector<CaptureItem> capture;
   // Debug: every TP rank captures and the driver checks the replicas are identical.

@@ -22,6 +22,8 @@ SchedulerOutput Example() {
   p.min_p = 0.05f;
   p.seed = 1234567890123ull;
   a.new_params = p;
+  a.steering_id = 3;
+  a.steering_from = 14;
   ScheduledSequence b;
   b.seq_id = 8;
   b.token_ids = {4};
@@ -30,6 +32,8 @@ SchedulerOutput Example() {
   out.scheduled = {a, b};
   out.finished_seq_ids = {1, 2};
   out.preempted_seq_ids = {9};
+  out.new_steering = {{3, std::string("steer\0bytes", 11)}};
+  out.dropped_steering = {1, 2};
   out.capture = {{3, 2, {0, 2}}, {5, 3, {3}}};
   out.compare_tp_replicas = true;
   return out;
@@ -53,6 +57,13 @@ TEST(SchedulerOutputTest, SerializeParseRoundTrip) {
   EXPECT_EQ(out->scheduled[0].new_params->seed, 1234567890123ull);
   EXPECT_FALSE(out->scheduled[1].new_params.has_value());
   EXPECT_FALSE(out->scheduled[1].sample);
+  EXPECT_EQ(out->scheduled[0].steering_id, 3u);
+  EXPECT_EQ(out->scheduled[0].steering_from, 14);
+  EXPECT_EQ(out->scheduled[1].steering_id, 0u);
+  ASSERT_EQ(out->new_steering.size(), 1u);
+  EXPECT_EQ(out->new_steering[0].id, 3u);
+  EXPECT_EQ(out->new_steering[0].config, std::string("steer\0bytes", 11));
+  EXPECT_EQ(out->dropped_steering, (std::vector<uint32_t>{1, 2}));
   EXPECT_EQ(out->finished_seq_ids, (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(out->preempted_seq_ids, (std::vector<uint64_t>{9}));
   ASSERT_EQ(out->capture.size(), 2u);

@@ -1,8 +1,10 @@
 #include "worker/worker.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "base/logging.h"
 #include "worker/byte_codec.h"
@@ -205,8 +207,60 @@ void Worker::SendToNextStage(const models::IntermediateTensors& output) {
 
 // Every rank lays the batch out the same way from the same SchedulerOutput: sequence s's
 // tokens are rows [offset_s, offset_s + n_s), in the order scheduled.
+models::BatchSteering Worker::BuildSteering(const SchedulerOutput& output) {
+  for (uint32_t id : output.dropped_steering) steering_.erase(id);
+  for (const SteeringRegistration& reg : output.new_steering) {
+    StatusOr<SteeringConfig> config = SteeringConfig::Parse(reg.config);
+    UC_CHECK(config.ok(), "steering config %u: %s", reg.id, config.status().ToString().c_str());
+    RegisteredSteering entry;
+    for (const SteeringVector& v : config->vectors) {
+      double sum = 0.0;
+      for (float x : v.values) sum += static_cast<double>(x) * x;
+      entry.inv_norms.push_back(sum > 0.0 ? static_cast<float>(1.0 / std::sqrt(sum)) : 0.0f);
+    }
+    entry.config = *std::move(config);
+    steering_[reg.id] = std::move(entry);
+  }
+  models::BatchSteering batch;
+  // (config id, vector index) -> entry of batch.adds, so sequences sharing a config share adds.
+  std::map<std::pair<uint32_t, size_t>, size_t> index;
+  int32_t row = 0;
+  for (const ScheduledSequence& s : output.scheduled) {
+    const int32_t first_row = row;
+    row += s.num_tokens();
+    if (s.steering_id == 0) continue;
+    const auto it = steering_.find(s.steering_id);
+    UC_CHECK(it != steering_.end(), "sequence %llu uses steering config %u, never registered",
+             static_cast<unsigned long long>(s.seq_id), s.steering_id);
+    const RegisteredSteering& reg = it->second;
+    for (size_t vi = 0; vi < reg.config.vectors.size(); ++vi) {
+      const SteeringVector& v = reg.config.vectors[vi];
+      std::vector<int32_t>* rows = nullptr;
+      for (int32_t j = 0; j < s.num_tokens(); ++j) {
+        const int32_t pos = s.start_pos + j;
+        if (pos < s.steering_from || !v.AppliesTo(pos, s.num_prompt_tokens)) continue;
+        if (rows == nullptr) {
+          const auto [slot, added] = index.try_emplace({s.steering_id, vi}, batch.adds.size());
+          if (added) {
+            batch.adds.push_back({.layer = v.layer,
+                                  .site = v.site,
+                                  .vector = v.values.data(),
+                                  .scale = v.scale,
+                                  .norm_match = v.norm_match,
+                                  .inv_vector_norm = reg.inv_norms[vi]});
+          }
+          rows = &batch.adds[slot->second].rows;
+        }
+        rows->push_back(first_row + j);
+      }
+    }
+  }
+  return batch;
+}
+
 void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, bool& has_result) {
   for (uint64_t id : output.finished_seq_ids) samplers_.erase(id);
+  const models::BatchSteering steering = BuildSteering(output);
   if (output.scheduled.empty()) return;
   UC_CHECK(paged_cache_.num_blocks > 0, "engine step before the KV cache was initialized");
   const int bs = paged_cache_.block_size;
@@ -241,9 +295,10 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
       samplers_[s.seq_id] = std::make_unique<Sampler>(*s.new_params);
     }
   }
-  const models::ForwardBatch batch{ids, positions, slots,
-                                   kernels::PagedKvLayout{bs, blocks_per_seq, tables, token_seq},
-                                   logit_rows};
+  const models::ForwardBatch batch{
+      ids,        positions,
+      slots,      kernels::PagedKvLayout{bs, blocks_per_seq, tables, token_seq},
+      logit_rows, steering.empty() ? nullptr : &steering};
   models::IntermediateTensors input, stage_output;
   RecvFromPreviousStage(input);
   Tensor logits;

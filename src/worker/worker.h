@@ -27,6 +27,7 @@
 #include "worker/sampler.h"
 #include "worker/sampling_params.h"
 #include "worker/scheduler_output.h"
+#include "worker/steering_config.h"
 
 namespace uc::worker {
 
@@ -128,6 +129,9 @@ class Worker {
   std::vector<int> CaptureRanks(const CaptureItem& item, bool all_tp) const;
   // Driver: receives the other ranks' captures of `output` into result.captured.
   void GatherCaptures(const SchedulerOutput& output, StepResult& result);
+  // Applies output's steering registrations and drops; returns the batch's per-row steering
+  // (rows follow the batch order of output.scheduled).
+  models::BatchSteering BuildSteering(const SchedulerOutput& output);
   // Non-driver ranks: sends this rank's captured items (plan order) to the driver.
   static void SendCaptures(const StepResult& result, distributed::ProcessGroup& pg);
   // Driver-side copy of the last kExecute output (so Run can gather its captures).
@@ -143,6 +147,12 @@ class Worker {
   std::unique_ptr<Sampler> sampler_;
   models::KvCache paged_cache_;
   std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers_;  // result rank only
+  // Registered steering configs by id, with 1/‖vector‖ per vector (for norm matching).
+  struct RegisteredSteering {
+    SteeringConfig config;
+    std::vector<float> inv_norms;
+  };
+  std::unordered_map<uint32_t, RegisteredSteering> steering_;
   int64_t step_ = 0;
   bool shut_down_ = false;
 };
