@@ -288,8 +288,8 @@ TEST(SchedulerTest, SteeringCapDelaysOnlyNewConfigs) {
   SchedulerConfig config = Config(/*max_num_seqs=*/8, 64, 64, 128);
   config.max_steering_configs = 2;
   Scheduler scheduler(config, &blocks);
-  const std::vector<std::pair<uint64_t, uint32_t>> seqs = {
-      {1, 7}, {2, 8}, {3, 9}, {4, 0}, {5, 7}, {6, 9}};
+  const std::vector<std::pair<uint64_t, uint32_t>> seqs = {{1, 7}, {2, 8}, {3, 9},
+                                                           {4, 0}, {5, 7}, {6, 9}};
   for (const auto& [id, steering] : seqs) {
     ASSERT_TRUE(scheduler.AddSequence(id, Prompt(3, 0), Params(), steering).ok());
   }
