@@ -2,12 +2,17 @@
 """The official OpenAI Python SDK drives `undercurrent serve` on SmolLM2-135M-Instruct.
 
 A completion, a chat completion (rendered with the model's ChatML template, answered
-coherently), a streamed chat completion, and a request an inline probe flags
-(finish_reason "content_flagged", with the probing fields read back from the SDK's objects).
+coherently), a streamed chat completion, a request an inline probe flags
+(finish_reason "content_flagged", with the probing fields read back from the SDK's objects),
+and steering through `extra_body`: a registered module (steering_name) and the same vectors
+inline (steering_vectors, arrays and base64) give the text `undercurrent generate
+--control-vector` gives, unlike the unsteered completion; bad vectors are BadRequestErrors.
 
 Usage: openai_sdk_test.py UNDERCURRENT_BINARY SCRATCH_DIR   (needs $UC_SMOLLM2_GGUF and the
 `openai` package: scripts/install-deps.sh puts it in build/venv)
 """
+import base64
+import json
 import os
 import re
 import signal
@@ -17,6 +22,7 @@ import time
 import unittest
 
 try:
+    import numpy as np
     import openai
 except ImportError:
     sys.exit("error: the openai package is missing; run scripts/install-deps.sh "
@@ -74,8 +80,19 @@ class OpenAiSdkTest(unittest.TestCase):
         spec = os.path.join(SCRATCH, "gate.yaml")
         with open(spec, "w") as f:
             f.write(SPEC)
+        # A control vector: fixed random directions on blocks 10 to 14 (30 blocks, hidden 576),
+        # strong enough to change greedy text.
+        rng = np.random.default_rng(5)
+        cls.vectors = np.zeros((30, 576), dtype=np.float32)
+        for layer in range(10, 15):
+            v = rng.standard_normal(576).astype(np.float32)
+            cls.vectors[layer] = v / np.linalg.norm(v) * 12.0
+        cls.vector_file = os.path.join(SCRATCH, "direction.npy")
+        np.save(cls.vector_file, cls.vectors)
+        cls.gguf = gguf
         cls.server = Server(["--model", gguf, "--served-model-name", "smollm2", "--spec", spec,
-                             "--api-key", "test-key", "--max-model-len", "2048"])
+                             "--api-key", "test-key", "--max-model-len", "2048",
+                             "--steering-module", "drift=" + cls.vector_file])
         cls.client = openai.OpenAI(base_url=cls.server.url, api_key="test-key", max_retries=0,
                                    timeout=600)
 
@@ -179,6 +196,39 @@ class OpenAiSdkTest(unittest.TestCase):
         self.assertEqual(flagged_by, "gate")
         self.assertEqual(text, choice.message.content)
         self.assertEqual(probing["gate"]["flagged"], True)
+
+    def test_steering_through_extra_body(self):
+        prompt = "The capital of France is"
+
+        def complete(**extra):
+            r = self.client.completions.create(model="smollm2", prompt=prompt, max_tokens=16,
+                                               temperature=0, extra_body=extra or None)
+            return r.choices[0].text
+
+        cli = subprocess.run([BINARY, "generate", "--model", self.gguf, "--prompt", prompt,
+                              "--max-tokens", "16", "--temperature", "0", "--json",
+                              "--control-vector", self.vector_file],
+                             capture_output=True, text=True, timeout=600)
+        self.assertEqual(cli.returncode, 0, cli.stderr)
+        cli_text = json.loads(cli.stdout)["text"]
+        plain = complete()
+        named = complete(steering_name="drift")
+        inline = complete(steering_vectors={"residual_stream": {
+            str(layer): (self.vectors[layer].tolist() if layer % 2 else
+                         base64.b64encode(self.vectors[layer].astype("<f4").tobytes()).decode())
+            for layer in range(10, 15)}})
+        self.assertNotEqual(plain, named)
+        self.assertEqual(named, cli_text)
+        self.assertEqual(inline, cli_text)
+        listed = self.client.get("/steering", cast_to=object)
+        self.assertEqual([m["name"] for m in listed["data"]], ["drift"])
+        self.assertEqual(listed["data"][0]["layers"], [10, 11, 12, 13, 14])
+        with self.assertRaises(openai.BadRequestError) as e:
+            complete(steering_vectors={"residual_stream": {"12": [0.5] * 575}})
+        self.assertEqual(e.exception.body["param"], "steering_vectors.residual_stream.12")
+        with self.assertRaises(openai.BadRequestError) as e:
+            complete(steering_name="calm")
+        self.assertEqual(e.exception.body["param"], "steering_name")
 
     def test_errors_are_sdk_exceptions(self):
         with self.assertRaises(openai.BadRequestError) as e:

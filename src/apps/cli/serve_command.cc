@@ -47,8 +47,34 @@ struct ServeOptions {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   double step_timeout = 120.0;
-  ProbingFlags probing;  // async settings, sinks, --metrics-file
+  ProbingFlags probing;                       // async settings, sinks, --metrics-file
+  std::vector<std::string> steering_modules;  // NAME=FILE
 };
+
+// --steering-module NAME=FILE: reads each control vector file against the model into
+// o.server.steering_modules. InvalidArgument naming the flag value or the file.
+Status LoadSteeringModules(ServeOptions& o, const models::ModelConfig& config) {
+  for (const std::string& spec : o.steering_modules) {
+    const size_t eq = spec.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == spec.size()) {
+      return InvalidArgumentError("--steering-module '" + spec + "': expected NAME=FILE");
+    }
+    const std::string name = spec.substr(0, eq);
+    const std::filesystem::path file = spec.substr(eq + 1);
+    if (o.server.steering_modules.count(name) != 0) {
+      return InvalidArgumentError("--steering-module: the name '" + name + "' is given twice");
+    }
+    UC_ASSIGN_OR_RETURN(models::LayerVectors vectors,
+                        models::ReadControlVectorFile(file, static_cast<int>(config.hidden_size),
+                                                      config.num_hidden_layers));
+    auto steering = std::make_shared<worker::SteeringConfig>();
+    for (auto& [layer, values] : vectors) {
+      steering->vectors.push_back({.layer = layer, .values = std::move(values)});
+    }
+    o.server.steering_modules[name] = {file, std::move(steering)};
+  }
+  return OkStatus();
+}
 
 bool IsDriver() {
   return !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
@@ -238,6 +264,10 @@ int RunServe(ServeOptions& o) {
   StatusOr<std::unique_ptr<engine::LLMEngine>> engine = OpenEngine(o);
   if (!engine.ok()) return Fail(engine.status().message());
   if (*engine == nullptr) return Finish(kExitOk);  // a follower rank, shut down by the driver
+  if (const Status loaded = LoadSteeringModules(o, (*engine)->config()); !loaded.ok()) {
+    engine->reset();
+    return Fail(loaded.message());
+  }
 
   StatusOr<std::unique_ptr<server::ChatPrompt>> chat =
       server::ChatPrompt::Load(o.model, o.chat_template);
@@ -370,6 +400,15 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
       ->check(Threads())
       ->capture_default_str();
   AddModelLoadFlags(cmd, &o->engine.load);
+  cmd->add_option("--steering-module", o->steering_modules,
+                  "A control vector file (.gguf, .safetensors, .npy) requests may pick by NAME "
+                  "with \"steering_name\" (repeatable; GET /v1/steering lists them)")
+      ->type_name("NAME=FILE");
+  cmd->add_option("--max-steering-configs", o->engine.max_steering_configs,
+                  "Distinct per-request steering configurations running at once (others wait; "
+                  "0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--max-model-len", o->engine.max_model_len,
                   "Context length (default: the model's)");
   cmd->add_option("--http-threads", o->server.http_threads,

@@ -154,8 +154,8 @@ StatusOr<std::shared_ptr<RequestChannel>> EngineLoop::Submit(std::vector<EngineR
     }
   }
   for (size_t i = 0; i < requests.size(); ++i) {
-    const Status status =
-        engine_->AddRequest(requests[i].id, requests[i].prompt, requests[i].params);
+    const Status status = engine_->AddRequest(requests[i].id, requests[i].prompt,
+                                              requests[i].params, requests[i].steering);
     if (!status.ok()) {
       Release(*channel, "rejected");
       return status;

@@ -81,6 +81,7 @@ struct EngineRequest {
   std::string id;  // unique among live requests
   engine::Prompt prompt;
   worker::SamplingParams params;
+  engine::RequestSteering steering = {};
 };
 
 class EngineLoop {

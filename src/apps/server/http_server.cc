@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "base/did_you_mean.h"
 #include "base/logging.h"
 
 namespace uc::server {
@@ -32,8 +33,8 @@ std::string Hex(uint64_t v) {
 
 // A bounded label for the metrics: the known routes, else "other".
 std::string RouteLabel(const std::string& path) {
-  for (const char* route :
-       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+  for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/steering",
+                            "/health", "/metrics"}) {
     if (path == route) return route;
   }
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{model}" : "other";
@@ -223,6 +224,7 @@ HttpResponse Server::Handle(const HttpRequest& req) {
   if (get && (path == "/v1/models" || (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))) {
     return HandleModels(req);
   }
+  if (get && path == "/v1/steering") return HandleSteering(req);
   if (get && path == "/health") {
     const bool draining = draining_.load();
     HttpResponse res;
@@ -342,10 +344,80 @@ HttpResponse Server::HandleModels(const HttpRequest& req) {
   return res;
 }
 
+HttpResponse Server::HandleSteering(const HttpRequest& req) {
+  if (!Authorized(req)) return Respond(Unauthorized());
+  json data = json::array();
+  for (const auto& [name, module] : options_.steering_modules) {
+    json layers = json::array();
+    for (const worker::SteeringVector& v : module.config->vectors) layers.push_back(v.layer);
+    data.push_back({{"object", "steering_module"},
+                    {"name", name},
+                    {"file", module.file.filename().string()},
+                    {"hook", "residual_stream"},
+                    {"layers", std::move(layers)}});
+  }
+  HttpResponse res;
+  res.content_type = kJson;
+  res.body = JsonText(json{{"object", "list"},
+                           {"data", std::move(data)},
+                           {"hooks", {"residual_stream", "attn_out", "mlp_out"}},
+                           {"num_layers", engine_->config().num_hidden_layers},
+                           {"hidden_size", engine_->config().hidden_size},
+                           {"max_steering_configs", engine_->options().max_steering_configs}});
+  return res;
+}
+
+std::optional<ApiError> Server::BuildSteering(const CompletionRequest& request,
+                                              engine::RequestSteering* out) const {
+  if (request.steering_name.empty() && request.steering.empty()) return std::nullopt;
+  auto config = std::make_shared<worker::SteeringConfig>();
+  if (!request.steering_name.empty()) {
+    const auto it = options_.steering_modules.find(request.steering_name);
+    if (it == options_.steering_modules.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, module] : options_.steering_modules) names.push_back(name);
+      std::string known;
+      for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
+      return BadRequest(
+          "Unknown steering_name '" + request.steering_name + "'" +
+              DidYouMean(request.steering_name, names) +
+              (names.empty() ? " (this server registers none)." : " (registered: " + known + ")."),
+          "steering_name", "steering_not_found");
+    }
+    config->vectors = it->second.config->vectors;
+  }
+  const int num_layers = engine_->config().num_hidden_layers;
+  const int64_t hidden = engine_->config().hidden_size;
+  for (const CompletionRequest::Steering& s : request.steering) {
+    if (s.vector.layer >= num_layers) {
+      return BadRequest("Layer " + std::to_string(s.vector.layer) +
+                            " does not exist: the model has layers 0 to " +
+                            std::to_string(num_layers - 1) + ".",
+                        s.param, "invalid_value");
+    }
+    if (static_cast<int64_t>(s.vector.values.size()) != hidden) {
+      return BadRequest(s.param + " has " + std::to_string(s.vector.values.size()) +
+                            " values; the model's hidden size is " + std::to_string(hidden) + ".",
+                        s.param, "invalid_value");
+    }
+    const bool zero = std::all_of(s.vector.values.begin(), s.vector.values.end(),
+                                  [](float x) { return x == 0.0f; });
+    if (s.vector.norm_match && zero) {
+      return BadRequest(s.param + " is all zeros, which norm_match cannot rescale.", s.param,
+                        "invalid_value");
+    }
+    config->vectors.push_back(s.vector);
+  }
+  out->config = std::move(config);
+  return std::nullopt;
+}
+
 std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& request,
                                                     const std::string& id,
                                                     std::vector<EngineRequest>* out,
                                                     Usage* usage) const {
+  engine::RequestSteering steering;
+  if (auto error = BuildSteering(request, &steering)) return error;
   const tokenizer::Tokenizer& tok = engine_->tokenizer();
   std::vector<std::vector<int32_t>> prompts;
   const bool chat = request.endpoint == Endpoint::kChatCompletions;
@@ -396,7 +468,8 @@ std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& req
     const int room = max_len - len;
     params.max_tokens = request.max_tokens.value_or(chat ? room : std::min(16, room));
     for (int j = 0; j < request.n; ++j) {
-      EngineRequest r{id + "-" + std::to_string(index++), engine::Prompt::Ids(ids), params};
+      EngineRequest r{id + "-" + std::to_string(index++), engine::Prompt::Ids(ids), params,
+                      steering};
       // Choice j of a seeded request: seed + j, so choice 0 equals the same request with n = 1.
       if (request.sampling.seed) r.params.seed = *request.sampling.seed + static_cast<uint64_t>(j);
       out->push_back(std::move(r));

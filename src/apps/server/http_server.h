@@ -5,7 +5,7 @@
 // event-driven, every size and phase bounded).
 //
 //   POST /v1/completions, POST /v1/chat/completions   (stream: true -> server-sent events)
-//   GET  /v1/models, /v1/models/{model}, /health, /metrics
+//   GET  /v1/models, /v1/models/{model}, /v1/steering, /health, /metrics
 //
 // Requests are answered on HttpFront's handler threads; their engine requests (n choices, or
 // one per prompt of a batch) join the one engine thread's batch (EngineLoop). Responses,
@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,6 +50,13 @@
 #include "probe/probing_session.h"
 
 namespace uc::server {
+
+// A steering vector set registered at start-up (serve --steering-module NAME=FILE): a control
+// vector file's directions, added to the residual stream after their blocks, every token.
+struct SteeringModule {
+  std::filesystem::path file;
+  std::shared_ptr<const worker::SteeringConfig> config;
+};
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -69,6 +77,8 @@ struct ServerOptions {
   // their queues drained, which the session bounds by its own drain timeout).
   double probe_result_timeout_seconds = 60.0;
   double drain_timeout_seconds = 60.0;
+  // Named steering vector sets a request picks with `steering_name` (GET /v1/steering).
+  std::map<std::string, SteeringModule> steering_modules;
 };
 
 class Server {
@@ -102,6 +112,11 @@ class Server {
   class InFlight;
   HttpResponse HandleCompletion(const HttpRequest& req, Endpoint endpoint);
   HttpResponse HandleModels(const HttpRequest& req);
+  HttpResponse HandleSteering(const HttpRequest& req);
+  // The request's steering (its steering_name's vectors, then its own), checked against the
+  // model; null when it has none.
+  std::optional<ApiError> BuildSteering(const CompletionRequest& request,
+                                        engine::RequestSteering* out) const;
   static HttpResponse Respond(const ApiError& error);
   // True when no API key is set or the request carries it ("Authorization: Bearer KEY").
   bool Authorized(const HttpRequest& req) const;

@@ -1,6 +1,9 @@
 #include "apps/server/protocol.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
 #include <set>
 
 #include "base/did_you_mean.h"
@@ -16,7 +19,9 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       "max_tokens", "max_completion_tokens", "n", "presence_penalty", "seed", "stop", "stream",
       "stream_options", "suffix", "temperature", "top_p", "user",
       // vLLM extensions
-      "top_k", "min_p", "ignore_eos", "stop_token_ids"};
+      "top_k", "min_p", "ignore_eos", "stop_token_ids",
+      // steering
+      "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name"};
   static const std::vector<std::string> chat = {
       "model", "messages", "audio", "frequency_penalty", "function_call", "functions", "logit_bias",
       "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "n",
@@ -24,7 +29,9 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       "response_format", "seed", "service_tier", "stop", "store", "stream", "stream_options",
       "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "web_search_options",
       // vLLM extensions
-      "top_k", "min_p", "ignore_eos", "stop_token_ids"};
+      "top_k", "min_p", "ignore_eos", "stop_token_ids",
+      // steering
+      "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name"};
   return endpoint == Endpoint::kCompletions ? completions : chat;
 }
 
@@ -222,6 +229,104 @@ std::optional<ApiError> ParseNumber(const json& v, const std::string& key, doubl
   return std::nullopt;
 }
 
+// One VECTOR of a steering field (see protocol.h) into `out`.
+std::optional<ApiError> ParseSteeringVector(const json& v, const std::string& param,
+                                            worker::SteeringVector* out) {
+  const json* values = &v;
+  if (v.is_object()) {
+    values = nullptr;
+    for (const auto& [key, item] : v.items()) {
+      const std::string field = param + "." + key;
+      if (key == "vector") {
+        values = &item;
+      } else if (key == "scale") {
+        if (!item.is_number()) return WrongType(field, item, "a number");
+        out->scale = item.get<float>();
+      } else if (key == "norm_match") {
+        if (!item.is_boolean()) return WrongType(field, item, "a boolean");
+        out->norm_match = item.get<bool>();
+      } else {
+        return BadRequest("Unrecognized steering vector field '" + key +
+                              "' (expected vector, scale, norm_match).",
+                          field, "unknown_parameter");
+      }
+    }
+    if (values == nullptr) {
+      return BadRequest("Missing 'vector' in " + param + ".", param + ".vector",
+                        "missing_required_parameter");
+    }
+  }
+  if (values->is_string()) {
+    const std::optional<std::string> bytes = DecodeBase64(values->get<std::string>());
+    if (!bytes.has_value() || bytes->size() % sizeof(float) != 0) {
+      return BadRequest(param + " is not base64 of little-endian float32 values.", param,
+                        "invalid_value");
+    }
+    out->values.resize(bytes->size() / sizeof(float));
+    std::memcpy(out->values.data(), bytes->data(), bytes->size());
+  } else if (values->is_array()) {
+    out->values.reserve(values->size());
+    for (const json& x : *values) {
+      if (!x.is_number()) return WrongType(param, x, "an array of numbers");
+      out->values.push_back(x.get<float>());
+    }
+  } else {
+    return WrongType(param, *values,
+                     "an array of numbers, a base64 string or an object with 'vector'");
+  }
+  for (size_t i = 0; i < out->values.size(); ++i) {
+    if (!std::isfinite(out->values[i])) {
+      return BadRequest(param + " has a non-finite value at index " + std::to_string(i) + ".",
+                        param, "invalid_value");
+    }
+  }
+  if (!std::isfinite(out->scale)) {
+    return BadRequest(param + ".scale is not finite.", param + ".scale", "invalid_value");
+  }
+  return std::nullopt;
+}
+
+// steering_vectors and its prefill_/decode_ forms: {hook: {layer: VECTOR}}.
+std::optional<ApiError> ParseSteeringField(const std::string& key, const json& v,
+                                           CompletionRequest* r) {
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_object()) return WrongType(key, v, "an object {hook: {layer: vector}}");
+  const worker::SteeringTokens tokens =
+      key == "prefill_steering_vectors"  ? worker::SteeringTokens::kPrompt
+      : key == "decode_steering_vectors" ? worker::SteeringTokens::kGenerated
+                                         : worker::SteeringTokens::kAll;
+  for (const auto& [hook, layers] : v.items()) {
+    const std::string hook_param = key + "." + hook;
+    const std::optional<models::Site> site = SteeringHookSite(hook);
+    if (!site.has_value()) {
+      return BadRequest(
+          "Unknown steering hook '" + hook + "' (expected residual_stream, attn_out or mlp_out).",
+          hook_param, "invalid_value");
+    }
+    if (!layers.is_object()) return WrongType(hook_param, layers, "an object {layer: vector}");
+    for (const auto& [layer_text, vector] : layers.items()) {
+      const std::string param = hook_param + "." + layer_text;
+      int layer = -1;
+      const auto [end, ec] =
+          std::from_chars(layer_text.data(), layer_text.data() + layer_text.size(), layer);
+      if (layer_text.empty() || ec != std::errc() || end != layer_text.data() + layer_text.size() ||
+          layer < 0) {
+        return BadRequest(
+            "Steering layer '" + layer_text + "' is not a layer index (a non-negative integer).",
+            param, "invalid_value");
+      }
+      CompletionRequest::Steering entry;
+      entry.param = param;
+      entry.vector.layer = layer;
+      entry.vector.site = *site;
+      entry.vector.tokens = tokens;
+      if (auto error = ParseSteeringVector(vector, param, &entry.vector)) return error;
+      r->steering.push_back(std::move(entry));
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseField(const std::string& key, const json& v, CompletionRequest* r) {
   worker::SamplingParams& s = r->sampling;
   if (key == "model") {
@@ -266,6 +371,15 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     if (v.is_null()) return std::nullopt;
     if (!v.is_array()) return WrongType(key, v, "an array of integers");
     return ParseIdList(v, key, &s.stop_token_ids);
+  } else if (key == "steering_vectors" || key == "prefill_steering_vectors" ||
+             key == "decode_steering_vectors") {
+    return ParseSteeringField(key, v, r);
+  } else if (key == "steering_name") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string() || v.get<std::string>().empty()) {
+      return WrongType(key, v, "a non-empty string");
+    }
+    r->steering_name = v.get<std::string>();
   } else if (key == "ignore_eos") {
     if (v.is_null()) return std::nullopt;
     if (!v.is_boolean()) return WrongType(key, v, "a boolean");
@@ -321,6 +435,51 @@ ApiError BadRequest(std::string message, std::string param, std::string code) {
   e.param = std::move(param);
   e.code = std::move(code);
   return e;
+}
+
+std::optional<models::Site> SteeringHookSite(const std::string& hook) {
+  if (hook == "residual_stream" || hook == "resid_post" || hook == "hook_resid_post") {
+    return models::Site::kResidPost;
+  }
+  if (hook == "attn_out" || hook == "hook_attn_out") return models::Site::kAttnOut;
+  if (hook == "mlp_out" || hook == "hook_mlp_out") return models::Site::kMlpOut;
+  return std::nullopt;
+}
+
+std::optional<std::string> DecodeBase64(const std::string& text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  size_t n = text.size();
+  while (n > 0 && text[n - 1] == '=' && text.size() - n < 2) --n;
+  if (n % 4 == 1 || (text.size() != n && text.size() % 4 != 0)) return std::nullopt;
+  std::string out;
+  out.reserve(n / 4 * 3 + 2);
+  uint32_t bits = 0;
+  int count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int v = value(text[i]);
+    if (v < 0) return std::nullopt;
+    bits = (bits << 6) | static_cast<uint32_t>(v);
+    if (++count == 4) {
+      out.push_back(static_cast<char>((bits >> 16) & 0xff));
+      out.push_back(static_cast<char>((bits >> 8) & 0xff));
+      out.push_back(static_cast<char>(bits & 0xff));
+      bits = 0;
+      count = 0;
+    }
+  }
+  if (count == 2) out.push_back(static_cast<char>((bits >> 4) & 0xff));
+  if (count == 3) {
+    out.push_back(static_cast<char>((bits >> 10) & 0xff));
+    out.push_back(static_cast<char>((bits >> 2) & 0xff));
+  }
+  return out;
 }
 
 std::optional<ApiError> ParseCompletionRequest(const json& body, Endpoint endpoint,

@@ -17,6 +17,17 @@
 // with `flagged_by` (the point) and `flagged_score` (the signal's confidence); the response
 // repeats the first choice's `probing` and the first flagged choice's fields at the top level.
 //
+// Steering additions (extra body fields, the vLLM steering convention):
+//   steering_vectors / prefill_steering_vectors / decode_steering_vectors:
+//     {hook: {layer: VECTOR}}, added to every token / the prompt's tokens / the generated tokens;
+//     hook: residual_stream (also resid_post, hook_resid_post), attn_out (hook_attn_out),
+//     mlp_out (hook_mlp_out); layer: a decimal block index; VECTOR: an array of numbers, a
+//     base64 string of little-endian float32s, or {"vector": array | base64, "scale": number,
+//     "norm_match": boolean}.
+//   steering_name: a vector set registered at start-up (serve --steering-module NAME=FILE).
+// Structural errors are 400s naming the JSON path ("steering_vectors.residual_stream.3");
+// lengths and layers are checked against the model by the server.
+//
 // Thread-safety: stateless functions, safe from any thread.
 #pragma once
 
@@ -30,6 +41,7 @@
 #include "probe/probing_session.h"
 #include "probe/spec.h"
 #include "worker/sampling_params.h"
+#include "worker/steering_config.h"
 
 namespace uc::server {
 
@@ -70,7 +82,19 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   std::string user;
+  // Steering vectors in body order, each with its JSON path (`param` of its errors).
+  struct Steering {
+    worker::SteeringVector vector;
+    std::string param;
+  };
+  std::vector<Steering> steering;
+  std::string steering_name;  // empty: none
 };
+
+// "residual_stream" and its aliases, "attn_out", "mlp_out" -> the site; nullopt otherwise.
+std::optional<models::Site> SteeringHookSite(const std::string& hook);
+// Standard base64 (padding optional) -> bytes; nullopt for any other character or length.
+std::optional<std::string> DecodeBase64(const std::string& text);
 
 inline constexpr int kMaxChoices = 128;  // n times the number of prompts, at most
 

@@ -110,6 +110,77 @@ engine::RequestOutput Finished(engine::FinishReason reason,
   return out;
 }
 
+TEST(ProtocolTest, SteeringFieldsInEveryForm) {
+  CompletionRequest r;
+  // 1.0f, -2.5f, 0.25f as little-endian float32, base64.
+  ASSERT_FALSE(Parse(R"({"prompt": "Once",
+      "steering_vectors": {"residual_stream": {"3": [1, -2.5, 0.25]}},
+      "prefill_steering_vectors": {"attn_out": {"1": {"vector": "AACAPwAAIMAAAIA+", "scale": 2}}},
+      "decode_steering_vectors": {"hook_mlp_out": {"0": {"vector": [0, 1, 0], "norm_match": true}}},
+      "steering_name": "calm"})",
+                     Endpoint::kCompletions, &r));
+  ASSERT_EQ(r.steering.size(), 3u);
+  auto find = [&](const std::string& param) -> const worker::SteeringVector& {
+    for (const auto& e : r.steering) {
+      if (e.param == param) return e.vector;
+    }
+    ADD_FAILURE() << "no " << param;
+    return r.steering[0].vector;
+  };
+  const worker::SteeringVector& all = find("steering_vectors.residual_stream.3");
+  EXPECT_EQ(all.layer, 3);
+  EXPECT_EQ(all.site, models::Site::kResidPost);
+  EXPECT_EQ(all.tokens, worker::SteeringTokens::kAll);
+  EXPECT_EQ(all.values, (std::vector<float>{1.0f, -2.5f, 0.25f}));
+  const worker::SteeringVector& prefill = find("prefill_steering_vectors.attn_out.1");
+  EXPECT_EQ(prefill.site, models::Site::kAttnOut);
+  EXPECT_EQ(prefill.tokens, worker::SteeringTokens::kPrompt);
+  EXPECT_EQ(prefill.values, (std::vector<float>{1.0f, -2.5f, 0.25f}));
+  EXPECT_EQ(prefill.scale, 2.0f);
+  const worker::SteeringVector& decode = find("decode_steering_vectors.hook_mlp_out.0");
+  EXPECT_EQ(decode.site, models::Site::kMlpOut);
+  EXPECT_EQ(decode.tokens, worker::SteeringTokens::kGenerated);
+  EXPECT_TRUE(decode.norm_match);
+  EXPECT_EQ(r.steering_name, "calm");
+  CompletionRequest chat;
+  ASSERT_FALSE(Parse(R"({"messages": [{"role": "user", "content": "hi"}],
+      "steering_vectors": {"attn_out": {"2": [0.5]}}})",
+                     Endpoint::kChatCompletions, &chat));
+  EXPECT_EQ(chat.steering.size(), 1u);
+}
+
+TEST(ProtocolTest, BadSteeringIsA400NamingThePath) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("steering_vectors": [1, 2])", "steering_vectors"},
+      {R"("steering_vectors": {"final_norm": {"1": [1]}})", "steering_vectors.final_norm"},
+      {R"("steering_vectors": {"attn_out": {"x1": [1]}})", "steering_vectors.attn_out.x1"},
+      {R"("steering_vectors": {"attn_out": {"-1": [1]}})", "steering_vectors.attn_out.-1"},
+      {R"("decode_steering_vectors": {"mlp_out": {"2": [1, "a"]}})",
+       "decode_steering_vectors.mlp_out.2"},
+      {R"("steering_vectors": {"attn_out": {"2": "not base64!"}})", "steering_vectors.attn_out.2"},
+      // Five bytes: not a whole number of floats.
+      {R"("steering_vectors": {"attn_out": {"2": "AAAAAAA="}})", "steering_vectors.attn_out.2"},
+      // A NaN (0x7fc00000) smuggled in base64.
+      {R"("steering_vectors": {"attn_out": {"2": "AADAfw=="}})", "steering_vectors.attn_out.2"},
+      {R"("steering_vectors": {"attn_out": {"2": {"scale": 1}}})",
+       "steering_vectors.attn_out.2.vector"},
+      {R"("steering_vectors": {"attn_out": {"2": {"vector": [1], "gain": 1}}})",
+       "steering_vectors.attn_out.2.gain"},
+      {R"("steering_name": 3)", "steering_name"},
+  };
+  for (const auto& [field, param] : cases) {
+    CompletionRequest r;
+    const auto error = Parse(R"({"prompt": "Once", )" + field + "}", Endpoint::kCompletions, &r);
+    ASSERT_TRUE(error.has_value()) << field;
+    EXPECT_EQ(error->http_status, 400) << field;
+    EXPECT_EQ(error->param, param) << field << ": " << error->message;
+  }
+  EXPECT_FALSE(DecodeBase64("QQ=").has_value());
+  EXPECT_EQ(*DecodeBase64("QUJD"), "ABC");
+  EXPECT_EQ(*DecodeBase64("QUI="), "AB");
+  EXPECT_EQ(*DecodeBase64("QUI"), "AB");
+}
+
 TEST(ProtocolTest, FlaggedChoiceAndChunks) {
   engine::AbortInfo info("probe", "extraction point 'gate' aborted generation");
   info.point = "gate";
