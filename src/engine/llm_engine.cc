@@ -40,7 +40,8 @@ struct LLMEngine::RequestState {
   bool final_feed = false;     // done; its last token runs through the model once more
   std::string steering_bytes;  // serialized config; empty: none
   uint32_t steering_id = 0;    // registry id once drained
-  int32_t steering_from = 0;   // INT32_MAX while deferred
+  // Per group: [from, until) flattened (ScheduledSequence::steering_windows); empty: all on.
+  std::vector<int32_t> steering_windows;
 };
 
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
@@ -165,13 +166,9 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
                              const RequestSteering& steering) {
   if (request_id.empty()) return InvalidArgumentError("request id must not be empty");
   std::string steering_bytes;
-  if (steering.config != nullptr && !steering.config->empty()) {
-    UC_RETURN_IF_ERROR(steering.config
-                           ->Validate(static_cast<int>(config().hidden_size),
-                                      config().num_hidden_layers, "steering")
-                           .Annotate("request '" + request_id + "'"));
-    steering_bytes = steering.config->Serialize();
-  }
+  std::vector<int32_t> windows;
+  UC_RETURN_IF_ERROR(PrepareSteering(steering, &steering_bytes, &windows)
+                         .Annotate("request '" + request_id + "'"));
   UC_RETURN_IF_ERROR(params.Validate().Annotate("request '" + request_id + "'"));
   if (params.max_tokens < 1) {
     return InvalidArgumentError("request '" + request_id + "': max_tokens must be >= 1, got " +
@@ -215,7 +212,7 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
   r->stops = std::make_unique<StopMatcher>(params.stop);
   r->metrics.arrival_seconds = Now();
   r->steering_bytes = std::move(steering_bytes);
-  r->steering_from = steering.deferred ? std::numeric_limits<int32_t>::max() : 0;
+  r->steering_windows = std::move(windows);
   std::lock_guard<std::mutex> lock(inbox_mu_);
   if (ids_in_use_.count(request_id) != 0) {
     return InvalidArgumentError("request id '" + request_id + "' is already in use");
@@ -312,6 +309,13 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
   std::vector<StopRequest> stops;
   if (observer_ != nullptr && !plan.scheduled.empty()) {
     stops = observer_->OnStepExecuted(plan, captured);
+    for (const SteeringSwitch& s : observer_->TakeSteeringSwitches()) {
+      if (s.start) {
+        StartSteering(s.seq_id, s.group, s.position);
+      } else {
+        StopSteering(s.seq_id, s.group, s.position);
+      }
+    }
   }
   for (StopRequest& stop : stops) {
     auto it = requests_.find(stop.seq_id);
@@ -440,7 +444,7 @@ void LLMEngine::AttachSteering(worker::SchedulerOutput& plan) {
     const auto req = requests_.find(s.seq_id);
     UC_CHECK(req != requests_.end(), "steered sequence %llu without a request",
              static_cast<unsigned long long>(s.seq_id));
-    s.steering_from = req->second->steering_from;
+    s.steering_windows = req->second->steering_windows;
     const std::string& bytes = steering_bytes_by_id_.at(s.steering_id);
     SteeringSlot& slot = steering_by_bytes_.at(bytes);
     if (!slot.sent) {
@@ -450,13 +454,91 @@ void LLMEngine::AttachSteering(worker::SchedulerOutput& plan) {
   }
 }
 
-bool LLMEngine::StartSteering(uint64_t seq_id, int32_t from_position) {
-  const auto it = requests_.find(seq_id);
-  if (it == requests_.end() || it->second->steering_id == 0 ||
-      it->second->steering_from != std::numeric_limits<int32_t>::max()) {
-    return false;
+namespace {
+
+constexpr int32_t kNever = std::numeric_limits<int32_t>::max();
+
+int NumGroups(const worker::SteeringConfig& config) {
+  int groups = 0;
+  for (const worker::SteeringVector& v : config.vectors) groups = std::max(groups, v.group + 1);
+  return groups;
+}
+
+}  // namespace
+
+Status LLMEngine::SetBaseSteering(RequestSteering base) {
+  if (base.config != nullptr && !base.config->empty()) {
+    UC_RETURN_IF_ERROR(base.config->Validate(static_cast<int>(config().hidden_size),
+                                             config().num_hidden_layers, "steering"));
+    base_steering_groups_ = NumGroups(*base.config);
+  } else {
+    base.config = nullptr;
+    base_steering_groups_ = 0;
   }
-  it->second->steering_from = from_position;
+  base_steering_ = std::move(base);
+  return OkStatus();
+}
+
+// The request's config (the base's vectors, then its own as one more group), serialized, and
+// its initial windows (empty when every group is on from the start).
+Status LLMEngine::PrepareSteering(const RequestSteering& steering, std::string* bytes,
+                                  std::vector<int32_t>* windows) const {
+  const bool own = steering.config != nullptr && !steering.config->empty();
+  if (!own && base_steering_.config == nullptr) return OkStatus();
+  worker::SteeringConfig merged;
+  std::vector<int> deferred;
+  if (base_steering_.config != nullptr) {
+    merged.vectors = base_steering_.config->vectors;
+    deferred = base_steering_.deferred_groups;
+  }
+  if (own) {
+    UC_RETURN_IF_ERROR(steering.config->Validate(static_cast<int>(config().hidden_size),
+                                                 config().num_hidden_layers, "steering"));
+    const int offset = base_steering_groups_;
+    for (worker::SteeringVector v : steering.config->vectors) {
+      if (offset + v.group > 255) return InvalidArgumentError("steering: too many vector groups");
+      v.group = static_cast<uint8_t>(offset + v.group);
+      merged.vectors.push_back(std::move(v));
+    }
+    for (int g : steering.deferred_groups) deferred.push_back(offset + g);
+  }
+  *bytes = merged.Serialize();
+  if (!deferred.empty()) {
+    windows->assign(static_cast<size_t>(NumGroups(merged)) * 2, 0);
+    for (size_t g = 0; g < windows->size() / 2; ++g) (*windows)[2 * g + 1] = kNever;
+    for (int g : deferred) {
+      if (g >= 0 && static_cast<size_t>(g) < windows->size() / 2) (*windows)[2 * g] = kNever;
+    }
+  }
+  return OkStatus();
+}
+
+bool LLMEngine::StartSteering(uint64_t seq_id, int group, int32_t position) {
+  const auto it = requests_.find(seq_id);
+  if (it == requests_.end() || it->second->steering_id == 0 || group < 0) return false;
+  std::vector<int32_t>& w = it->second->steering_windows;
+  const size_t i = static_cast<size_t>(group) * 2;
+  if (i + 1 >= w.size() || w[i] != kNever || w[i + 1] != kNever) return false;
+  w[i] = position;
+  return true;
+}
+
+bool LLMEngine::StopSteering(uint64_t seq_id, int group, int32_t position) {
+  const auto it = requests_.find(seq_id);
+  if (it == requests_.end() || it->second->steering_id == 0 || group < 0) return false;
+  const std::string& bytes = steering_bytes_by_id_.at(it->second->steering_id);
+  StatusOr<worker::SteeringConfig> config = worker::SteeringConfig::Parse(bytes);
+  const int groups = config.ok() ? NumGroups(*config) : 0;
+  if (group >= groups) return false;
+  std::vector<int32_t>& w = it->second->steering_windows;
+  if (w.empty()) {
+    w.assign(static_cast<size_t>(groups) * 2, 0);
+    for (int g = 0; g < groups; ++g) w[2 * g + 1] = kNever;
+  }
+  const size_t i = static_cast<size_t>(group) * 2;
+  if (w[i + 1] != kNever) return false;
+  w[i + 1] = position;
+  if (w[i] == kNever) w[i] = position;  // never started: stays off
   return true;
 }
 

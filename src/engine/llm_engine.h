@@ -67,13 +67,15 @@ struct EngineOptions {
   int max_steering_configs = 16;
 };
 
-// How one request is steered: vectors added to its residual stream (worker/steering_config.h),
-// applied to its tokens at positions >= `from` (0: from the first prompt token). Requests with
-// equal configs share one registration on the ranks. A `deferred` request runs unsteered until
-// StartSteering switches it on (conditional steering, triggered by a probe).
+// How one request is steered: vectors added to its residual stream (worker/steering_config.h).
+// Requests with equal configs share one registration on the ranks. Vectors come in groups
+// (SteeringVector::group); a group listed as deferred stays off until StartSteering switches it
+// on from a position (conditional steering, triggered by a probe), and any group can be
+// switched off from a position by StopSteering. Switches are token-exact: they take effect
+// from a position the model has not run yet, and survive preemption (positions, not steps).
 struct RequestSteering {
   std::shared_ptr<const worker::SteeringConfig> config;  // null or empty: none
-  bool deferred = false;
+  std::vector<int> deferred_groups = {};
 };
 
 // A prompt as text (tokenized with the model's tokenizer, BOS as it prescribes) or as ids.
@@ -139,10 +141,17 @@ class LLMEngine {
   // (SteeringConfig::Validate, field "steering").
   Status AddRequest(const std::string& request_id, const Prompt& prompt,
                     const worker::SamplingParams& params, const RequestSteering& steering = {});
-  // Engine thread (a StepObserver's callbacks): switches the deferred steering of sequence
-  // `seq_id` on for its tokens at positions >= `from_position`, from the next step. False when
-  // the sequence is unknown, has no steering or has it on already.
-  bool StartSteering(uint64_t seq_id, int32_t from_position);
+  // Steering every request gets before its own (a spec's `steering:` entries): its vectors come
+  // first, keep their groups and deferred groups; a request's own vectors join as one more
+  // group, always on. Call before the first AddRequest. InvalidArgument when it does not fit
+  // the model.
+  Status SetBaseSteering(RequestSteering base);
+  // Engine thread (a StepObserver's callbacks): switches vector group `group` of sequence
+  // `seq_id` on for positions >= `position` (StartSteering; only a deferred group that is still
+  // off) or off for positions >= `position` (StopSteering; once). False when nothing changed
+  // (unknown sequence, no such group, already switched).
+  bool StartSteering(uint64_t seq_id, int group, int32_t position);
+  bool StopSteering(uint64_t seq_id, int group, int32_t position);
   // Ends a request at the next step (waiting, running or preempted); its final output has
   // finish_reason kAbort and `abort` set. False when the id is unknown or already finished.
   bool Abort(const std::string& request_id, AbortInfo info = AbortInfo("client", "aborted"));
@@ -190,6 +199,8 @@ class LLMEngine {
   // Steering registry (engine thread): configs by content, shared by the requests using them.
   uint32_t InternSteering(const std::string& bytes);
   void ReleaseSteering(uint32_t id);
+  Status PrepareSteering(const RequestSteering& steering, std::string* bytes,
+                         std::vector<int32_t>* windows) const;
   // Fills plan's steering positions, registrations and drops.
   void AttachSteering(worker::SchedulerOutput& plan);
 
@@ -219,6 +230,8 @@ class LLMEngine {
   std::unordered_map<uint32_t, std::string> steering_bytes_by_id_;
   std::vector<uint32_t> steering_drops_;  // for the next plan
   uint32_t next_steering_id_ = 1;
+  RequestSteering base_steering_;
+  int base_steering_groups_ = 0;
   StepObserver* observer_ = nullptr;
   StepListener step_listener_;
 };

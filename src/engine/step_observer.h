@@ -44,6 +44,15 @@ struct StopRequest {
   AbortInfo info;
 };
 
+// Switches a request's steering group on (start) or off from `position` on (conditional
+// steering; LLMEngine::StartSteering / StopSteering).
+struct SteeringSwitch {
+  uint64_t seq_id = 0;
+  int group = 0;
+  int32_t position = 0;
+  bool start = true;
+};
+
 class StepObserver {
  public:
   virtual ~StepObserver() = default;
@@ -56,6 +65,9 @@ class StepObserver {
   // Returns the requests to abort now.
   virtual std::vector<StopRequest> OnStepExecuted(const worker::SchedulerOutput& plan,
                                                   const std::vector<Tensor>& captured) = 0;
+  // After OnStepExecuted: the steering switches this step's activations triggered. A switch
+  // from position p + 1 after the activation of token p is token-exact (that row has not run).
+  virtual std::vector<SteeringSwitch> TakeSteeringSwitches() { return {}; }
   // True when the request, about to finish with `num_generated` tokens, still wants the
   // activation of its last generated token (which has not been through the model yet): the
   // engine then runs it through once more, without sampling, before finishing.

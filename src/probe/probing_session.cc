@@ -13,6 +13,7 @@
 
 #include "base/logging.h"
 #include "models/forward_hooks.h"
+#include "models/steering.h"
 
 namespace uc::probe {
 namespace {
@@ -46,6 +47,56 @@ std::optional<models::Site> SiteOf(TensorType t) {
       return std::nullopt;
   }
   return std::nullopt;
+}
+
+// The spec's steering entries as a request steering: entry i's file (relative to the spec),
+// restricted to its layers, as vector group i.
+StatusOr<engine::RequestSteering> LoadSpecSteering(const Spec& spec,
+                                                   const models::ModelConfig& config) {
+  engine::RequestSteering steering;
+  if (spec.steering.empty()) return steering;
+  auto steering_config = std::make_shared<worker::SteeringConfig>();
+  for (size_t i = 0; i < spec.steering.size(); ++i) {
+    const SteeringEntry& e = spec.steering[i];
+    std::string where;
+    if (!spec.source.empty()) where += spec.source.string() + ":";
+    if (e.line > 0) where += std::to_string(e.line) + ":";
+    where += (where.empty() ? "" : " ") + std::string("steering[") + std::to_string(i) + "] '" +
+             e.name + "'";
+    std::filesystem::path file = e.vector;
+    if (file.is_relative() && !spec.source.empty()) file = spec.source.parent_path() / file;
+    StatusOr<models::LayerVectors> vectors = models::ReadControlVectorFile(
+        file, static_cast<int>(config.hidden_size), config.num_hidden_layers);
+    if (!vectors.ok()) {
+      return InvalidArgumentError(where + ".vector: " + vectors.status().message());
+    }
+    for (int layer : e.layers) {
+      if (vectors->count(layer) == 0) {
+        return InvalidArgumentError(where + ".layers: " + file.string() +
+                                    " has no direction for block " + std::to_string(layer));
+      }
+    }
+    UC_ASSIGN_OR_RETURN(const worker::SteeringTokens tokens, worker::ParseSteeringTokens(e.tokens));
+    const std::optional<models::Site> site = SiteOf(e.tensor_type);
+    for (auto& [layer, values] : *vectors) {
+      if (!e.layers.empty() &&
+          std::find(e.layers.begin(), e.layers.end(), layer) == e.layers.end()) {
+        continue;
+      }
+      steering_config->vectors.push_back({.layer = layer,
+                                          .site = site.value_or(models::Site::kResidPost),
+                                          .tokens = tokens,
+                                          .scale = static_cast<float>(e.scale),
+                                          .norm_match = e.norm_match,
+                                          .group = static_cast<uint8_t>(i),
+                                          .values = std::move(values)});
+    }
+    if (e.when.has_value() && e.when->action == SteeringAction::kStart) {
+      steering.deferred_groups.push_back(static_cast<int>(i));
+    }
+  }
+  steering.config = std::move(steering_config);
+  return steering;
 }
 
 ProbeSignal Fallback(const ExtractionPoint& point, const InterventionPolicy& policy,
@@ -269,7 +320,26 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
     session->executor_ = std::make_unique<AsyncExecutor>(session->options_.async.workers);
   }
   session->pool_ = std::make_unique<CallPool>(session->options_.blocking_threads);
+  UC_ASSIGN_OR_RETURN(session->steering_, LoadSpecSteering(session->spec_, config));
+  for (size_t i = 0; i < session->spec_.steering.size(); ++i) {
+    const SteeringEntry& e = session->spec_.steering[i];
+    if (e.when.has_value()) {
+      session->steering_triggers_[e.when->point].push_back(static_cast<int>(i));
+    }
+  }
   return session;
+}
+
+Status ProbingSession::AttachTo(engine::LLMEngine& engine) {
+  UC_RETURN_IF_ERROR(engine.SetBaseSteering(steering_));
+  engine.SetObserver(this);
+  return OkStatus();
+}
+
+std::vector<engine::SteeringSwitch> ProbingSession::TakeSteeringSwitches() {
+  std::vector<engine::SteeringSwitch> out;
+  out.swap(switches_);
+  return out;
 }
 
 ProbingSession::~ProbingSession() {
@@ -515,6 +585,17 @@ bool ProbingSession::Route(RequestState& request, Binding& binding, ActivationRe
   CountSignal(*binding.point, *signal);
   if (signal->action != ProbeAction::kContinue && !options_.sinks.empty()) {
     WriteAll(options_.sinks, SignalRecord(request.id, binding.point->point->name, *signal));
+  }
+  if (signal->action == ProbeAction::kFlag && !request.stopped) {
+    // Conditional steering: from the token after this one (its row has not run yet).
+    const auto triggers = steering_triggers_.find(binding.point->point->name);
+    if (triggers != steering_triggers_.end()) {
+      for (int group : triggers->second) {
+        const bool start =
+            spec_.steering[static_cast<size_t>(group)].when->action == SteeringAction::kStart;
+        switches_.push_back({request.seq_id, group, static_cast<int32_t>(pos + 1), start});
+      }
+    }
   }
   if (signal->action != ProbeAction::kAbort || request.stopped) return false;
   ++counters_->aborts;

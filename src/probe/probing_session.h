@@ -54,6 +54,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/llm_engine.h"
 #include "engine/step_observer.h"
 #include "models/model_config.h"
 #include "probe/async_executor.h"
@@ -122,6 +123,11 @@ class ProbingSession : public engine::StepObserver {
     on_result_ = std::move(callback);
   }
   const Spec& spec() const { return spec_; }
+  // The spec's `steering:` entries as every request's base steering (entry i is vector group
+  // i; `when: {action: start}` entries start deferred).
+  const engine::RequestSteering& steering() const { return steering_; }
+  // Installs this session as `engine`'s observer and the spec's steering as its base steering.
+  Status AttachTo(engine::LLMEngine& engine);
   ProbingStats stats() const;
   Metrics& metrics() { return *metrics_; }
   // Whether some point is async (its results arrive after the request's queues drain).
@@ -142,6 +148,7 @@ class ProbingSession : public engine::StepObserver {
   std::vector<engine::StopRequest> OnStepExecuted(const worker::SchedulerOutput& plan,
                                                   const std::vector<Tensor>& captured) override;
   bool WantsFinalToken(uint64_t seq_id, int64_t num_generated) override;
+  std::vector<engine::SteeringSwitch> TakeSteeringSwitches() override;
   void OnRequestFinished(uint64_t seq_id, int64_t num_generated, bool aborted) override;
 
   struct PointState;
@@ -167,6 +174,10 @@ class ProbingSession : public engine::StepObserver {
   void CountSignal(PointState& point, const ProbeSignal& signal);
 
   Spec spec_;
+  engine::RequestSteering steering_;
+  // Per extraction point name: the steering entries its flag switches (index = group).
+  std::unordered_map<std::string, std::vector<int>> steering_triggers_;
+  std::vector<engine::SteeringSwitch> switches_;  // this step's, engine thread
   models::ModelConfig config_;
   ProbingOptions options_;
   std::vector<std::unique_ptr<PointState>> points_;

@@ -65,5 +65,6 @@ std::string_view Name(Until v) { return NameOf(v); }
 std::string_view Name(InterventionMode v) { return NameOf(v); }
 std::string_view Name(OnTimeout v) { return NameOf(v); }
 std::string_view Name(OverflowPolicy v) { return NameOf(v); }
+std::string_view Name(SteeringAction v) { return v == SteeringAction::kStop ? "stop" : "start"; }
 
 }  // namespace uc::probe

@@ -85,12 +85,47 @@ struct ExtractionPoint {
   int line = 0;  // line of the point in its file (0 when not from a file)
 };
 
+// A steering entry (extension; `steering:` beside `extraction_points:`): a control vector file
+// added to the residual stream (or a block's output) of every request, optionally only once an
+// inline extraction point's probe flags (`when`), token-exactly from the next token on.
+//
+//   steering:
+//     - name: calm
+//       vector: calm.gguf            # control vector file: .gguf, .safetensors, .npy
+//       layers: [10, 11]             # optional: only these blocks of the file
+//       tensor_type: residual_stream # or attn_out, mlp_out
+//       scale: 4.0
+//       norm_match: false
+//       tokens: generated            # prompt, generated or all (default)
+//       when: {point: toxicity, signal: flag, action: start}   # or action: stop
+enum class SteeringAction { kStart, kStop };
+std::string_view Name(SteeringAction v);
+
+struct SteeringTrigger {
+  std::string point;  // an inline extraction point of the spec
+  SteeringAction action = SteeringAction::kStart;
+  bool operator==(const SteeringTrigger&) const = default;
+};
+
+struct SteeringEntry {
+  std::string name;
+  std::string vector;       // the file as written; relative paths resolve against the spec's dir
+  std::vector<int> layers;  // empty: every block the file has
+  TensorType tensor_type = TensorType::kResidualStream;  // residual_stream, attn_out or mlp_out
+  double scale = 1.0;
+  bool norm_match = false;
+  std::string tokens = "all";  // prompt, generated or all
+  std::optional<SteeringTrigger> when;
+  int line = 0;
+};
+
 struct Spec {
   std::string version = "1";
   std::vector<ExtractionPoint> extraction_points;
-  std::filesystem::path source;       // file it came from (empty for text); relative probe_args
-                                      // paths resolve against its directory
-  std::vector<std::string> warnings;  // deprecations etc., one line each, "FILE:LINE: ..."
+  std::vector<SteeringEntry> steering;  // extension; empty in a v0.1 spec
+  std::filesystem::path source;         // file it came from (empty for text); relative probe_args
+                                        // paths resolve against its directory
+  std::vector<std::string> warnings;    // deprecations etc., one line each, "FILE:LINE: ..."
   // The part of `warnings` that Undercurrent v0.1 gives too, and so what `validate --strict`
   // fails on: the deprecated keys `layer` and `tensor`. (v0.1 takes `every_n` as a plain alias
   // and duplicate keys silently; those stay warnings under --strict.)

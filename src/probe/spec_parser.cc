@@ -12,6 +12,7 @@
 #include "probe/spec.h"
 #include "probe/spec_point.h"
 #include "probe/spec_report.h"
+#include "probe/spec_steering.h"
 #include "probe/spec_util.h"
 #include "probe/spec_yaml.h"
 
@@ -60,7 +61,7 @@ std::optional<YAML::Mark> FindStuckToken(const std::string& text) {
 }
 
 const std::vector<std::string_view>& TopKeys() {
-  static const std::vector<std::string_view> keys = {"version", "extraction_points"};
+  static const std::vector<std::string_view> keys = {"version", "extraction_points", "steering"};
   return keys;
 }
 
@@ -210,6 +211,8 @@ void SpecParser::ParseTop(const YAML::Node& root, Spec* spec) {
     } else if (e.key == "extraction_points") {
       has_points = true;
       ParsePoints(e, spec);
+    } else if (e.key == "steering") {
+      internal::ParseSteeringList(&r_, e, spec);
     } else {
       r_.Error(internal::LineOf(e.key_node), "", UnknownKeyMessage(e, TopKeys()));
     }
@@ -219,6 +222,7 @@ void SpecParser::ParseTop(const YAML::Node& root, Spec* spec) {
              "missing required key 'extraction_points'. List the extraction points under it, "
              "or write extraction_points: [] for none.");
   }
+  internal::CheckSteeringTriggers(&r_, *spec);
 }
 
 SpecReport SpecParser::Run(std::string_view text) {

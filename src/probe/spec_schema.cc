@@ -236,6 +236,56 @@ Json Defs() {
       "'residual_stream' (the residual stream after the layer), 'attn_out', 'mlp_out', 'kv' "
       "(the KV cache), or 'final_norm' (the model's final norm output, at layer "
       "num_hidden_layers).");
+  defs["SteeringEntry"] = {
+      {"type", "object"},
+      {"additionalProperties", false},
+      {"required", Json::array({"name", "vector"})},
+      {"properties",
+       {{"name", {{"type", "string"}, {"minLength", 1}, {"description", "Unique entry name."}}},
+        {"vector",
+         {{"type", "string"},
+          {"minLength", 1},
+          {"description",
+           "Control vector file (.gguf as llama.cpp and repeng write, .safetensors with "
+           "direction.N tensors, .npy [num_layers, hidden]); relative to the spec's directory."}}},
+        {"layers",
+         {{"oneOf", Json::array({{{"type", "integer"}, {"minimum", 0}},
+                                 {{"type", "array"},
+                                  {"minItems", 1},
+                                  {"items", {{"type", "integer"}, {"minimum", 0}}}}})},
+          {"description", "Only these blocks of the file (default: all it has)."}}},
+        {"tensor_type",
+         {{"enum", Json::array({"residual_stream", "attn_out", "mlp_out"})},
+          {"default", "residual_stream"},
+          {"description",
+           "Where the vector is added: the residual stream after the block, or what the "
+           "attention / MLP block adds to it."}}},
+        {"scale", {{"type", "number"}, {"default", 1.0}, {"description", "Multiplier."}}},
+        {"norm_match",
+         {{"type", "boolean"},
+          {"default", false},
+          {"description",
+           "Rescale per token to scale × ‖residual stream‖ / ‖vector‖ instead of scale × "
+           "vector."}}},
+        {"tokens",
+         {{"enum", Json::array({"all", "prompt", "generated"})},
+          {"default", "all"},
+          {"description", "Which tokens are steered."}}},
+        {"when",
+         {{"type", "object"},
+          {"additionalProperties", false},
+          {"required", Json::array({"point"})},
+          {"properties",
+           {{"point",
+             {{"type", "string"}, {"description", "An inline extraction point of this spec."}}},
+            {"signal", {{"enum", Json::array({"flag"})}, {"default", "flag"}}},
+            {"action",
+             {{"enum", Json::array({"start", "stop"})},
+              {"default", "start"},
+              {"description",
+               "start: off until the point's probe flags token p, on from token p+1; stop: on "
+               "until then, off from token p+1."}}}}},
+          {"description", "Conditional steering, token-exact like an abort."}}}}}};
   defs["Until"] = EnumDef<Until>(
       "When a continuous capture stops: at generation end, after 'count' positions "
       "(fixed_count), or at a stop token.");
@@ -261,7 +311,14 @@ Json Schema() {
             {"extraction_points",
              {{"type", "array"},
               {"items", Ref("ExtractionPoint")},
-              {"description", "What to capture during inference and which probe consumes it."}}}}},
+              {"description", "What to capture during inference and which probe consumes it."}}},
+            {"steering",
+             {{"type", "array"},
+              {"items", Ref("SteeringEntry")},
+              {"description",
+               "Extension: control vectors added to every request's residual stream (or a "
+               "block's output), optionally switched on or off by an inline extraction point's "
+               "flag from the next token on."}}}}},
           {"$defs", Defs()}};
 }
 

@@ -379,7 +379,7 @@ TEST(SpecErrorTest, UnknownKeysAndBadEnumValuesSuggestTheClosest) {
   EXPECT_EQ(Problems("extraction_point: []\n"),
             "2 problems in the spec:\n"
             "  - spec.yaml:1: unknown key 'extraction_point'. Did you mean 'extraction_points'? "
-            "Valid keys: version, extraction_points.\n"
+            "Valid keys: version, extraction_points, steering.\n"
             "  - spec.yaml:1: missing required key 'extraction_points'. List the extraction "
             "points under it, or write extraction_points: [] for none.");
   EXPECT_EQ(Problems(Spec1("", "\"prompt[-1]\"\n    execution_mode: Async")),
@@ -954,6 +954,110 @@ TEST(SpecSchemaTest, PositionPatternAgreesWithTheParser) {
     EXPECT_TRUE(std::regex_search(text, pattern)) << text;
     EXPECT_FALSE(PositionSelector::Parse(text).ok()) << text;
   }
+}
+
+}  // namespace
+}  // namespace uc::probe
+
+namespace uc::probe {
+namespace {
+
+constexpr char kSteeringSpec[] = R"(version: "1"
+extraction_points:
+  - name: gate
+    layers: [1]
+    tensor_type: residual_stream
+    position: "generated[3]"
+    probe_type: norm_gate
+    probe_kind: single_shot
+    probe_args: {threshold: 0.001, action: flag}
+steering:
+  - name: calm
+    vector: calm.gguf
+  - name: late
+    vector: dir/late.npy
+    layers: [2, 3]
+    tensor_type: attn_out
+    scale: -2.5
+    norm_match: true
+    tokens: generated
+    when: {point: gate, signal: flag, action: start}
+  - name: early
+    vector: early.safetensors
+    layers: 4
+    when: {point: gate, action: stop}
+)";
+
+TEST(SpecSteeringTest, EntriesParseWithTheirDefaultsAndRoundTrip) {
+  const Spec spec = Parsed(kSteeringSpec);
+  ASSERT_EQ(spec.steering.size(), 3u);
+  const SteeringEntry& calm = spec.steering[0];
+  EXPECT_EQ(calm.name, "calm");
+  EXPECT_EQ(calm.vector, "calm.gguf");
+  EXPECT_TRUE(calm.layers.empty());
+  EXPECT_EQ(calm.tensor_type, TensorType::kResidualStream);
+  EXPECT_EQ(calm.scale, 1.0);
+  EXPECT_FALSE(calm.norm_match);
+  EXPECT_EQ(calm.tokens, "all");
+  EXPECT_FALSE(calm.when.has_value());
+  EXPECT_EQ(calm.line, 11);
+  const SteeringEntry& late = spec.steering[1];
+  EXPECT_EQ(late.layers, (std::vector<int>{2, 3}));
+  EXPECT_EQ(late.tensor_type, TensorType::kAttnOut);
+  EXPECT_EQ(late.scale, -2.5);
+  EXPECT_TRUE(late.norm_match);
+  EXPECT_EQ(late.tokens, "generated");
+  ASSERT_TRUE(late.when.has_value());
+  EXPECT_EQ(*late.when, (SteeringTrigger{"gate", SteeringAction::kStart}));
+  EXPECT_EQ(spec.steering[2].layers, (std::vector<int>{4}));
+  EXPECT_EQ(spec.steering[2].when->action, SteeringAction::kStop);
+  // Canonical YAML keeps every entry's meaning.
+  const Spec again = Parsed(WriteSpecYaml(spec));
+  ASSERT_EQ(again.steering.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(again.steering[i].name, spec.steering[i].name);
+    EXPECT_EQ(again.steering[i].vector, spec.steering[i].vector);
+    EXPECT_EQ(again.steering[i].layers, spec.steering[i].layers);
+    EXPECT_EQ(again.steering[i].tensor_type, spec.steering[i].tensor_type);
+    EXPECT_EQ(again.steering[i].scale, spec.steering[i].scale);
+    EXPECT_EQ(again.steering[i].norm_match, spec.steering[i].norm_match);
+    EXPECT_EQ(again.steering[i].tokens, spec.steering[i].tokens);
+    EXPECT_EQ(again.steering[i].when, spec.steering[i].when);
+  }
+  // A v0.1 spec has none, and its canonical YAML says nothing about steering.
+  EXPECT_TRUE(Parsed(Spec1()).steering.empty());
+  EXPECT_EQ(WriteSpecYaml(Parsed(Spec1())).find("steering"), std::string::npos);
+}
+
+TEST(SpecSteeringTest, ProblemsNameTheEntryFieldAndLine) {
+  auto with = [](std::string_view from, std::string_view to) {
+    return Problems(Replaced(kSteeringSpec, from, to));
+  };
+  EXPECT_EQ(with("    vector: calm.gguf\n", ""),
+            "spec.yaml:11: steering[0] 'calm': missing required key 'vector' (a control vector "
+            "file: .gguf, .safetensors, .npy)");
+  EXPECT_EQ(with("tensor_type: attn_out", "tensor_type: final_norm"),
+            "spec.yaml:16: steering[1] 'late'.tensor_type: steering goes to 'residual_stream', "
+            "'attn_out' or 'mlp_out', not 'final_norm'.");
+  EXPECT_EQ(with("when: {point: gate, signal: flag", "when: {point: gat, signal: flag"),
+            "spec.yaml:13: steering[1] 'late'.when.point: no extraction point named 'gat'. Did "
+            "you mean 'gate'?");
+  EXPECT_EQ(with("action: stop}", "action: pause}"),
+            "spec.yaml:24: steering[2] 'early'.when.action: expected 'start' or 'stop' (got "
+            "'pause')");
+  EXPECT_EQ(with("scale: -2.5", "scale: lots"),
+            "spec.yaml:17: steering[1] 'late'.scale: expected a finite number (got 'lots')");
+  EXPECT_NE(with("    tokens: generated\n", "    tokens: generated\n    colour: red\n")
+                .find("spec.yaml:20: steering[1] 'late': unknown key 'colour'"),
+            std::string::npos);
+  EXPECT_NE(with("probe_args: {threshold: 0.001, action: flag}",
+                 "probe_args: {threshold: 0.001, action: flag}\n    execution_mode: async\n"
+                 "    probe_kind: trajectory")
+                .find("'late'.when.point: extraction point 'gate' is async"),
+            std::string::npos);
+  EXPECT_EQ(with("  - name: early", "  - name: calm"),
+            "spec.yaml:21: steering[2] 'calm'.name: duplicate name (also steering[0]); names "
+            "must be unique");
 }
 
 }  // namespace

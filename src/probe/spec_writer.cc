@@ -111,13 +111,39 @@ void WritePoint(const ExtractionPoint& p, std::string* out) {
   if (p.probe_args.is_object() && !p.probe_args.empty()) line("probe_args", Flow(p.probe_args));
 }
 
+void WriteSteering(const SteeringEntry& s, std::string* out) {
+  auto line = [out](std::string_view key, const std::string& value) {
+    *out += "    " + std::string(key) + ": " + value + "\n";
+  };
+  *out += "  - name: " + Scalar(s.name) + "\n";
+  line("vector", Scalar(s.vector));
+  if (!s.layers.empty()) line("layers", Layers(s.layers));
+  if (s.tensor_type != TensorType::kResidualStream) {
+    line("tensor_type", std::string(Name(s.tensor_type)));
+  }
+  if (s.scale != 1.0) line("scale", Float(s.scale));
+  if (s.norm_match) line("norm_match", "true");
+  if (s.tokens != "all") line("tokens", s.tokens);
+  if (s.when.has_value()) {
+    line("when", "{point: " + Scalar(s.when->point) +
+                     ", signal: flag, action: " + std::string(Name(s.when->action)) + "}");
+  }
+}
+
 }  // namespace
 
 std::string WriteSpecYaml(const Spec& spec) {
   std::string out = "version: " + Quoted(spec.version) + "\n";
-  if (spec.extraction_points.empty()) return out + "extraction_points: []\n";
-  out += "extraction_points:\n";
-  for (const ExtractionPoint& p : spec.extraction_points) WritePoint(p, &out);
+  if (spec.extraction_points.empty()) {
+    out += "extraction_points: []\n";
+  } else {
+    out += "extraction_points:\n";
+    for (const ExtractionPoint& p : spec.extraction_points) WritePoint(p, &out);
+  }
+  if (!spec.steering.empty()) {
+    out += "steering:\n";
+    for (const SteeringEntry& s : spec.steering) WriteSteering(s, &out);
+  }
   return out;
 }
 

@@ -76,7 +76,7 @@ std::string SchedulerOutput::Serialize() const {
     w.Put<uint8_t>(s.new_params.has_value());
     if (s.new_params.has_value()) PutParams(w, *s.new_params);
     w.Put(s.steering_id);
-    w.Put(s.steering_from);
+    w.PutInts(s.steering_windows);
   }
   PutIds(w, finished_seq_ids);
   PutIds(w, preempted_seq_ids);
@@ -114,7 +114,7 @@ StatusOr<SchedulerOutput> SchedulerOutput::Parse(const std::string& bytes) {
       s.new_params.emplace();
       ok = GetParams(r, *s.new_params);
     }
-    ok = ok && r.Get(s.steering_id) && r.Get(s.steering_from);
+    ok = ok && r.Get(s.steering_id) && r.GetInts(s.steering_windows);
     if (!ok) return InvalidArgumentError("malformed scheduler output (sequence)");
     s.sample = sample != 0;
     out.scheduled.push_back(std::move(s));

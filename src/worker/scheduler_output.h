@@ -32,10 +32,18 @@ struct ScheduledSequence {
   bool sample = false;
   // Set the first time a sequence is scheduled (and only then): how the last stage samples it.
   std::optional<SamplingParams> new_params;
-  // Steering: the registered config (SchedulerOutput::new_steering) that applies to this
-  // sequence's tokens at positions >= steering_from; 0: none.
+  // Steering: the registered config (SchedulerOutput::new_steering) of this sequence; 0: none.
+  // steering_windows: per vector group g, positions [w[2g], w[2g+1]) are steered (a group past
+  // the end: always); empty: every group at every position.
   uint32_t steering_id = 0;
-  int32_t steering_from = 0;
+  std::vector<int32_t> steering_windows;
+
+  // Whether group `group` of the steering applies at `position`.
+  bool SteeringActive(int group, int32_t position) const {
+    const size_t i = static_cast<size_t>(group) * 2;
+    if (i + 1 >= steering_windows.size()) return true;
+    return steering_windows[i] <= position && position < steering_windows[i + 1];
+  }
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t end_pos() const { return start_pos + num_tokens(); }

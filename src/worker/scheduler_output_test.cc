@@ -23,7 +23,7 @@ SchedulerOutput Example() {
   p.seed = 1234567890123ull;
   a.new_params = p;
   a.steering_id = 3;
-  a.steering_from = 14;
+  a.steering_windows = {14, 30, 0, 2};
   ScheduledSequence b;
   b.seq_id = 8;
   b.token_ids = {4};
@@ -58,7 +58,12 @@ TEST(SchedulerOutputTest, SerializeParseRoundTrip) {
   EXPECT_FALSE(out->scheduled[1].new_params.has_value());
   EXPECT_FALSE(out->scheduled[1].sample);
   EXPECT_EQ(out->scheduled[0].steering_id, 3u);
-  EXPECT_EQ(out->scheduled[0].steering_from, 14);
+  EXPECT_EQ(out->scheduled[0].steering_windows, (std::vector<int32_t>{14, 30, 0, 2}));
+  EXPECT_FALSE(out->scheduled[0].SteeringActive(0, 13));
+  EXPECT_TRUE(out->scheduled[0].SteeringActive(0, 29));
+  EXPECT_FALSE(out->scheduled[0].SteeringActive(0, 30));
+  EXPECT_FALSE(out->scheduled[0].SteeringActive(1, 2));
+  EXPECT_TRUE(out->scheduled[0].SteeringActive(2, 99));  // no window: always
   EXPECT_EQ(out->scheduled[1].steering_id, 0u);
   ASSERT_EQ(out->new_steering.size(), 1u);
   EXPECT_EQ(out->new_steering[0].id, 3u);

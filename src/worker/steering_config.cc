@@ -61,6 +61,7 @@ std::string SteeringConfig::Serialize() const {
     w.Put<uint8_t>(static_cast<uint8_t>(v.tokens));
     w.Put(v.scale);
     w.Put<uint8_t>(v.norm_match);
+    w.Put(v.group);
     w.Put<uint32_t>(static_cast<uint32_t>(v.values.size()));
     for (float x : v.values) w.Put(x);
   }
@@ -79,7 +80,7 @@ StatusOr<SteeringConfig> SteeringConfig::Parse(const std::string& bytes) {
     uint8_t site = 0, tokens = 0, norm_match = 0;
     uint32_t size = 0;
     if (!(r.Get(v.layer) && r.Get(site) && r.Get(tokens) && r.Get(v.scale) && r.Get(norm_match) &&
-          r.Get(size)) ||
+          r.Get(v.group) && r.Get(size)) ||
         site > static_cast<uint8_t>(models::Site::kFinalNorm) ||
         tokens > static_cast<uint8_t>(SteeringTokens::kGenerated)) {
       return InvalidArgumentError("malformed steering config (vector " + std::to_string(i) + ")");

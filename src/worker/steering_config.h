@@ -13,6 +13,9 @@
 // of the residual stream it joins (the stream right after that site, unsteered); otherwise
 // scale × vector is added.
 //
+// Vectors come in groups (SteeringVector::group) that a request switches on and off by position
+// (conditional steering); a request without windows has every group on everywhere.
+//
 // Plain value type; thread-compatible.
 #pragma once
 
@@ -33,6 +36,9 @@ struct SteeringVector {
   SteeringTokens tokens = SteeringTokens::kAll;
   float scale = 1.0f;
   bool norm_match = false;
+  // Which switchable group the vector belongs to: a request may turn groups on and off at
+  // token positions (ScheduledSequence::steering_windows), e.g. a spec's conditional entries.
+  uint8_t group = 0;
   std::vector<float> values;  // [hidden_size]
 
   // True when this vector applies to the token at `position` of a sequence whose prompt has

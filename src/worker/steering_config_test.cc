@@ -15,6 +15,7 @@ SteeringConfig Example() {
                        .tokens = SteeringTokens::kGenerated,
                        .scale = -0.25f,
                        .norm_match = true,
+                       .group = 2,
                        .values = {0.0f, 1.0f, 0.0f, 3.0f}});
   return c;
 }

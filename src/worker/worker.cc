@@ -238,7 +238,7 @@ models::BatchSteering Worker::BuildSteering(const SchedulerOutput& output) {
       std::vector<int32_t>* rows = nullptr;
       for (int32_t j = 0; j < s.num_tokens(); ++j) {
         const int32_t pos = s.start_pos + j;
-        if (pos < s.steering_from || !v.AppliesTo(pos, s.num_prompt_tokens)) continue;
+        if (!s.SteeringActive(v.group, pos) || !v.AppliesTo(pos, s.num_prompt_tokens)) continue;
         if (rows == nullptr) {
           const auto [slot, added] = index.try_emplace({s.steering_id, vi}, batch.adds.size());
           if (added) {

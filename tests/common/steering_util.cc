@@ -28,7 +28,8 @@ std::shared_ptr<const worker::SteeringConfig> SteeringConfigOf(const nlohmann::j
 }
 
 engine::RequestSteering RequestSteeringOf(const nlohmann::json& c) {
-  engine::RequestSteering steering{SteeringConfigOf(c), c["from_position"].get<int>() > 0};
+  engine::RequestSteering steering{SteeringConfigOf(c), {}};
+  if (c["from_position"].get<int>() > 0) steering.deferred_groups = {0};
   if (steering.config->empty()) steering.config = nullptr;
   return steering;
 }
@@ -61,12 +62,25 @@ std::vector<engine::StopRequest> SteeringRecorder::OnStepExecuted(
     for (int32_t j = 0; j < s.num_tokens(); ++j, ++row) {
       const float* x = captured[0].data<float>() + row * hidden;
       rows[{names_[s.seq_id], s.start_pos + j}] = std::vector<float>(x, x + hidden);
-      if (switch_at > 0 && s.start_pos + j == switch_at - 1) {
-        engine_->StartSteering(s.seq_id, switch_at);
+      const auto sw = switches_.find(names_[s.seq_id]);
+      if (sw == switches_.end()) continue;
+      const int pos = s.start_pos + j;
+      if (sw->second.first > 0 && pos == sw->second.first - 1) {
+        engine_->StartSteering(s.seq_id, 0, sw->second.first);
+      }
+      if (sw->second.second > 0 && pos == sw->second.second - 1) {
+        engine_->StopSteering(s.seq_id, 0, sw->second.second);
       }
     }
   }
   return {};
+}
+
+void SteeringRecorder::Follow(const std::string& request_id, const nlohmann::json& c) {
+  const int from = c["from_position"];
+  const int until =
+      c.value("until_position", nlohmann::json()).is_null() ? 0 : c["until_position"].get<int>();
+  if (from > 0 || until > 0) switches_[request_id] = {from, until};
 }
 
 double MaxRelativeRowDiff(const std::map<std::pair<std::string, int>, std::vector<float>>& got,

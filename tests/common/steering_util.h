@@ -27,8 +27,9 @@ std::shared_ptr<const worker::SteeringConfig> SteeringConfigOf(const nlohmann::j
 engine::RequestSteering RequestSteeringOf(const nlohmann::json& c);
 
 // Records every row's final-norm activation by (request id, position) and the most distinct
-// steering configs seen in one step. With switch_at > 0, the activation of position
-// switch_at - 1 "flags" and switches the request's deferred steering on from switch_at.
+// steering configs seen in one step. For a request registered with a conditional case (Follow),
+// the activation of position from_position - 1 "flags" and switches its deferred steering on
+// from from_position; that of until_position - 1 switches it off from until_position.
 class SteeringRecorder : public engine::StepObserver {
  public:
   explicit SteeringRecorder(engine::LLMEngine* engine);
@@ -42,11 +43,13 @@ class SteeringRecorder : public engine::StepObserver {
 
   std::map<std::pair<std::string, int>, std::vector<float>> rows;
   int max_configs_per_step = 0;
-  int switch_at = 0;
+  // Switches `request_id` as reference case `c` says (no-op for an unconditional case).
+  void Follow(const std::string& request_id, const nlohmann::json& c);
 
  private:
   engine::LLMEngine* engine_;
   std::map<uint64_t, std::string> names_;
+  std::map<std::string, std::pair<int, int>> switches_;  // request id -> (start at, stop at)
 };
 
 // Largest |a - b| over two activation tables' common keys, relative to each row's largest

@@ -69,10 +69,13 @@ struct WorkloadRun {
 
 WorkloadRun RunWorkload(engine::LLM& llm) {
   testing::SteeringRecorder recorder(&llm.engine());
-  recorder.switch_at = testing::RequestSteeringReference()["cases"].back()["from_position"];
+  const std::vector<engine::GenerateRequest> requests = Workload();
+  const nlohmann::json& cases = testing::RequestSteeringReference()["cases"];
+  for (size_t i = 0; i < requests.size(); ++i)
+    recorder.Follow(requests[i].id, cases[i % cases.size()]);
   llm.engine().SetObserver(&recorder);
   WorkloadRun run;
-  run.results = llm.Generate(Workload());
+  run.results = llm.Generate(requests);
   llm.engine().SetObserver(nullptr);
   run.rows = std::move(recorder.rows);
   run.max_configs = recorder.max_configs_per_step;

@@ -2,7 +2,8 @@
 // forward hooks (tools/reference/make_request_steering_reference.py): prompt-only,
 // generation-only and both; attn_out and mlp_out sites; norm matching; a switch-on position
 // (conditional steering). Logits within 1e-4 through the model; greedy ids identical through
-// the engine, alone and in a batch of 32 requests with 6 configurations and unsteered ones,
+// the engine, alone and in a batch of 32 requests with 5 configurations, unsteered ones and
+// conditional ones switched on and off,
 // under preemption and a cap on configurations per step, where every request's final-norm
 // activations equal its run alone.
 #include <gtest/gtest.h>
@@ -33,7 +34,7 @@ const nlohmann::json& Reference() { return testing::RequestSteeringReference(); 
 // The rows of one sequence at positions [0, n) each vector of `config` applies to, as the
 // worker builds them.
 models::BatchSteering SteeringFor(const worker::SteeringConfig& config, int n, int num_prompt,
-                                  int from) {
+                                  int from, int until) {
   models::BatchSteering batch;
   for (const worker::SteeringVector& v : config.vectors) {
     double sum = 0.0;
@@ -44,7 +45,7 @@ models::BatchSteering SteeringFor(const worker::SteeringConfig& config, int n, i
                             .scale = v.scale,
                             .norm_match = v.norm_match,
                             .inv_vector_norm = static_cast<float>(1.0 / std::sqrt(sum))};
-    for (int p = from; p < n; ++p) {
+    for (int p = from; p < std::min(n, until); ++p) {
       if (v.AppliesTo(p, num_prompt)) add.rows.push_back(p);
     }
     batch.adds.push_back(std::move(add));
@@ -70,7 +71,8 @@ TEST(RequestSteeringTest, LogitsMatchTransformersWithMaskedHooks) {
     const int n = static_cast<int>(ids.size());
     const auto config = testing::SteeringConfigOf(c);
     const models::BatchSteering steering =
-        SteeringFor(*config, n, static_cast<int>(prompt.size()), c["from_position"]);
+        SteeringFor(*config, n, static_cast<int>(prompt.size()), c["from_position"],
+                    c["until_position"].is_null() ? n : c["until_position"].get<int>());
     std::vector<int32_t> positions(n), token_seq(n, 0);
     for (int i = 0; i < n; ++i) positions[i] = i;
     const std::vector<int32_t> rows = JsonInts(c["logit_rows"]);
@@ -114,7 +116,7 @@ class RequestSteeringEngineTest : public ::testing::Test {
       auto llm = engine::LLM::Open(Options());
       ASSERT_TRUE(llm.ok()) << llm.status().ToString();
       testing::SteeringRecorder recorder(&(*llm)->engine());
-      recorder.switch_at = c["from_position"];
+      recorder.Follow(c["name"], c);
       (*llm)->engine().SetObserver(&recorder);
       const std::string name = c["name"];
       const auto results =
@@ -137,9 +139,10 @@ TEST_F(RequestSteeringEngineTest, EachCaseAloneGeneratesWhatTransformersGenerate
   EXPECT_EQ(alone_->size(), Reference()["cases"].size() * 33);
 }
 
-// 32 requests: the 7 cases in turn (the unsteered case included), 2 configs per step at most,
-// a KV cache too small for all of them (preemption by recompute).
-TEST_F(RequestSteeringEngineTest, BatchOf32WithSixConfigsEqualsEachAlone) {
+// 32 requests: the 8 cases in turn (unsteered and conditional ones included; 5 distinct configs,
+// since the conditional cases share "both"'s vectors), 2 configs per step at most, a KV cache
+// too small for all of them (preemption by recompute).
+TEST_F(RequestSteeringEngineTest, BatchOf32WithEveryCaseEqualsEachAlone) {
   engine::EngineOptions options = Options();
   options.max_steering_configs = 2;
   options.num_kv_blocks = 40;
@@ -153,13 +156,12 @@ TEST_F(RequestSteeringEngineTest, BatchOf32WithSixConfigsEqualsEachAlone) {
   std::vector<int> case_of;
   for (int i = 0; i < 32; ++i) {
     const int k = i % static_cast<int>(cases.size());
-    if (cases[k]["from_position"].get<int>() > 0) continue;  // conditional: its own test
     requests.push_back({"r" + std::to_string(i) + "_" + cases[k]["name"].get<std::string>(),
                         engine::Prompt::Ids(JsonInts(Reference()["input_ids"])),
                         testing::Greedy(16), testing::RequestSteeringOf(cases[k])});
     case_of.push_back(k);
+    recorder.Follow(requests.back().id, cases[k]);  // the conditional cases switch
   }
-  ASSERT_GE(requests.size(), 27u);
   const auto results = (*llm)->Generate(requests);
   EXPECT_GT(engine.stats().num_preemptions, 0);
   EXPECT_EQ(recorder.max_configs_per_step, 2);        // the cap held and was reached
@@ -178,25 +180,37 @@ TEST_F(RequestSteeringEngineTest, BatchOf32WithSixConfigsEqualsEachAlone) {
   }
 }
 
+const nlohmann::json& CaseNamed(const std::string& name) {
+  for (const auto& c : Reference()["cases"]) {
+    if (c["name"] == name) return c;
+  }
+  ADD_FAILURE() << "no reference case " << name;
+  return Reference()["cases"][0];
+}
+
 // Deferred steering switched on by the observer after the activation of generated[3]: tokens
 // 0-4 are the unsteered run's (token 4 comes from that very activation), the rest the run
-// steered from generated[4]'s position on, next to other requests that stay unsteered.
-TEST_F(RequestSteeringEngineTest, ConditionalSteeringSwitchesOnTokenExactly) {
-  const auto& cases = Reference()["cases"];
-  const nlohmann::json& unsteered = cases[0];
-  const nlohmann::json& conditional = cases[cases.size() - 1];
-  ASSERT_EQ(conditional["name"], "from_generated_4");
+// steered from generated[4]'s position on; steering switched off there gives the steered run's
+// tokens 0-4 and then what transformers gives with the vector masked from that position on;
+// next to requests that stay unsteered.
+TEST_F(RequestSteeringEngineTest, ConditionalSteeringSwitchesOnAndOffTokenExactly) {
+  const nlohmann::json& unsteered = CaseNamed("none");
+  const nlohmann::json& conditional = CaseNamed("from_generated_4");
+  const nlohmann::json& stopped = CaseNamed("until_generated_4");
   auto llm = engine::LLM::Open(Options());
   ASSERT_TRUE(llm.ok()) << llm.status().ToString();
   testing::SteeringRecorder recorder(&(*llm)->engine());
-  recorder.switch_at = conditional["from_position"];
+  recorder.Follow("cond", conditional);
+  recorder.Follow("stop", stopped);
   (*llm)->engine().SetObserver(&recorder);
   const std::vector<int32_t> prompt = JsonInts(Reference()["input_ids"]);
   const auto results =
       (*llm)->Generate({{"plain", engine::Prompt::Ids(prompt), testing::Greedy(16), {}},
                         {"cond", engine::Prompt::Ids(prompt), testing::Greedy(16),
                          testing::RequestSteeringOf(conditional)},
-                        {"plain2", engine::Prompt::Ids(prompt), testing::Greedy(16), {}}});
+                        {"plain2", engine::Prompt::Ids(prompt), testing::Greedy(16), {}},
+                        {"stop", engine::Prompt::Ids(prompt), testing::Greedy(16),
+                         testing::RequestSteeringOf(stopped)}});
   ASSERT_TRUE(results[1].status.ok()) << results[1].status.ToString();
   const std::vector<int32_t> plain = JsonInts(unsteered["greedy"]);
   const std::vector<int32_t> steered = JsonInts(conditional["greedy"]);
@@ -206,6 +220,13 @@ TEST_F(RequestSteeringEngineTest, ConditionalSteeringSwitchesOnTokenExactly) {
   ASSERT_EQ(std::vector<int32_t>(steered.begin(), steered.begin() + 5),
             std::vector<int32_t>(plain.begin(), plain.begin() + 5));
   EXPECT_NE(steered[5], plain[5]);
+  ASSERT_TRUE(results[3].status.ok()) << results[3].status.ToString();
+  const std::vector<int32_t> until = JsonInts(stopped["greedy"]);
+  const std::vector<int32_t> both = JsonInts(CaseNamed("both")["greedy"]);
+  EXPECT_EQ(results[3].output.output_ids, until);
+  EXPECT_EQ(std::vector<int32_t>(until.begin(), until.begin() + 5),
+            std::vector<int32_t>(both.begin(), both.begin() + 5));
+  EXPECT_NE(until[5], both[5]);
 }
 
 TEST(RequestSteeringValidationTest, BadVectorsAreRejectedNamingTheField) {

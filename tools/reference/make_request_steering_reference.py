@@ -2,7 +2,8 @@
 """Per-request steering and what transformers does with it, for
 tests/integration/request_steering_test.cc.
 
-Writes tests/testdata/steering/requests.json: per case, the steering vectors of one request
+Writes tests/testdata/steering/p_layer2.gguf (the conditional cases' vector as a llama.cpp
+control-vector file, for specs) and tests/testdata/steering/requests.json: per case, the steering vectors of one request
 (layer, site, tokens, scale, norm_match, values) as the engine takes them
 (worker::SteeringConfig), a 16-token greedy continuation of a fixed prompt (EOS not a stop),
 and the logits at the last 4 prompt positions and every generated position of
@@ -17,7 +18,7 @@ float32 with forward hooks, each masked to the token positions it applies to (pr
   norm_match                  v is rescaled per token to scale * |h| / |v|, h being the
                               residual stream it joins (for residual_stream: the layer output)
 A case's from_position (conditional steering switched on by a probe) masks out every position
-before it. Greedy decoding recomputes the whole sequence each step (no KV cache), so every position's
+before it; until_position (switched off) every position from it on. Greedy decoding recomputes the whole sequence each step (no KV cache), so every position's
 mask is exact.
 
 Seeded (numpy default_rng(23)); deterministic. Needs torch, transformers, numpy.
@@ -27,6 +28,7 @@ import os
 
 import numpy as np
 import torch
+from gguf import GGUFWriter
 from transformers import AutoModelForCausalLM
 
 from refutil import dump_json, versions
@@ -39,9 +41,9 @@ GREEDY = 16
 LOGIT_PROMPT_ROWS = 4
 
 
-def mask_for(tokens, length, n_prompt, start):
+def mask_for(tokens, length, n_prompt, start, until):
     pos = torch.arange(length)
-    keep = pos >= start
+    keep = (pos >= start) & (pos < until)
     if tokens == "prompt":
         keep &= pos < n_prompt
     elif tokens == "generated":
@@ -49,7 +51,7 @@ def mask_for(tokens, length, n_prompt, start):
     return keep.float()[:, None]
 
 
-def install(model, vectors, n_prompt, start):
+def install(model, vectors, n_prompt, start, until):
     handles = []
     for vec in vectors:
         v = torch.tensor(vec["values"], dtype=torch.float32)
@@ -59,7 +61,7 @@ def install(model, vectors, n_prompt, start):
 
         def hook(_module, _inputs, output, v=v, vec=vec):
             t = output[0] if isinstance(output, tuple) else output
-            m = mask_for(vec["tokens"], t.shape[1], n_prompt, start)
+            m = mask_for(vec["tokens"], t.shape[1], n_prompt, start, until)
             if vec["norm_match"]:
                 assert vec["site"] == "residual_stream"
                 add = vec["scale"] * t.norm(dim=-1, keepdim=True) / v.norm() * v
@@ -72,8 +74,8 @@ def install(model, vectors, n_prompt, start):
     return handles
 
 
-def run(model, vectors, start):
-    handles = install(model, vectors, len(PROMPT), start)
+def run(model, vectors, start, until):
+    handles = install(model, vectors, len(PROMPT), start, until)
     try:
         with torch.no_grad():
             ids = list(PROMPT)
@@ -114,18 +116,32 @@ def main():
     ]
     # Conditional steering switched on from generated token 4's position (a probe flagged the
     # activation of generated[3]).
+    # And switched off from there (action: stop).
     starts = {"from_generated_4": len(PROMPT) + 4}
+    untils = {"until_generated_4": len(PROMPT) + 4}
     cases.append(("from_generated_4", [vec(2, "residual_stream", "all", 1.0, p)]))
+    cases.append(("until_generated_4", [vec(2, "residual_stream", "all", 1.0, p)]))
     out = []
     n = len(PROMPT)
     rows = list(range(n - LOGIT_PROMPT_ROWS, n + GREEDY))
     for name, vectors in cases:
         start = starts.get(name, 0)
-        greedy, logits = run(model, vectors, start)
-        out.append({"name": name, "vectors": vectors, "from_position": start, "greedy": greedy,
+        until = untils.get(name, 1 << 30)
+        greedy, logits = run(model, vectors, start, until)
+        out.append({"name": name, "vectors": vectors, "from_position": start,
+                    "until_position": until if name in untils else None, "greedy": greedy,
                     "logit_rows": rows,
                     "logits": [[float(x) for x in logits[i]] for i in rows]})
         print(f"{name}: greedy {greedy}")
+    # The conditional cases' vector as a control-vector file, for specs (`vector:`).
+    w = GGUFWriter(os.path.join(OUT, "p_layer2.gguf"), "controlvector")
+    w.add_string("controlvector.model_hint", "llama")
+    w.add_uint32("controlvector.layer_count", 1)
+    w.add_tensor("direction.2", np.array(p, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
     dump_json({"meta": {"script": "tools/reference/make_request_steering_reference.py",
                         "model": "models/stories260K", "versions": versions(),
                         "hooks": "forward hooks on the layer / self_attn / mlp outputs, masked "

@@ -65,7 +65,7 @@ int RunBench(const BenchOptions& o) {
         probe::ProbingSession::Create(*spec, probe::ProbeRegistry::Global(), llm.config());
     if (!created.ok()) return Fail(created.status());
     session = std::move(created).value();
-    llm.SetObserver(session.get());
+    if (const Status attached = session->AttachTo(llm); !attached.ok()) return Fail(attached);
   }
   engine::BatchShape warmup = o.shape;
   warmup.max_tokens = std::min(o.shape.max_tokens, 4);

@@ -241,7 +241,9 @@ int RunCapture(CaptureOptions& o) {
                    static_cast<long long>(total), static_cast<long long>(resumed.num_rows),
                    resumed.num_shards);
     }
-    engine->SetObserver(session->get());
+    if (const Status attached = (*session)->AttachTo(*engine); !attached.ok()) {
+      return fail(attached);
+    }
     // Test hook: slows every step so that a test can interrupt a capture midway.
     const char* delay_env = std::getenv("UC_CAPTURE_STEP_DELAY_MS");
     const int delay_ms = delay_env != nullptr ? std::atoi(delay_env) : 0;

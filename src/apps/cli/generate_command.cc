@@ -281,7 +281,11 @@ int RunPrompts(GenerateOptions& o) {
       print(out->second, &r);
       outputs.erase(out);
     });
-    (*llm)->engine().SetObserver(session.get());
+    if (const Status attached = session->AttachTo((*llm)->engine()); !attached.ok()) {
+      std::fprintf(stderr, "error: %s\n", attached.message().c_str());
+      llm->reset();
+      return Finish(kExitFailure);
+    }
   }
   const std::string source = o.prompts_file.empty() ? "--prompt" : o.prompts_file;
   int rejected = 0;

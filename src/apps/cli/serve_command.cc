@@ -299,7 +299,10 @@ int RunServe(ServeOptions& o) {
       return Fail(created.status().message());
     }
     session = std::move(created).value();
-    (*engine)->SetObserver(session.get());
+    if (const Status attached = session->AttachTo(**engine); !attached.ok()) {
+      engine->reset();
+      return Fail(attached.message());
+    }
   }
   int code = kExitOk;
   {
