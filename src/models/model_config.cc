@@ -155,4 +155,14 @@ std::vector<float> ModelConfig::RopeInvFreq() const {
   return inv_freq;
 }
 
+std::string ModelConfig::ModelType() const {
+  if (architecture == "MistralForCausalLM") return "mistral";
+  if (architecture == "Qwen2ForCausalLM") return "qwen2";
+  if (architecture == "Qwen3ForCausalLM") return "qwen3";
+  if (architecture == "Phi3ForCausalLM") return "phi3";
+  if (architecture == "Gemma2ForCausalLM") return "gemma2";
+  if (architecture == "Gemma3ForCausalLM") return "gemma3_text";
+  return "llama";
+}
+
 }  // namespace uc::models

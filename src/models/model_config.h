@@ -88,6 +88,8 @@ struct ModelConfig {
   // Checks every field for consistency and against the bounds above; the message names
   // `source` and the field.
   Status Validate(const std::string& source) const;
+  // Hugging Face's model_type of the architecture ("llama", "qwen2", "gemma3_text", ...).
+  std::string ModelType() const;
   // Inverse RoPE frequencies, rotary_dim / 2 of them, with scaling applied.
   std::vector<float> RopeInvFreq() const;
   // The RoPE frequencies of `layer`: RopeInvFreq(), or for a sliding layer of a model with

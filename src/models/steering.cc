@@ -1,5 +1,6 @@
 #include "models/steering.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <string_view>
 
 #include "io/gguf.h"
+#include "io/gguf_writer.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/tensor_source.h"
@@ -220,6 +222,111 @@ StatusOr<LayerVectors> LoadControlVectors(const SteeringOptions& options, int hi
     }
   }
   return sum;
+}
+
+namespace {
+
+// Top eigenvector of XᵀX for the rows of X (centered already), by power iteration from `start`.
+std::vector<double> TopComponent(const std::vector<std::vector<double>>& x,
+                                 std::vector<double> start) {
+  const size_t d = start.size();
+  auto normalize = [](std::vector<double>& v) {
+    double n = 0.0;
+    for (double e : v) n += e * e;
+    n = std::sqrt(n);
+    if (n == 0.0) return false;
+    for (double& e : v) e /= n;
+    return true;
+  };
+  if (!normalize(start)) {
+    for (size_t j = 0; j < d; ++j) start[j] = 1.0 + 0.001 * static_cast<double>(j);
+    normalize(start);
+  }
+  std::vector<double> v = std::move(start), next(d);
+  for (int iter = 0; iter < 10000; ++iter) {
+    std::fill(next.begin(), next.end(), 0.0);
+    for (const std::vector<double>& row : x) {
+      double dot = 0.0;
+      for (size_t j = 0; j < d; ++j) dot += row[j] * v[j];
+      for (size_t j = 0; j < d; ++j) next[j] += dot * row[j];
+    }
+    if (!normalize(next)) return v;
+    double change = 0.0;
+    for (size_t j = 0; j < d; ++j) change = std::max(change, std::fabs(next[j] - v[j]));
+    v.swap(next);
+    if (change < 1e-12) break;
+  }
+  return v;
+}
+
+}  // namespace
+
+StatusOr<std::vector<float>> ContrastiveDirection(VectorMethod method,
+                                                  const std::vector<std::vector<float>>& positive,
+                                                  const std::vector<std::vector<float>>& negative) {
+  if (positive.empty() || negative.empty()) {
+    return InvalidArgumentError("a contrastive direction needs positive and negative examples");
+  }
+  const size_t d = positive[0].size();
+  for (const auto* side : {&positive, &negative}) {
+    for (const std::vector<float>& row : *side) {
+      if (row.size() != d) return InvalidArgumentError("activation rows differ in length");
+    }
+  }
+  std::vector<double> mean_diff(d, 0.0);
+  for (const std::vector<float>& row : positive) {
+    for (size_t j = 0; j < d; ++j) mean_diff[j] += row[j] / static_cast<double>(positive.size());
+  }
+  for (const std::vector<float>& row : negative) {
+    for (size_t j = 0; j < d; ++j) mean_diff[j] -= row[j] / static_cast<double>(negative.size());
+  }
+  if (method == VectorMethod::kMeanDiff)
+    return std::vector<float>(mean_diff.begin(), mean_diff.end());
+  if (positive.size() != negative.size()) {
+    return InvalidArgumentError("pca_diff pairs positive and negative examples line by line: " +
+                                std::to_string(positive.size()) + " positive, " +
+                                std::to_string(negative.size()) + " negative");
+  }
+  if (positive.size() < 2) {
+    return InvalidArgumentError("pca_diff needs at least 2 pairs (one difference has no variance)");
+  }
+  // Paired differences, centered (PCA's mean removal).
+  std::vector<std::vector<double>> x(positive.size(), std::vector<double>(d));
+  for (size_t i = 0; i < positive.size(); ++i) {
+    for (size_t j = 0; j < d; ++j) x[i][j] = double{positive[i][j]} - negative[i][j] - mean_diff[j];
+  }
+  std::vector<double> v = TopComponent(x, mean_diff);
+  // repeng's sign rule: positives should project above their negatives in most pairs.
+  int larger = 0, smaller = 0;
+  for (size_t i = 0; i < positive.size(); ++i) {
+    double p = 0.0, n = 0.0;
+    for (size_t j = 0; j < d; ++j) {
+      p += positive[i][j] * v[j];
+      n += negative[i][j] * v[j];
+    }
+    larger += p > n;
+    smaller += p < n;
+  }
+  if (smaller > larger) {
+    for (double& e : v) e = -e;
+  }
+  return std::vector<float>(v.begin(), v.end());
+}
+
+Status WriteControlVectorGguf(const std::filesystem::path& path, const LayerVectors& vectors,
+                              const std::string& model_hint) {
+  io::GgufWriter writer;
+  writer.SetString("general.architecture", "controlvector");
+  writer.SetString("controlvector.model_hint", model_hint);
+  writer.Set<uint32_t>("controlvector.layer_count", static_cast<uint32_t>(vectors.size()));
+  std::vector<Tensor> tensors;
+  for (const auto& [layer, values] : vectors) {
+    Tensor t = Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kF32);
+    std::copy(values.begin(), values.end(), t.data<float>());
+    tensors.push_back(t);
+    UC_RETURN_IF_ERROR(writer.Add("direction." + std::to_string(layer), t));
+  }
+  return writer.WriteFile(path);
 }
 
 }  // namespace uc::models

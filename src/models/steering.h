@@ -52,6 +52,26 @@ StatusOr<LayerVectors> ReadControlVectorFile(const std::filesystem::path& path, 
 StatusOr<LayerVectors> LoadControlVectors(const SteeringOptions& options, int hidden_size,
                                           int num_layers);
 
+// Making vectors (undercurrent steer-vector): a contrastive direction from the activations of
+// positive and negative examples at one layer, rows [n, hidden] each.
+//   kMeanDiff  mean(positive) - mean(negative) (unnormalized; CAA's vector)
+//   kPcaDiff   repeng's pca_diff: the first principal component of the paired differences
+//              positive[i] - negative[i] (centered, unit length), its sign chosen so that
+//              positives project above their negatives in most pairs
+// InvalidArgument when a side is empty, rows differ in length, or kPcaDiff has unpaired rows
+// or fewer than 2 pairs.
+enum class VectorMethod { kMeanDiff, kPcaDiff };
+StatusOr<std::vector<float>> ContrastiveDirection(VectorMethod method,
+                                                  const std::vector<std::vector<float>>& positive,
+                                                  const std::vector<std::vector<float>>& negative);
+
+// Writes llama.cpp's control-vector GGUF (what repeng's export_gguf writes and
+// ReadControlVectorFile reads): general.architecture = controlvector, controlvector.model_hint,
+// controlvector.layer_count, one F32 tensor direction.N per block. llama.cpp never applies
+// direction.0 (it steers blocks 1 and up); the file keeps it anyway.
+Status WriteControlVectorGguf(const std::filesystem::path& path, const LayerVectors& vectors,
+                              const std::string& model_hint);
+
 // Per-request steering of one forward call (built by the worker from the step's registered
 // configs): each entry adds `vector` at (layer, site) to the batch rows `rows`, scaled by
 // `scale`, or with norm_match by scale × ‖stream_row‖ / ‖vector‖ (‖stream_row‖: the norm of the

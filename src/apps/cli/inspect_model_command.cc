@@ -17,16 +17,6 @@ namespace {
 constexpr char kKvReason[] =
     "the KV cache is stored as paged blocks, not as a per-token activation";
 
-// Hugging Face's model_type of each architecture we run.
-std::string ModelType(const std::string& architecture) {
-  if (architecture == "MistralForCausalLM") return "mistral";
-  if (architecture == "Qwen2ForCausalLM") return "qwen2";
-  if (architecture == "Qwen3ForCausalLM") return "qwen3";
-  if (architecture == "Phi3ForCausalLM") return "phi3";
-  if (architecture == "Gemma2ForCausalLM") return "gemma2";
-  if (architecture == "Gemma3ForCausalLM") return "gemma3_text";
-  return "llama";
-}
 
 // Layer indices as compact ranges: "0-4, 6-10, 12".
 std::string Ranges(const std::vector<int>& layers) {
@@ -220,7 +210,7 @@ nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFo
       {"model", path},
       {"format", std::string(models::CheckpointFormatName(format))},
       {"model_class", c.architecture},
-      {"model_type", ModelType(c.architecture)},
+      {"model_type", c.ModelType()},
       {"num_layers", layers},
       {"hidden_size", c.hidden_size},
       {"num_attention_heads", c.num_attention_heads},

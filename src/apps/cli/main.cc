@@ -11,6 +11,7 @@
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/generate_command.h"
 #include "apps/cli/inspect_model_command.h"
+#include "apps/cli/steer_vector_command.h"
 #include "apps/cli/schema_command.h"
 #include "apps/cli/serve_command.h"
 #include "apps/cli/validate_command.h"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   uc::cli::AddInspectModelCommand(app);
   uc::cli::AddBenchCommand(app);
   uc::cli::AddServeCommand(app, argc, argv);
+  uc::cli::AddSteerVectorCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
