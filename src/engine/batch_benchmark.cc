@@ -8,7 +8,8 @@
 
 namespace uc::engine {
 
-StatusOr<BatchThroughput> MeasureBatch(LLMEngine& engine, const BatchShape& shape, uint32_t seed) {
+StatusOr<BatchThroughput> MeasureBatch(LLMEngine& engine, const BatchShape& shape, uint32_t seed,
+                                       const std::function<RequestSteering(int b)>& steering) {
   using Clock = std::chrono::steady_clock;
   std::mt19937 rng(seed);
   const int vocab = engine.config().vocab_size;
@@ -24,7 +25,8 @@ StatusOr<BatchThroughput> MeasureBatch(LLMEngine& engine, const BatchShape& shap
     params.max_tokens = shape.max_tokens;
     params.ignore_eos = true;
     UC_RETURN_IF_ERROR(engine.AddRequest("bench-" + std::to_string(seed) + "-" + std::to_string(b),
-                                         Prompt::Ids(ids), params));
+                                         Prompt::Ids(ids), params,
+                                         steering ? steering(b) : RequestSteering()));
   }
   BatchThroughput result;
   result.prompt_tokens = int64_t{shape.batch} * shape.prompt_tokens;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "engine/llm_engine.h"
 
@@ -42,6 +43,9 @@ struct BatchThroughput {
 // Runs one batch to completion. REQUIRES: the engine has no unfinished requests; shape values
 // >= 1 and prompt_tokens + max_tokens within the engine's context length. Fails (with the
 // engine's message) when a request is rejected.
-StatusOr<BatchThroughput> MeasureBatch(LLMEngine& engine, const BatchShape& shape, uint32_t seed);
+// `steering` (may be null) gives request b's steering.
+StatusOr<BatchThroughput> MeasureBatch(
+    LLMEngine& engine, const BatchShape& shape, uint32_t seed,
+    const std::function<RequestSteering(int b)>& steering = nullptr);
 
 }  // namespace uc::engine

@@ -1,0 +1,131 @@
+// steering_bench: what per-request steering costs the decode loop. For one model, in one
+// process, runs the same batch with no steering, with steering configured but unused (every
+// request carries a conditional config that is never switched on), with every request steered
+// (one config, a vector on every block's residual stream), and mixed (half the requests steered
+// by 4 distinct configs, half unsteered), at each batch size; reports decode tokens/s of each as
+// a ratio to no steering (medians of --repetitions runs, interleaved so drift hits every
+// configuration alike).
+//
+//   steering_bench --model DIR_OR_FILE [--batches 1,8,32] [--prompt-tokens 16]
+//                  [--gen-tokens 32] [--threads 2] [--repetitions 3] [--matmul exact|int8]
+//
+// Decode tokens/s is engine::MeasureBatch's: the tokens generated after every request has its
+// first one, over the time from then on.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/logging.h"
+#include "engine/batch_benchmark.h"
+#include "engine/llm_engine.h"
+
+namespace {
+
+using uc::engine::RequestSteering;
+using uc::worker::SteeringConfig;
+
+// A vector of norm `norm` on every block's residual stream, seeded by `seed`.
+std::shared_ptr<const SteeringConfig> EveryBlock(const uc::models::ModelConfig& config, int seed,
+                                                 float norm) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto steering = std::make_shared<SteeringConfig>();
+  for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
+    uc::worker::SteeringVector v;
+    v.layer = layer;
+    v.values.resize(static_cast<size_t>(config.hidden_size));
+    double sum = 0.0;
+    for (float& x : v.values) {
+      x = normal(rng);
+      sum += double{x} * x;
+    }
+    for (float& x : v.values) x = static_cast<float>(x * norm / std::sqrt(sum));
+    steering->vectors.push_back(std::move(v));
+  }
+  return steering;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Decode throughput with per-request steering: unused, every request, mixed");
+  std::string model, matmul = "exact";
+  std::vector<int> batches = {1, 8, 32};
+  int prompt_tokens = 16, gen_tokens = 32, threads = 2, repetitions = 3;
+  app.add_option("--model", model, "Model directory or file")->required();
+  app.add_option("--batches", batches, "Batch sizes")->delimiter(',');
+  app.add_option("--prompt-tokens", prompt_tokens, "Prompt length");
+  app.add_option("--gen-tokens", gen_tokens, "Tokens generated per request");
+  app.add_option("--threads", threads, "Threads");
+  app.add_option("--repetitions", repetitions, "Runs per configuration (median reported)");
+  app.add_option("--matmul", matmul, "exact or int8")->check(CLI::IsMember({"exact", "int8"}));
+  CLI11_PARSE(app, argc, argv);
+
+  uc::engine::EngineOptions options;
+  options.model_path = model;
+  options.num_threads = threads;
+  options.max_num_seqs = *std::max_element(batches.begin(), batches.end());
+  options.max_model_len = prompt_tokens + gen_tokens + 8;
+  options.load.matmul_precision =
+      matmul == "int8" ? uc::kernels::MatMulPrecision::kInt8 : uc::kernels::MatMulPrecision::kExact;
+  auto engine = uc::engine::LLMEngine::Open(options);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "error: %s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  const uc::models::ModelConfig& config = (*engine)->config();
+  std::vector<std::shared_ptr<const SteeringConfig>> configs;
+  for (int i = 0; i < 4; ++i) configs.push_back(EveryBlock(config, i + 1, 4.0f));
+  struct Mode {
+    const char* name;
+    std::function<RequestSteering(int)> steering;
+  };
+  const std::vector<Mode> modes = {
+      {"none", nullptr},
+      {"configured, unused",
+       [&](int) {
+         return RequestSteering{configs[0], {0}};
+       }},
+      {"every request steered",
+       [&](int) {
+         return RequestSteering{configs[0], {}};
+       }},
+      {"mixed: half steered, 4 configs",
+       [&](int b) {
+         return b % 2 == 0 ? RequestSteering{configs[static_cast<size_t>(b / 2 % 4)], {}}
+                           : RequestSteering{};
+       }},
+  };
+  auto run = [&](int batch, const Mode& mode, int round) {
+    const auto result = uc::engine::MeasureBatch(**engine, {batch, prompt_tokens, gen_tokens},
+                                                 static_cast<uint32_t>(round), mode.steering);
+    UC_CHECK(result.ok(), "%s", result.status().ToString().c_str());
+    return result->decode_tokens_per_second();
+  };
+  run(options.max_num_seqs, modes[2], -1);  // warm-up
+  std::printf("| batch | steering | decode tok/s (median of %d) | × none |\n|---|---|---|---|\n",
+              repetitions);
+  for (int batch : batches) {
+    std::vector<std::vector<double>> tps(modes.size());
+    for (int rep = 0; rep < repetitions; ++rep) {
+      for (size_t m = 0; m < modes.size(); ++m) tps[m].push_back(run(batch, modes[m], rep));
+    }
+    const double base = Median(tps[0]);
+    for (size_t m = 0; m < modes.size(); ++m) {
+      std::printf("| %d | %s | %.1f | %.3f |\n", batch, modes[m].name, Median(tps[m]),
+                  Median(tps[m]) / base);
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
