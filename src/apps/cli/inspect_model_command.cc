@@ -17,7 +17,6 @@ namespace {
 constexpr char kKvReason[] =
     "the KV cache is stored as paged blocks, not as a per-token activation";
 
-
 // Layer indices as compact ranges: "0-4, 6-10, 12".
 std::string Ranges(const std::vector<int>& layers) {
   std::string out;
