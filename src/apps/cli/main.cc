@@ -11,9 +11,9 @@
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/generate_command.h"
 #include "apps/cli/inspect_model_command.h"
-#include "apps/cli/steer_vector_command.h"
 #include "apps/cli/schema_command.h"
 #include "apps/cli/serve_command.h"
+#include "apps/cli/steer_vector_command.h"
 #include "apps/cli/validate_command.h"
 
 #ifndef UC_VERSION
