@@ -42,6 +42,10 @@ struct LLMEngine::RequestState {
   uint32_t steering_id = 0;    // registry id once drained
   // Per group: [from, until) flattened (ScheduledSequence::steering_windows); empty: all on.
   std::vector<int32_t> steering_windows;
+  // Per group: the selector's bounds [lo, hi) flattened, and switch state (bit 0 deferred,
+  // bit 1 started, bit 2 stopped).
+  std::vector<int32_t> steering_bounds;
+  std::vector<uint8_t> steering_state;
 };
 
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
@@ -165,10 +169,8 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
                              const worker::SamplingParams& params,
                              const RequestSteering& steering) {
   if (request_id.empty()) return InvalidArgumentError("request id must not be empty");
-  std::string steering_bytes;
-  std::vector<int32_t> windows;
-  UC_RETURN_IF_ERROR(PrepareSteering(steering, &steering_bytes, &windows)
-                         .Annotate("request '" + request_id + "'"));
+  PreparedSteering prepared;
+  UC_RETURN_IF_ERROR(PrepareSteering(steering, &prepared).Annotate("request '" + request_id + "'"));
   UC_RETURN_IF_ERROR(params.Validate().Annotate("request '" + request_id + "'"));
   if (params.max_tokens < 1) {
     return InvalidArgumentError("request '" + request_id + "': max_tokens must be >= 1, got " +
@@ -211,8 +213,8 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
   r->decoder = std::make_unique<tokenizer::IncrementalDecoder>(*tokenizer_, at_start);
   r->stops = std::make_unique<StopMatcher>(params.stop);
   r->metrics.arrival_seconds = Now();
-  r->steering_bytes = std::move(steering_bytes);
-  r->steering_windows = std::move(windows);
+  r->steering_bytes = std::move(prepared.bytes);
+  if (!r->steering_bytes.empty()) InitSteeringWindows(prepared, prompt_len, *r);
   std::lock_guard<std::mutex> lock(inbox_mu_);
   if (ids_in_use_.count(request_id) != 0) {
     return InvalidArgumentError("request id '" + request_id + "' is already in use");
@@ -479,17 +481,19 @@ Status LLMEngine::SetBaseSteering(RequestSteering base) {
   return OkStatus();
 }
 
-// The request's config (the base's vectors, then its own as one more group), serialized, and
-// its initial windows (empty when every group is on from the start).
-Status LLMEngine::PrepareSteering(const RequestSteering& steering, std::string* bytes,
-                                  std::vector<int32_t>* windows) const {
+// The request's config (the base's vectors, then its own as one more group), serialized, with
+// each group's window and deferral.
+Status LLMEngine::PrepareSteering(const RequestSteering& steering, PreparedSteering* out) const {
   const bool own = steering.config != nullptr && !steering.config->empty();
   if (!own && base_steering_.config == nullptr) return OkStatus();
   worker::SteeringConfig merged;
   std::vector<int> deferred;
+  std::vector<PositionWindow> windows;
   if (base_steering_.config != nullptr) {
     merged.vectors = base_steering_.config->vectors;
     deferred = base_steering_.deferred_groups;
+    windows = base_steering_.windows;
+    windows.resize(static_cast<size_t>(base_steering_groups_));
   }
   if (own) {
     UC_RETURN_IF_ERROR(steering.config->Validate(static_cast<int>(config().hidden_size),
@@ -501,44 +505,72 @@ Status LLMEngine::PrepareSteering(const RequestSteering& steering, std::string* 
       merged.vectors.push_back(std::move(v));
     }
     for (int g : steering.deferred_groups) deferred.push_back(offset + g);
+    windows.insert(windows.end(), steering.windows.begin(), steering.windows.end());
   }
-  *bytes = merged.Serialize();
-  if (!deferred.empty()) {
-    windows->assign(static_cast<size_t>(NumGroups(merged)) * 2, 0);
-    for (size_t g = 0; g < windows->size() / 2; ++g) (*windows)[2 * g + 1] = kNever;
-    for (int g : deferred) {
-      if (g >= 0 && static_cast<size_t>(g) < windows->size() / 2) (*windows)[2 * g] = kNever;
-    }
+  const size_t groups = static_cast<size_t>(NumGroups(merged));
+  out->bytes = merged.Serialize();
+  out->windows = std::move(windows);
+  out->windows.resize(groups);
+  out->deferred.assign(groups, false);
+  for (int g : deferred) {
+    if (g >= 0 && static_cast<size_t>(g) < groups) out->deferred[static_cast<size_t>(g)] = true;
   }
   return OkStatus();
+}
+
+// Resolves the groups' windows against the prompt length into bounds and initial windows
+// (left empty when every group is on everywhere).
+void LLMEngine::InitSteeringWindows(const PreparedSteering& prepared, int prompt_len,
+                                    RequestState& r) const {
+  const size_t groups = prepared.windows.size();
+  r.steering_bounds.assign(groups * 2, 0);
+  r.steering_state.assign(groups, 0);
+  bool trivial = true;
+  auto clamp = [](int64_t v) { return static_cast<int32_t>(std::clamp<int64_t>(v, 0, kNever)); };
+  for (size_t g = 0; g < groups; ++g) {
+    const PositionWindow& w = prepared.windows[g];
+    const int64_t base = w.from_prompt_end ? prompt_len : 0;
+    const int32_t lo = clamp(base + w.start);
+    const int32_t hi = w.stop.has_value() ? std::max(lo, clamp(base + *w.stop)) : kNever;
+    r.steering_bounds[2 * g] = lo;
+    r.steering_bounds[2 * g + 1] = hi;
+    if (prepared.deferred[g]) r.steering_state[g] = 1;
+    trivial = trivial && lo == 0 && hi == kNever && !prepared.deferred[g];
+  }
+  if (trivial) return;
+  r.steering_windows = r.steering_bounds;
+  for (size_t g = 0; g < groups; ++g) {
+    if (prepared.deferred[g]) r.steering_windows[2 * g] = r.steering_windows[2 * g + 1] = kNever;
+  }
 }
 
 bool LLMEngine::StartSteering(uint64_t seq_id, int group, int32_t position) {
   const auto it = requests_.find(seq_id);
   if (it == requests_.end() || it->second->steering_id == 0 || group < 0) return false;
-  std::vector<int32_t>& w = it->second->steering_windows;
-  const size_t i = static_cast<size_t>(group) * 2;
-  if (i + 1 >= w.size() || w[i] != kNever || w[i + 1] != kNever) return false;
-  w[i] = position;
+  RequestState& r = *it->second;
+  const size_t g = static_cast<size_t>(group);
+  if (g >= r.steering_state.size() || r.steering_state[g] != 1) return false;  // not deferred
+  r.steering_state[g] |= 2;
+  r.steering_windows[2 * g] = std::max(position, r.steering_bounds[2 * g]);
+  r.steering_windows[2 * g + 1] = r.steering_bounds[2 * g + 1];
   return true;
 }
 
 bool LLMEngine::StopSteering(uint64_t seq_id, int group, int32_t position) {
   const auto it = requests_.find(seq_id);
   if (it == requests_.end() || it->second->steering_id == 0 || group < 0) return false;
-  const std::string& bytes = steering_bytes_by_id_.at(it->second->steering_id);
-  StatusOr<worker::SteeringConfig> config = worker::SteeringConfig::Parse(bytes);
-  const int groups = config.ok() ? NumGroups(*config) : 0;
-  if (group >= groups) return false;
-  std::vector<int32_t>& w = it->second->steering_windows;
-  if (w.empty()) {
-    w.assign(static_cast<size_t>(groups) * 2, 0);
-    for (int g = 0; g < groups; ++g) w[2 * g + 1] = kNever;
+  RequestState& r = *it->second;
+  const size_t g = static_cast<size_t>(group);
+  if (g >= r.steering_state.size() || (r.steering_state[g] & 4) != 0) return false;
+  r.steering_state[g] |= 4;
+  if (r.steering_windows.empty()) r.steering_windows = r.steering_bounds;
+  int32_t& from = r.steering_windows[2 * g];
+  int32_t& until = r.steering_windows[2 * g + 1];
+  if (from == kNever) {
+    from = until = position;  // never started: stays off
+  } else {
+    until = std::max(from, std::min(until, position));
   }
-  const size_t i = static_cast<size_t>(group) * 2;
-  if (w[i + 1] != kNever) return false;
-  w[i + 1] = position;
-  if (w[i] == kNever) w[i] = position;  // never started: stays off
   return true;
 }
 

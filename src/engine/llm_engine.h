@@ -73,9 +73,19 @@ struct EngineOptions {
 // on from a position (conditional steering, triggered by a probe), and any group can be
 // switched off from a position by StopSteering. Switches are token-exact: they take effect
 // from a position the model has not run yet, and survive preemption (positions, not steps).
+// A group's positions, from a spec's position selector: [start, stop) counted from position 0
+// or from the end of the prompt (generated[a:b] is {true, a, b}); stop unset: open.
+struct PositionWindow {
+  bool from_prompt_end = false;
+  int64_t start = 0;
+  std::optional<int64_t> stop;
+};
+
 struct RequestSteering {
   std::shared_ptr<const worker::SteeringConfig> config;  // null or empty: none
   std::vector<int> deferred_groups = {};
+  // Per group (index = group); missing: every position. A switch stays inside its window.
+  std::vector<PositionWindow> windows = {};
 };
 
 // A prompt as text (tokenized with the model's tokenizer, BOS as it prescribes) or as ids.
@@ -199,8 +209,14 @@ class LLMEngine {
   // Steering registry (engine thread): configs by content, shared by the requests using them.
   uint32_t InternSteering(const std::string& bytes);
   void ReleaseSteering(uint32_t id);
-  Status PrepareSteering(const RequestSteering& steering, std::string* bytes,
-                         std::vector<int32_t>* windows) const;
+  // The request's merged config (base + own), and per group its window and whether deferred.
+  struct PreparedSteering {
+    std::string bytes;  // empty: no steering
+    std::vector<PositionWindow> windows;
+    std::vector<bool> deferred;
+  };
+  Status PrepareSteering(const RequestSteering& steering, PreparedSteering* out) const;
+  void InitSteeringWindows(const PreparedSteering& prepared, int prompt_len, RequestState& r) const;
   // Fills plan's steering positions, registrations and drops.
   void AttachSteering(worker::SchedulerOutput& plan);
 

@@ -49,6 +49,36 @@ std::optional<models::Site> SiteOf(TensorType t) {
   return std::nullopt;
 }
 
+// A steering entry's positions as a window: a point selector one position, a continuous one
+// its slice (offsets applied), none every position.
+engine::PositionWindow WindowOf(const std::optional<PositionSelector>& selector) {
+  engine::PositionWindow w;
+  if (!selector.has_value()) return w;
+  const PositionSelector& s = *selector;
+  switch (s.kind()) {
+    case PositionSelector::Kind::kAbsolute:
+      w.start = s.index();
+      break;
+    case PositionSelector::Kind::kPrompt:
+      w.from_prompt_end = s.index() < 0;
+      w.start = s.index() + s.offset();
+      break;
+    case PositionSelector::Kind::kGenerated:
+    case PositionSelector::Kind::kGeneratedAll:
+    case PositionSelector::Kind::kGeneratedSlice:
+      w.from_prompt_end = true;
+      w.start =
+          (s.kind() == PositionSelector::Kind::kGenerated ? s.index() : s.start()) + s.offset();
+      break;
+  }
+  if (s.kind() == PositionSelector::Kind::kGeneratedSlice && s.stop().has_value()) {
+    w.stop = *s.stop() + s.offset();
+  } else if (!s.continuous()) {
+    w.stop = w.start + 1;
+  }
+  return w;
+}
+
 // The spec's steering entries as a request steering: entry i's file (relative to the spec),
 // restricted to its layers, as vector group i.
 StatusOr<engine::RequestSteering> LoadSpecSteering(const Spec& spec,
@@ -94,6 +124,7 @@ StatusOr<engine::RequestSteering> LoadSpecSteering(const Spec& spec,
     if (e.when.has_value() && e.when->action == SteeringAction::kStart) {
       steering.deferred_groups.push_back(static_cast<int>(i));
     }
+    steering.windows.push_back(WindowOf(e.position));
   }
   steering.config = std::move(steering_config);
   return steering;

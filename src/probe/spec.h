@@ -97,6 +97,7 @@ struct ExtractionPoint {
 //       scale: 4.0
 //       norm_match: false
 //       tokens: generated            # prompt, generated or all (default)
+//       position: "generated[4:]"    # optional: the points' selector grammar
 //       when: {point: toxicity, signal: flag, action: start}   # or action: stop
 enum class SteeringAction { kStart, kStop };
 std::string_view Name(SteeringAction v);
@@ -115,6 +116,9 @@ struct SteeringEntry {
   double scale = 1.0;
   bool norm_match = false;
   std::string tokens = "all";  // prompt, generated or all
+  // Only these positions (the extraction points' grammar, except generated[-k], which is not
+  // known while generating); unset: every position `tokens` allows.
+  std::optional<PositionSelector> position;
   std::optional<SteeringTrigger> when;
   int line = 0;
 };

@@ -271,6 +271,11 @@ Json Defs() {
          {{"enum", Json::array({"all", "prompt", "generated"})},
           {"default", "all"},
           {"description", "Which tokens are steered."}}},
+        {"position",
+         {{"type", "string"},
+          {"description",
+           "Only these positions, in the extraction points' selector grammar (\"generated[4:]\", "
+           "\"prompt[-1]\", ...); generated[-k] is not allowed."}}},
         {"when",
          {{"type", "object"},
           {"additionalProperties", false},

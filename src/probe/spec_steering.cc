@@ -11,8 +11,9 @@ namespace uc::probe::internal {
 namespace {
 
 const std::vector<std::string_view>& EntryKeys() {
-  static const std::vector<std::string_view> keys = {"name",  "vector",     "layers", "tensor_type",
-                                                     "scale", "norm_match", "tokens", "when"};
+  static const std::vector<std::string_view> keys = {"name",        "vector",   "layers",
+                                                     "tensor_type", "scale",    "norm_match",
+                                                     "tokens",      "position", "when"};
   return keys;
 }
 const std::vector<std::string_view>& WhenKeys() {
@@ -92,6 +93,24 @@ class EntryParser {
               "expected " + OneOf(scopes) + " (got " + PyQuote(*t) + ")." + DidYouMean(*t, scopes));
       } else if (t.has_value()) {
         entry.tokens = *t;
+      }
+    }
+    if (const MapEntry* e = Field("position")) {
+      const Scalar s = ResolveScalar(e->value);
+      if (!e->value.IsScalar() || (s.kind != ScalarKind::kString && s.kind != ScalarKind::kInt)) {
+        Error(LineOf(e->key_node), "position",
+              "expected a position selector such as \"generated[4:]\" (got " + Describe(e->value) +
+                  ")");
+      } else if (StatusOr<PositionSelector> p = PositionSelector::Parse(e->value.Scalar());
+                 !p.ok()) {
+        Error(LineOf(e->key_node), "position", std::string(p.status().message()));
+      } else if (p->needs_total()) {
+        Error(LineOf(e->key_node), "position",
+              PyQuote(p->ToString()) +
+                  " counts from the end of the generation, which is not known while "
+                  "generating; steer with generated[a:] or a `when` trigger instead");
+      } else {
+        entry.position = *p;
       }
     }
     if (const MapEntry* e = Field("when")) entry.when = ParseWhen(*e);

@@ -1055,6 +1055,15 @@ TEST(SpecSteeringTest, ProblemsNameTheEntryFieldAndLine) {
                  "    probe_kind: trajectory")
                 .find("'late'.when.point: extraction point 'gate' is async"),
             std::string::npos);
+  EXPECT_NE(
+      with("    tokens: generated\n", "    tokens: generated\n    position: \"generated[-2]\"\n")
+          .find("'late'.position: 'generated[-2]' counts from the end of the generation"),
+      std::string::npos);
+  EXPECT_EQ(Parsed(Replaced(kSteeringSpec, "    tokens: generated\n",
+                            "    tokens: generated\n    position: \"generated[2:9]+1\"\n"))
+                .steering[1]
+                .position->ToString(),
+            "generated[2:9]+1");
   EXPECT_EQ(with("  - name: early", "  - name: calm"),
             "spec.yaml:21: steering[2] 'calm'.name: duplicate name (also steering[0]); names "
             "must be unique");

@@ -124,6 +124,7 @@ void WriteSteering(const SteeringEntry& s, std::string* out) {
   if (s.scale != 1.0) line("scale", Float(s.scale));
   if (s.norm_match) line("norm_match", "true");
   if (s.tokens != "all") line("tokens", s.tokens);
+  if (s.position.has_value()) line("position", Quoted(s.position->ToString()));
   if (s.when.has_value()) {
     line("when", "{point: " + Scalar(s.when->point) +
                      ", signal: flag, action: " + std::string(Name(s.when->action)) + "}");

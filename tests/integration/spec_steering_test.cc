@@ -99,6 +99,24 @@ TEST(SpecSteeringTest, FlagAtGenerated3StopsSteeringAtGenerated4) {
   }
 }
 
+// A position selector alone: generated[4:] steers exactly what the switch-on does.
+TEST(SpecSteeringTest, PositionSelectorStartsSteeringAtGenerated4) {
+  for (const auto& ids : Generated(SpecWith("    position: \"generated[4:]\"\n"))) {
+    EXPECT_EQ(ids, JsonInts(CaseNamed("from_generated_4")["greedy"]));
+  }
+  // Combined with a trigger, the switch stays inside the window: generated[6:] and a flag at
+  // generated[3] steer from generated[6] on, unlike from generated[4].
+  const auto later = Generated(
+      SpecWith("    position: \"generated[6:]\"\n    when: {point: gate, action: start}\n"));
+  const std::vector<int32_t> from4 = JsonInts(CaseNamed("from_generated_4")["greedy"]);
+  const std::vector<int32_t> plain = JsonInts(CaseNamed("none")["greedy"]);
+  for (const auto& ids : later) {
+    EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + 7),
+              std::vector<int32_t>(plain.begin(), plain.begin() + 7));
+    EXPECT_NE(ids, from4);
+  }
+}
+
 TEST(SpecSteeringTest, UnconditionalEntrySteersEveryToken) {
   for (const auto& ids : Generated(SpecWith("")))
     EXPECT_EQ(ids, JsonInts(CaseNamed("both")["greedy"]));
