@@ -4,7 +4,7 @@
 // (one config, a vector on every block's residual stream), and mixed (half the requests steered
 // by 4 distinct configs, half unsteered), at each batch size; reports decode tokens/s of each as
 // a ratio to no steering (medians of --repetitions runs, interleaved so drift hits every
-// configuration alike).
+// configuration alike, each repetition starting at another configuration).
 //
 //   steering_bench --model DIR_OR_FILE [--batches 1,8,32] [--prompt-tokens 16]
 //                  [--gen-tokens 32] [--threads 2] [--repetitions 3] [--matmul exact|int8]
@@ -118,7 +118,11 @@ int main(int argc, char** argv) {
   for (int batch : batches) {
     std::vector<std::vector<double>> tps(modes.size());
     for (int rep = 0; rep < repetitions; ++rep) {
-      for (size_t m = 0; m < modes.size(); ++m) tps[m].push_back(run(batch, modes[m], rep));
+      // Each repetition starts at another mode, so no mode always runs first.
+      for (size_t k = 0; k < modes.size(); ++k) {
+        const size_t m = (k + static_cast<size_t>(rep)) % modes.size();
+        tps[m].push_back(run(batch, modes[m], rep));
+      }
     }
     const double base = Median(tps[0]);
     for (size_t m = 0; m < modes.size(); ++m) {
