@@ -419,23 +419,19 @@ void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
 }
 
 uint32_t LLMEngine::InternSteering(const std::string& bytes) {
-  auto [it, added] = steering_by_bytes_.try_emplace(bytes);
-  if (added) {
-    it->second.id = next_steering_id_++;
-    steering_bytes_by_id_[it->second.id] = bytes;
-  }
-  ++it->second.refs;
-  return it->second.id;
+  auto [it, added] = steering_id_by_bytes_.try_emplace(bytes, next_steering_id_);
+  if (added) steering_by_id_[next_steering_id_++].bytes = bytes;
+  ++steering_by_id_.at(it->second).refs;
+  return it->second;
 }
 
 void LLMEngine::ReleaseSteering(uint32_t id) {
-  const auto by_id = steering_bytes_by_id_.find(id);
-  UC_CHECK(by_id != steering_bytes_by_id_.end(), "unknown steering config %u", id);
-  const auto it = steering_by_bytes_.find(by_id->second);
+  const auto it = steering_by_id_.find(id);
+  UC_CHECK(it != steering_by_id_.end(), "unknown steering config %u", id);
   if (--it->second.refs > 0) return;
   if (it->second.sent) steering_drops_.push_back(id);
-  steering_by_bytes_.erase(it);
-  steering_bytes_by_id_.erase(by_id);
+  steering_id_by_bytes_.erase(it->second.bytes);
+  steering_by_id_.erase(it);
 }
 
 void LLMEngine::AttachSteering(worker::SchedulerOutput& plan) {
@@ -447,10 +443,9 @@ void LLMEngine::AttachSteering(worker::SchedulerOutput& plan) {
     UC_CHECK(req != requests_.end(), "steered sequence %llu without a request",
              static_cast<unsigned long long>(s.seq_id));
     s.steering_windows = req->second->steering_windows;
-    const std::string& bytes = steering_bytes_by_id_.at(s.steering_id);
-    SteeringSlot& slot = steering_by_bytes_.at(bytes);
+    SteeringSlot& slot = steering_by_id_.at(s.steering_id);
     if (!slot.sent) {
-      plan.new_steering.push_back({s.steering_id, bytes});
+      plan.new_steering.push_back({s.steering_id, slot.bytes});
       slot.sent = true;
     }
   }
@@ -576,7 +571,7 @@ bool LLMEngine::StopSteering(uint64_t seq_id, int group, int32_t position) {
 
 EngineStats LLMEngine::stats() const {
   EngineStats s = stats_;
-  s.num_steering_configs = static_cast<int>(steering_by_bytes_.size());
+  s.num_steering_configs = static_cast<int>(steering_by_id_.size());
   s.num_running = scheduler_->num_running();
   s.num_waiting = scheduler_->num_waiting();
   s.num_kv_blocks = blocks_->num_blocks();

@@ -237,13 +237,15 @@ class LLMEngine {
   std::unordered_map<uint64_t, std::unique_ptr<RequestState>> requests_;  // engine thread
   uint64_t next_seq_id_ = 1;
   EngineStats stats_;
+  // Registered configs by id (looked up every step, so never by their bytes, which can be
+  // hundreds of kilobytes), and the id of each content (looked up once per request).
   struct SteeringSlot {
-    uint32_t id = 0;
+    std::string bytes;
     int refs = 0;
     bool sent = false;  // registered on the ranks
   };
-  std::unordered_map<std::string, SteeringSlot> steering_by_bytes_;
-  std::unordered_map<uint32_t, std::string> steering_bytes_by_id_;
+  std::unordered_map<uint32_t, SteeringSlot> steering_by_id_;
+  std::unordered_map<std::string, uint32_t> steering_id_by_bytes_;
   std::vector<uint32_t> steering_drops_;  // for the next plan
   uint32_t next_steering_id_ = 1;
   RequestSteering base_steering_;
