@@ -183,8 +183,9 @@ void DecoderLayer::Steer(const ForwardContext& ctx, Site site, Tensor& block_out
   const int64_t hidden_size = block_out.dim(1);
   for (const SteeringAdd& add : ctx.steering->adds) {
     if (add.layer != layer_index_ || add.site != site) continue;
+    const float* __restrict vector = add.vector;
     for (const int32_t row : add.rows) {
-      float* out = block_out.data<float>() + row * hidden_size;
+      float* __restrict out = block_out.data<float>() + row * hidden_size;
       float scale = add.scale;
       if (add.norm_match) {
         const float* res = residual.data<float>() + row * hidden_size;
@@ -195,7 +196,7 @@ void DecoderLayer::Steer(const ForwardContext& ctx, Site site, Tensor& block_out
         }
         scale *= static_cast<float>(std::sqrt(sum)) * add.inv_vector_norm;
       }
-      for (int64_t j = 0; j < hidden_size; ++j) out[j] += scale * add.vector[j];
+      for (int64_t j = 0; j < hidden_size; ++j) out[j] += scale * vector[j];
     }
   }
 }
