@@ -20,7 +20,9 @@ class ByteWriter {
   }
   void PutInts(const std::vector<int32_t>& v) {
     Put<uint32_t>(static_cast<uint32_t>(v.size()));
-    out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+    if (!v.empty()) {
+      out_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
+    }
   }
   void PutString(const std::string& s) {
     Put<uint32_t>(static_cast<uint32_t>(s.size()));
@@ -46,7 +48,7 @@ class ByteReader {
     uint32_t n = 0;
     if (!Get(n) || pos_ + size_t{n} * sizeof(int32_t) > in_.size()) return false;
     v.resize(n);
-    std::memcpy(v.data(), in_.data() + pos_, n * sizeof(int32_t));
+    if (n > 0) std::memcpy(v.data(), in_.data() + pos_, n * sizeof(int32_t));
     pos_ += n * sizeof(int32_t);
     return true;
   }

@@ -263,7 +263,7 @@ std::optional<ApiError> ParseSteeringVector(const json& v, const std::string& pa
                         "invalid_value");
     }
     out->values.resize(bytes->size() / sizeof(float));
-    std::memcpy(out->values.data(), bytes->data(), bytes->size());
+    if (!bytes->empty()) std::memcpy(out->values.data(), bytes->data(), bytes->size());
   } else if (values->is_array()) {
     out->values.reserve(values->size());
     for (const json& x : *values) {
