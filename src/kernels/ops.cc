@@ -106,7 +106,7 @@ void CheckF32Matrix(const Tensor& t, const char* op, const char* what) {
 }  // namespace
 
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
-            MatMulPrecision precision) {
+            const MatMulOptions& options) {
   CheckF32Matrix(x, "MatMul", "x");
   CheckF32Matrix(y, "MatMul", "y");
   UC_CHECK(w.defined() && w.rank() == 2 && IsWeightDType(w.dtype()),
@@ -124,7 +124,7 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
   }
   const MatMulArgs args{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
                         w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
-  if (precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
+  if (options.precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
 #if defined(__x86_64__)
     if (internal::UseAvx512Vnni()) {
       avx512::MatMulInt8(args, pool);
@@ -132,6 +132,9 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     }
 #endif
     UC_DISPATCH(MatMulInt8, args, pool);
+  } else if (options.batch_invariant) {
+    // The portable MatMul sums every row in one order for any m.
+    UC_DISPATCH(MatMulBatchInvariant, args, pool);
   } else {
     UC_DISPATCH(MatMul, args, pool);
   }

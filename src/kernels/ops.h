@@ -37,6 +37,16 @@ namespace uc::kernels {
 //     REQUIRES: x finite and, for the Q8_0 / Q8_1 formats, every |x| < 65504 * 127.
 enum class MatMulPrecision { kExact, kInt8 };
 
+// How MatMul multiplies.
+struct MatMulOptions {
+  MatMulPrecision precision = MatMulPrecision::kExact;
+  // Every row of y is summed in one order whatever m is, so a row's bits never depend on the
+  // rows beside it (the other requests of a batch, the prefill chunk it falls in). kInt8 (for
+  // quantized w) and the portable kernels always are; with AVX2 kExact costs prefill speed,
+  // since the tiled GEMM's order differs from the decode path's (see the README's numbers).
+  bool batch_invariant = false;
+};
+
 // y[m, n] = x[m, k] · w[n, k]ᵀ.  x, y: F32; w: any weight dtype (k a whole number of blocks).
 // kExact: decode (m small) streams each weight row once for all m rows; larger m is tiled so
 // each weight tile is converted once and reused across rows. kInt8: each block of eight weight
@@ -44,7 +54,11 @@ enum class MatMulPrecision { kExact, kInt8 };
 // eight (sixteen) x rows at a time where m allows (the prefill shape). Weights are read in their
 // stored layout, never repacked. Threads split the output columns (weight rows).
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
-            MatMulPrecision precision = MatMulPrecision::kExact);
+            const MatMulOptions& options);
+inline void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
+                   MatMulPrecision precision = MatMulPrecision::kExact) {
+  MatMul(x, w, y, pool, MatMulOptions{.precision = precision});
+}
 
 // y[m, n] += bias[n] (bias: F32, F16 or BF16). In place.
 void AddBias(const Tensor& bias, Tensor& y);

@@ -15,7 +15,7 @@ Linear::Linear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(s
 }
 
 void Linear::Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const {
-  kernels::MatMul(x, weight_, y, pool, precision_);
+  kernels::MatMul(x, weight_, y, pool, matmul_);
   if (has_bias()) kernels::AddBias(bias_, y);
 }
 

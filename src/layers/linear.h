@@ -22,9 +22,10 @@ class Linear {
   int64_t output_size() const { return weight_.dim(0); }
   const Tensor& weight() const { return weight_; }
   bool has_bias() const { return bias_.numel() > 0 && bias_.raw() != nullptr; }
-  // How Forward multiplies a quantized weight; kExact by default. Set before Forward runs.
-  kernels::MatMulPrecision precision() const { return precision_; }
-  void set_precision(kernels::MatMulPrecision precision) { precision_ = precision; }
+  // How Forward multiplies (precision for a quantized weight, batch invariance); kExact and
+  // fastest by default. Set before Forward runs.
+  const kernels::MatMulOptions& matmul() const { return matmul_; }
+  void set_matmul(const kernels::MatMulOptions& options) { matmul_ = options; }
 
   // x: [m, input_size] F32 -> y: [m, output_size] F32 (preallocated).
   void Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const;
@@ -32,7 +33,7 @@ class Linear {
  private:
   Tensor weight_;  // [output_size, input_size]
   Tensor bias_;    // [output_size] or undefined
-  kernels::MatMulPrecision precision_ = kernels::MatMulPrecision::kExact;
+  kernels::MatMulOptions matmul_;
 };
 
 }  // namespace uc::layers

@@ -53,8 +53,8 @@ class ColumnParallelLinear {
   bool gather_output() const { return gather_output_; }
   // [output_size_per_partition, input_size], a view of the checkpoint.
   const Tensor& weight() const { return linear_.weight(); }
-  // How Forward multiplies quantized weights (Linear::set_precision); kExact by default.
-  void set_precision(kernels::MatMulPrecision precision) { linear_.set_precision(precision); }
+  // How Forward multiplies quantized weights (Linear::set_matmul).
+  void set_matmul(const kernels::MatMulOptions& options) { linear_.set_matmul(options); }
 
   // x: [m, input_size] F32 -> y: [m, output_size_per_partition] F32, or [m, output_size] (the
   // same on every rank) when gather_output. y preallocated; gather_output allocates a
@@ -90,9 +90,9 @@ class MergedColumnParallelLinear {
   int64_t output_size_per_partition(int i) const { return segments_[i].output_size(); }
   // [output_size_per_partition(i), input_size], a view of the checkpoint.
   const Tensor& weight(int i) const { return segments_[i].weight(); }
-  // How Forward multiplies quantized weights (Linear::set_precision); kExact by default.
-  void set_precision(kernels::MatMulPrecision precision) {
-    for (Linear& segment : segments_) segment.set_precision(precision);
+  // How Forward multiplies quantized weights (Linear::set_matmul).
+  void set_matmul(const kernels::MatMulOptions& options) {
+    for (Linear& segment : segments_) segment.set_matmul(options);
   }
 
   // x: [m, input_size] F32; outputs[i]: [m, output_size_per_partition(i)] F32, preallocated.
@@ -153,9 +153,9 @@ class QKVParallelLinear {
   // First global KV head held by this rank.
   int64_t kv_head_start() const { return kv_head_start_; }
   bool loaded() const;
-  // How Forward multiplies quantized weights (Linear::set_precision); kExact by default.
-  void set_precision(kernels::MatMulPrecision precision) {
-    for (Linear* proj : {&q_proj_, &k_proj_, &v_proj_}) proj->set_precision(precision);
+  // How Forward multiplies quantized weights (Linear::set_matmul).
+  void set_matmul(const kernels::MatMulOptions& options) {
+    for (Linear* proj : {&q_proj_, &k_proj_, &v_proj_}) proj->set_matmul(options);
   }
 
   // x: [m, hidden_size] F32 -> q: [m, q_size_per_rank()], k, v: [m, kv_size_per_rank()] F32,
@@ -202,8 +202,8 @@ class RowParallelLinear {
   const RowParallelOptions& options() const { return options_; }
   // [output_size, input_size_per_partition], owned.
   const Tensor& weight() const { return linear_.weight(); }
-  // How Forward multiplies quantized weights (Linear::set_precision); kExact by default.
-  void set_precision(kernels::MatMulPrecision precision) { linear_.set_precision(precision); }
+  // How Forward multiplies quantized weights (Linear::set_matmul).
+  void set_matmul(const kernels::MatMulOptions& options) { linear_.set_matmul(options); }
 
   // x: [m, input_size_per_partition] (input_is_parallel) or [m, input_size] F32 ->
   // y: [m, output_size] F32, preallocated. The bias is added on TP rank 0 only, before the

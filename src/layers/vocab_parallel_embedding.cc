@@ -90,7 +90,7 @@ bool ParallelLmHead::has_logits() const {
 void ParallelLmHead::Forward(const Tensor& x, Tensor& logits, ThreadPool* pool) const {
   const int tp = tp_group_->world_size();
   if (tp == 1) {
-    kernels::MatMul(x, weight_, logits, pool, precision_);
+    kernels::MatMul(x, weight_, logits, pool, matmul_);
     return;
   }
   const int64_t m = x.dim(0);
@@ -100,10 +100,10 @@ void ParallelLmHead::Forward(const Tensor& x, Tensor& logits, ThreadPool* pool) 
   // padded with zeros that are dropped below.
   Tensor shard = Tensor::Empty({m, part}, DType::kF32);
   if (owned == part) {
-    kernels::MatMul(x, weight_, shard, pool, precision_);
+    kernels::MatMul(x, weight_, shard, pool, matmul_);
   } else {
     Tensor local = Tensor::Empty({m, owned}, DType::kF32);
-    kernels::MatMul(x, weight_, local, pool, precision_);
+    kernels::MatMul(x, weight_, local, pool, matmul_);
     std::memset(shard.raw(), 0, static_cast<size_t>(shard.nbytes()));
     for (int64_t i = 0; i < m; ++i) {
       std::memcpy(shard.data<float>() + i * part, local.data<float>() + i * owned,

@@ -75,8 +75,8 @@ class ParallelLmHead {
   int64_t hidden_size() const { return weight_.dim(1); }
   const VocabShard& shard() const { return shard_; }
   bool use_all_gather() const { return use_all_gather_; }
-  // How Forward multiplies a quantized table (kernels::MatMulPrecision); kExact by default.
-  void set_precision(kernels::MatMulPrecision precision) { precision_ = precision; }
+  // How Forward multiplies (kernels::MatMulOptions); kExact and fastest by default.
+  void set_matmul(const kernels::MatMulOptions& options) { matmul_ = options; }
   // True when Forward writes the full logits on this rank.
   bool has_logits() const;
 
@@ -90,7 +90,7 @@ class ParallelLmHead {
   int64_t vocab_size_ = 0;
   VocabShard shard_;
   bool use_all_gather_ = true;
-  kernels::MatMulPrecision precision_ = kernels::MatMulPrecision::kExact;
+  kernels::MatMulOptions matmul_;
   distributed::GroupCoordinator* tp_group_ = nullptr;
 };
 

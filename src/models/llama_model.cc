@@ -270,10 +270,10 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
   for (int i = parallel.layer_start; i < parallel.layer_end; ++i) {
     UC_ASSIGN_OR_RETURN(LayerParts parts, LoadLayerParts(c, i, w, tp));
     bytes += LayerBytes(parts);
-    parts.qkv.set_precision(options.matmul_precision);
-    parts.o_proj.set_precision(options.matmul_precision);
-    parts.gate_up.set_precision(options.matmul_precision);
-    parts.down.set_precision(options.matmul_precision);
+    parts.qkv.set_matmul(options.matmul());
+    parts.o_proj.set_matmul(options.matmul());
+    parts.gate_up.set_matmul(options.matmul());
+    parts.down.set_matmul(options.matmul());
     const kernels::AttentionShape shape{
         .num_heads = static_cast<int>(parts.qkv.num_heads_per_rank()),
         .num_kv_heads = static_cast<int>(parts.qkv.num_kv_heads_per_rank()),
@@ -319,7 +319,7 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
                                  c.vocab_size, c.hidden_size));
     UC_ASSIGN_OR_RETURN(model->lm_head_,
                         layers::ParallelLmHead::Load(head, tp, /*use_all_gather=*/false));
-    model->lm_head_.set_precision(options.matmul_precision);
+    model->lm_head_.set_matmul(options.matmul());
     bytes += model->lm_head_.vocab_size() == 0 ? 0 : head.nbytes() / tp.world_size();
   }
   model->weight_bytes_ = bytes;

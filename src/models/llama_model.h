@@ -151,6 +151,10 @@ struct LoadOptions {
   // quantized to 8 bits per block and integer dot products, as llama.cpp's CPU backend (faster,
   // ~0.5% error per matmul). F32/F16/BF16 weights ignore it. See kernels::MatMulPrecision.
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
+  // Every row's activations and logits independent of the batch it runs in (its bits equal
+  // alone, in any batch, at any prefill chunking); see kernels::MatMulOptions::batch_invariant.
+  bool batch_invariant = false;
+  kernels::MatMulOptions matmul() const { return {matmul_precision, batch_invariant}; }
   // Control vectors added to every token's residual stream after their blocks (steering.h).
   // Read and checked against the model by Load; each pipeline stage keeps its own blocks'.
   SteeringOptions steering = {};

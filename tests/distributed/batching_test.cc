@@ -2,8 +2,10 @@
 // [--kv-blocks N]`. Rank 0 drives one engine over the deployment; 32 concurrent requests of
 // mixed prompt lengths (several longer than a prefill chunk) must give exactly what each gives
 // run alone in one process (the one-request Generator). With --kv-blocks small the KV cache
-// cannot hold them all and preemption by recompute must happen — with the same result. Then an
-// abort mid-generation ends the request at the next step and returns its blocks.
+// cannot hold them all and preemption by recompute must happen — with the same result, and
+// (batch-invariant matmuls) every activation row of every request with the bits it has when the
+// request runs alone in the same topology. Then an abort mid-generation ends the request at the
+// next step and returns its blocks.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -72,6 +74,7 @@ TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
   options.pipeline_parallel_size = args.pp;
   options.num_threads = 1;
   options.step_timeout_seconds = 60;
+  options.load.batch_invariant = true;
   distributed::MpiBackend backend;
   auto deployment = engine::Deployment::Create(options, &backend);
   ASSERT_TRUE(deployment.ok()) << deployment.status().ToString();
@@ -86,6 +89,7 @@ TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
   engine_options.max_num_batched_tokens = 96;
   engine_options.max_prefill_chunk = 16;
   engine_options.num_kv_blocks = args.kv_blocks;
+  engine_options.load = options.load;
   auto engine = engine::LLMEngine::OpenDriver(engine_options, std::move(deployment).value());
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
   engine::LLM llm(std::move(engine).value());
@@ -110,6 +114,16 @@ TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
     EXPECT_EQ(stats.num_preemptions, 0);
   }
   EXPECT_EQ(stats.num_free_kv_blocks, stats.num_kv_blocks);
+  if (args.kv_blocks > 0) {
+    // Batch invariance within the topology: every row of every request (each block's taps and
+    // the final norm, the LM head's input) has the same bits alone and among the 32, with
+    // preemption. TP 2 all-reduces two partial sums, and a + b is b + a bit for bit.
+    const testing::RecordedRun one_by_one = testing::RunRecorded(llm, requests, false);
+    const testing::RecordedRun together = testing::RunRecorded(llm, requests, true);
+    EXPECT_GT(together.preemptions, 0);
+    testing::ExpectSameBits(together, one_by_one,
+                            "tp " + std::to_string(args.tp) + " pp " + std::to_string(args.pp));
+  }
   CheckAbort(llm.engine());
 }
 

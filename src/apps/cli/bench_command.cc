@@ -94,6 +94,7 @@ int RunBench(const BenchOptions& o) {
         {"repetitions", o.repetitions},
         {"threads", o.threads},
         {"matmul", o.load.matmul_precision == kernels::MatMulPrecision::kInt8 ? "int8" : "exact"},
+        {"batch_invariant", o.load.batch_invariant},
         {"spec", o.spec_file.empty() ? nlohmann::ordered_json(nullptr)
                                      : nlohmann::ordered_json(o.spec_file)},
         {"extraction_points", points},
@@ -111,10 +112,11 @@ int RunBench(const BenchOptions& o) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf(
-        "model %s: batch %d, prompt %d tokens, %d generated each, matmul %s, median of %d runs%s\n",
+        "model %s: batch %d, prompt %d tokens, %d generated each, matmul %s%s, median of %d "
+        "runs%s\n",
         o.model.c_str(), o.shape.batch, o.shape.prompt_tokens, o.shape.max_tokens,
         o.load.matmul_precision == kernels::MatMulPrecision::kInt8 ? "int8" : "exact",
-        o.repetitions,
+        o.load.batch_invariant ? " (batch invariant)" : "", o.repetitions,
         spec.has_value()
             ? (", spec " + o.spec_file + " (" + std::to_string(points) + " points)").c_str()
             : "");

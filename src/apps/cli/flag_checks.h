@@ -31,6 +31,7 @@ inline CLI::Range Threads() { return CLI::Range(0, kMaxFlagThreads); }
 
 // How the commands that load a model build it (models::LoadOptions), the same flags everywhere:
 //   --matmul exact|int8          how quantized weights are multiplied (kernels::MatMulPrecision)
+//   --batch-invariant            rows' bits independent of the batch (LoadOptions::batch_invariant)
 //   --control-vector FILE        add FILE's directions to the residual stream (repeatable)
 //   --control-vector-scaled FILE SCALE   the same, times SCALE (repeatable)
 //   --control-vector-layer-range START END   steer only blocks START..END (inclusive)
@@ -43,6 +44,9 @@ inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
                   "(8-bit activations and integer dot products, as llama.cpp; faster)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
       ->default_str("exact");
+  cmd->add_flag("--batch-invariant", load->batch_invariant,
+                "A request's logits and activations bit-identical alone or in any batch, at any "
+                "prefill chunking (replayable probe verdicts; slower prefill with --matmul exact)");
   cmd->add_option_function<std::vector<std::string>>(
          "--control-vector",
          [load](const std::vector<std::string>& files) {

@@ -99,7 +99,9 @@ inline int64_t MinRowsPerChunk(int64_t work_per_row) {
 
 namespace cpu {
 
+// Every x row is summed in the same order whatever m is (batch invariant).
 void MatMul(const MatMulArgs& args, ThreadPool* pool);
+inline void MatMulBatchInvariant(const MatMulArgs& args, ThreadPool* pool) { MatMul(args, pool); }
 // The integer MatMul: every x row quantized with QuantizeActivations, then the integer dot
 // products and F32 accumulation of reference::MatMulInt8, bit for bit. REQUIRES: w_dtype
 // quantized. The AVX2 version gives the same bits.
@@ -142,6 +144,10 @@ void MatMulStreaming(const MatMulArgs& args, ThreadPool* pool);
 // Prefill path: tiles of weight rows are decoded once into a thread-local F32 panel and reused
 // by a 6x16 register-blocked FMA micro-kernel across all x rows.
 void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
+// Every output row in one summation order whatever m is (that of MatMulStreaming with m = 1),
+// so a row's bits never depend on the rows beside it: weight rows decoded in registers against
+// blocks of 16 x rows, two at a time. Slower than MatMulTiled for large m.
+void MatMulBatchInvariant(const MatMulArgs& args, ThreadPool* pool);
 // Integer MatMul, bit-identical to cpu::MatMulInt8 for every m: tiles of eight weight rows
 // against panels of eight interleaved x rows (prefill) or single x rows (decode, the m % 8
 // left over, and the types without a panel kernel). See matmul_int8_avx2.cc.
