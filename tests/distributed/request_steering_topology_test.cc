@@ -4,9 +4,12 @@
 // ones, at most 2 configs per step, a KV cache small enough to preempt, plus conditional
 // steering switched on by the observer after the activation of generated[3]. Every request
 // generates the reference's ids (TP: every rank adds the vector after the all-reduce; PP: each
-// stage its own layers) and its final-norm activations equal one process running the same batch.
+// stage its own layers), its final-norm activations equal one process running the same batch
+// (≤ 1e-5 of the row's scale: the TP all-reduce sums in another order) and have the bits it has
+// alone in the same topology (batch-invariant matmuls).
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "common/steering_util.h"
@@ -42,6 +45,7 @@ engine::EngineOptions Options() {
   options.block_size = 4;
   options.max_steering_configs = 2;
   options.num_kv_blocks = 40;
+  options.load.batch_invariant = true;
   return options;
 }
 
@@ -83,6 +87,25 @@ WorkloadRun RunWorkload(engine::LLM& llm) {
   return run;
 }
 
+// Each reference case alone through `llm` (its conditional switches included), recorded under
+// the case's name.
+std::map<std::pair<std::string, int>, std::vector<float>> RunEachCaseAlone(engine::LLM& llm) {
+  std::map<std::pair<std::string, int>, std::vector<float>> rows;
+  for (const nlohmann::json& c : testing::RequestSteeringReference()["cases"]) {
+    testing::SteeringRecorder recorder(&llm.engine());
+    recorder.Follow(c["name"], c);
+    llm.engine().SetObserver(&recorder);
+    const auto results = llm.Generate(
+        {{c["name"],
+          engine::Prompt::Ids(testing::JsonInts(testing::RequestSteeringReference()["input_ids"])),
+          testing::Greedy(16), testing::RequestSteeringOf(c)}});
+    llm.engine().SetObserver(nullptr);
+    EXPECT_TRUE(results[0].status.ok()) << results[0].status.ToString();
+    rows.insert(recorder.rows.begin(), recorder.rows.end());
+  }
+  return rows;
+}
+
 TEST(RequestSteeringTopologyTest, BatchedSteeringEqualsOneProcess) {
   const Args args = ParseArgs();
   engine::DeploymentOptions options;
@@ -91,6 +114,7 @@ TEST(RequestSteeringTopologyTest, BatchedSteeringEqualsOneProcess) {
   options.pipeline_parallel_size = args.pp;
   options.num_threads = 1;
   options.step_timeout_seconds = 60;
+  options.load = Options().load;
   distributed::MpiBackend backend;
   auto deployment = engine::Deployment::Create(options, &backend);
   ASSERT_TRUE(deployment.ok()) << deployment.status().ToString();
@@ -104,6 +128,7 @@ TEST(RequestSteeringTopologyTest, BatchedSteeringEqualsOneProcess) {
   // A switch-on needs the observer, which runs in the driver only: the rows it flags may live
   // on any stage.
   const WorkloadRun got = RunWorkload(sharded);
+  const auto alone = RunEachCaseAlone(sharded);
 
   auto solo = engine::LLM::Open(Options());
   ASSERT_TRUE(solo.ok()) << solo.status().ToString();
@@ -120,6 +145,11 @@ TEST(RequestSteeringTopologyTest, BatchedSteeringEqualsOneProcess) {
     int missing = 0;
     EXPECT_LE(testing::MaxRelativeRowDiff(got.rows, r.id, want.rows, r.id, 33, &missing), 1e-5)
         << r.id;
+    EXPECT_EQ(missing, 0) << r.id;
+    // In the same topology, alone and among the 32: the same bits (the final norm is the LM
+    // head's input, so the same logits).
+    const std::string name = cases[i % cases.size()]["name"];
+    EXPECT_EQ(testing::MaxRelativeRowDiff(got.rows, r.id, alone, name, 33, &missing), 0.0) << r.id;
     EXPECT_EQ(missing, 0) << r.id;
   }
   std::printf("tp %d pp %d: %lld preemptions, at most %d steering configs per step\n", args.tp,
