@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -143,6 +144,13 @@ int main(int argc, char** argv) {
   int forward_iterations = 30;
   app.add_option("--forward-iterations", forward_iterations,
                  "Forward passes per mode in the forward-only comparison (0: skip it)");
+  std::vector<std::string> only_modes;
+  app.add_option("--modes", only_modes, "Run only these modes: none, unused, steered, mixed")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "unused", "steered", "mixed"}));
+  bool warmup = true;
+  app.add_flag("!--no-warmup", warmup,
+               "Skip the warm-up batch (for instruction counts of one mode under callgrind)");
   CLI11_PARSE(app, argc, argv);
 
   uc::engine::EngineOptions options;
@@ -161,25 +169,31 @@ int main(int argc, char** argv) {
   std::vector<std::shared_ptr<const SteeringConfig>> configs;
   for (int i = 0; i < 4; ++i) configs.push_back(EveryBlock(config, i + 1, 4.0f));
   struct Mode {
+    const char* key;
     const char* name;
     std::function<RequestSteering(int)> steering;
   };
-  const std::vector<Mode> modes = {
-      {"none", nullptr},
-      {"configured, unused",
+  std::vector<Mode> modes = {
+      {"none", "none", nullptr},
+      {"unused", "configured, unused",
        [&](int) {
          return RequestSteering{configs[0], {0}};
        }},
-      {"every request steered",
+      {"steered", "every request steered",
        [&](int) {
          return RequestSteering{configs[0], {}};
        }},
-      {"mixed: half steered, 4 configs",
+      {"mixed", "mixed: half steered, 4 configs",
        [&](int b) {
          return b % 2 == 0 ? RequestSteering{configs[static_cast<size_t>(b / 2 % 4)], {}}
                            : RequestSteering{};
        }},
   };
+  if (!only_modes.empty()) {
+    std::erase_if(modes, [&](const Mode& m) {
+      return std::find(only_modes.begin(), only_modes.end(), m.key) == only_modes.end();
+    });
+  }
   // Decode tokens/s and the process's CPU seconds for the whole batch (the same work in every
   // mode but the steering itself; less disturbed by other processes than wall time).
   auto run = [&](int batch, const Mode& mode, int round) {
@@ -189,7 +203,7 @@ int main(int argc, char** argv) {
     UC_CHECK(result.ok(), "%s", result.status().ToString().c_str());
     return std::pair{result->decode_tokens_per_second(), CpuSeconds() - cpu_before};
   };
-  run(options.max_num_seqs, modes[2], -1);  // warm-up
+  if (warmup) run(options.max_num_seqs, modes.back(), -1);
   std::printf(
       "| batch | steering | decode tok/s (median of %d) | × none | best run × none's best | "
       "CPU s per batch × none |\n|---|---|---|---|---|---|\n",
