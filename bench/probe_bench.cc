@@ -27,9 +27,9 @@
 #include "base/logging.h"
 #include "engine/batch_benchmark.h"
 #include "engine/llm_engine.h"
-#include "probe/probing_session.h"
-#include "probe/registry.h"
-#include "probe/spec.h"
+#include "probe/probes/registry.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/spec/spec.h"
 
 namespace {
 

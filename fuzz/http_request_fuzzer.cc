@@ -21,7 +21,7 @@
 #include "apps/server/http_server.h"
 #include "engine/llm_engine.h"
 #include "fuzz/fuzz_util.h"
-#include "probe/metrics.h"
+#include "probe/sinks/metrics.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_util.h"
-#include "probe/spec.h"
+#include "probe/spec/spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

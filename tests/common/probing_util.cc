@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "probe/score_probe.h"
+#include "probe/probes/score_probe.h"
 
 namespace uc::testing {
 namespace {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "engine/llm.h"
-#include "probe/probing_session.h"
-#include "probe/registry.h"
+#include "probe/probes/registry.h"
+#include "probe/runtime/probing_session.h"
 
 namespace uc::testing {
 

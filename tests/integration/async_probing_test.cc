@@ -16,8 +16,8 @@
 #include "common/probing_util.h"
 #include "common/test_util.h"
 #include "engine/llm.h"
-#include "probe/ndjson_file_sink.h"
-#include "probe/sink.h"
+#include "probe/sinks/ndjson_file_sink.h"
+#include "probe/sinks/sink.h"
 
 namespace uc {
 namespace {

@@ -12,9 +12,9 @@
 #include "common/test_util.h"
 #include "engine/llm.h"
 #include "models/checkpoint.h"
-#include "probe/probing_session.h"
-#include "probe/registry.h"
-#include "probe/spec.h"
+#include "probe/probes/registry.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/spec/spec.h"
 
 namespace uc {
 namespace {

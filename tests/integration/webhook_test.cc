@@ -23,7 +23,7 @@
 #include "common/probing_util.h"
 #include "common/test_util.h"
 #include "engine/llm.h"
-#include "probe/webhook_sink.h"
+#include "probe/sinks/webhook_sink.h"
 
 namespace uc {
 namespace {

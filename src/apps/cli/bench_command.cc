@@ -9,9 +9,9 @@
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
 #include "engine/batch_benchmark.h"
-#include "probe/probing_session.h"
-#include "probe/registry.h"
-#include "probe/spec.h"
+#include "probe/probes/registry.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/spec/spec.h"
 
 namespace uc::cli {
 namespace {

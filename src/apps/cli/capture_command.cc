@@ -23,11 +23,11 @@
 #include "engine/deployment.h"
 #include "engine/llm.h"
 #include "engine/prompts_file.h"
-#include "probe/capture.h"
-#include "probe/dataset_writer.h"
-#include "probe/probing_session.h"
-#include "probe/registry.h"
-#include "probe/spec.h"
+#include "probe/datasets/dataset_writer.h"
+#include "probe/probes/registry.h"
+#include "probe/runtime/capture.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/spec/spec.h"
 
 namespace uc::cli {
 namespace {

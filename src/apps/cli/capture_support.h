@@ -16,8 +16,8 @@
 
 #include "base/status.h"
 #include "engine/llm.h"
-#include "probe/dataset_writer.h"
-#include "probe/probe.h"
+#include "probe/datasets/dataset_writer.h"
+#include "probe/probes/probe.h"
 
 namespace uc::cli {
 

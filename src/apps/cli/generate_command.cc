@@ -18,9 +18,9 @@
 #include "engine/llm.h"
 #include "engine/prompts_file.h"
 #include "io/json_file.h"
-#include "probe/probing_session.h"
-#include "probe/registry.h"
-#include "probe/spec.h"
+#include "probe/probes/registry.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/spec/spec.h"
 
 namespace uc::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include "apps/cli/exit_codes.h"
 #include "io/gguf.h"
 #include "io/gguf_types.h"
-#include "probe/spec.h"
+#include "probe/spec/spec.h"
 
 namespace uc::cli {
 namespace {

@@ -3,8 +3,8 @@
 #include "apps/cli/flag_checks.h"
 #include "base/logging.h"
 #include "engine/prompts_file.h"
-#include "probe/ndjson_file_sink.h"
-#include "probe/webhook_sink.h"
+#include "probe/sinks/ndjson_file_sink.h"
+#include "probe/sinks/webhook_sink.h"
 
 namespace uc::cli {
 

@@ -26,9 +26,9 @@
 
 #include "base/status.h"
 #include "engine/llm_engine.h"
-#include "probe/metrics.h"
-#include "probe/probing_session.h"
-#include "probe/sink.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/sinks/metrics.h"
+#include "probe/sinks/sink.h"
 
 namespace uc::cli {
 

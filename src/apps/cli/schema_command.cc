@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "apps/cli/exit_codes.h"
-#include "probe/spec.h"
+#include "probe/spec/spec.h"
 
 namespace uc::cli {
 namespace {

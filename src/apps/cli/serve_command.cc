@@ -22,10 +22,10 @@
 #include "engine/deployment.h"
 #include "engine/llm_engine.h"
 #include "engine/prompts_file.h"
-#include "probe/metrics.h"
-#include "probe/probing_session.h"
-#include "probe/registry.h"
-#include "probe/spec.h"
+#include "probe/probes/registry.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/sinks/metrics.h"
+#include "probe/spec/spec.h"
 
 namespace uc::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "apps/cli/exit_codes.h"
-#include "probe/registry.h"
+#include "probe/probes/registry.h"
 
 namespace uc::cli {
 namespace {

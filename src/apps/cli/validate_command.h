@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "probe/spec.h"
+#include "probe/spec/spec.h"
 
 namespace uc::cli {
 

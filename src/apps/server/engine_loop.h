@@ -36,7 +36,7 @@
 
 #include "base/status.h"
 #include "engine/llm_engine.h"
-#include "probe/probing_session.h"
+#include "probe/runtime/probing_session.h"
 
 namespace uc::server {
 

@@ -47,7 +47,7 @@
 #include "apps/server/server_metrics.h"
 #include "base/status.h"
 #include "engine/llm_engine.h"
-#include "probe/probing_session.h"
+#include "probe/runtime/probing_session.h"
 
 namespace uc::server {
 

@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "engine/llm_engine.h"
-#include "probe/probing_session.h"
-#include "probe/spec.h"
+#include "probe/runtime/probing_session.h"
+#include "probe/spec/spec.h"
 #include "worker/sampling_params.h"
 #include "worker/steering_config.h"
 

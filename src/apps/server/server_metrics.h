@@ -12,7 +12,7 @@
 #include <memory>
 #include <string>
 
-#include "probe/metrics.h"
+#include "probe/sinks/metrics.h"
 
 namespace prometheus {
 class Counter;

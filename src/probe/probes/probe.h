@@ -1,0 +1,108 @@
+// File: probe.h
+// -----------------------------------------------------------------------------
+// What a probe sees and says (Undercurrent v0.1's objects, with generated_index added):
+//   ActivationRecord  one (request, extraction point, layer, token) activation, float32
+//   ProbeSignal       continue / flag / abort, with confidence and metadata
+//   ProbeResult       exactly one per (request, extraction point), from on_end
+//   Probe             one fresh instance per (request, point): OnStart once, OnActivation per
+//                     record in routed order, OnEnd exactly once
+//   ProbeType         what a registry entry builds from a point's probe_args, once, at
+//                     registration: checks the arguments, loads weights (shared, immutable),
+//                     and then spawns cheap Probe instances.
+//
+// Thread-safety: a Probe instance is only ever called by one thread at a time (the router
+// guarantees it); a ProbeType is immutable after creation and Spawn is thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "probe/spec/spec.h"
+
+namespace uc::probe {
+
+struct ActivationRecord {
+  std::string request_id;
+  std::string point;  // extraction point name
+  int layer = 0;
+  int64_t token_pos = 0;  // absolute index in prompt + generated
+  bool is_generated = false;
+  int64_t generated_index = -1;  // token_pos - prompt_len when generated, else -1
+  TensorType tensor_type = TensorType::kResidualStream;
+  std::vector<float> values;  // [hidden_size]
+  double timestamp = 0.0;     // seconds since the Unix epoch, at capture
+
+  std::span<const float> tensor() const { return values; }
+  // Every field but the tensor, as JSON (the sinks' record format): {request_id,
+  // extraction_point_name, layer, token_pos, tensor_type ("residual_stream", ...),
+  // is_generated, generated_index (null for a prompt token), timestamp}.
+  nlohmann::json Metadata() const;
+};
+
+enum class ProbeAction { kContinue, kFlag, kAbort };
+std::string_view Name(ProbeAction a);  // "continue", "flag", "abort"
+
+struct ProbeSignal {
+  ProbeAction action = ProbeAction::kContinue;
+  std::optional<double> confidence;
+  nlohmann::json metadata = nlohmann::json::object();
+  double timestamp = 0.0;  // seconds since the Unix epoch; 0: filled in by the router
+  // {action ("continue" | "flag" | "abort"), confidence (null when unset), metadata, timestamp}
+  nlohmann::json ToJson() const;
+};
+
+struct ProbeResult {
+  std::string request_id;
+  std::string point;
+  nlohmann::json verdict;                   // probe-defined
+  std::vector<ProbeSignal> signal_history;  // filled by the probe
+  nlohmann::json metadata = nlohmann::json::object();
+  // {request_id, extraction_point_name, verdict, signal_history: [signal ToJson()], metadata}
+  nlohmann::json ToJson() const;
+};
+
+// Seconds since the Unix epoch, now: the clock of record and signal timestamps. The built-in
+// probes stamp their signals with it, so signal_history carries real times.
+double UnixSeconds();
+
+struct RequestContext {
+  std::string request_id;
+  nlohmann::json prompt_metadata = nlohmann::json::object();  // {"model", "prompt_len", ...}
+  const ExtractionPoint* point = nullptr;                     // this probe's point
+};
+
+class Probe {
+ public:
+  virtual ~Probe() = default;
+  virtual void OnStart(const RequestContext& ctx) { (void)ctx; }
+  // May return a signal; only an inline point's kAbort stops generation.
+  virtual std::optional<ProbeSignal> OnActivation(const ActivationRecord& record) = 0;
+  // Called exactly once, even with zero activations or after an abort.
+  virtual ProbeResult OnEnd(const RequestContext& ctx) = 0;
+};
+
+// What a ProbeType may look at while checking its arguments.
+struct ProbeEnv {
+  int hidden_size = 0;             // length of every activation the probe will get; 0: unknown
+                                   // (weight sizes are then not checked at creation)
+  std::filesystem::path base_dir;  // relative paths in probe_args resolve against it
+  const ExtractionPoint* point = nullptr;
+};
+
+class ProbeType {
+ public:
+  virtual ~ProbeType() = default;
+  virtual ProbeKind kind() const = 0;
+  // A fresh instance for one (request, point): it shares only immutable state (weights) with
+  // its siblings. Never null.
+  virtual std::unique_ptr<Probe> Spawn() const = 0;
+};
+
+}  // namespace uc::probe

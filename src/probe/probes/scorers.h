@@ -1,0 +1,33 @@
+// File: scorers.h
+// -----------------------------------------------------------------------------
+// The per-activation scorers of the built-in probes (builtin_probes.h documents their
+// arguments), each built from a point's probe_args: weights are read and checked here, once,
+// and the returned Scorer is immutable and shared by every probe instance.
+//
+// Errors are InvalidArgument "probe_type 'T': argument 'A': FILE: what is wrong".
+// Scoring REQUIRES an activation as long as the weights (a fatal check otherwise).
+#pragma once
+
+#include <memory>
+
+#include "base/status.h"
+#include "probe/probes/probe_args.h"
+#include "probe/probes/score_probe.h"
+
+namespace uc::probe {
+
+// s = w·x + b (args weights, bias, sigmoid); with `optional_weights` and no weights given, the
+// mean of the activation (then optionally sigmoid).
+StatusOr<std::shared_ptr<const Scorer>> LinearScorerFromArgs(const ProbeArgs& args,
+                                                             const ProbeEnv& env,
+                                                             bool optional_weights);
+// s = fc2(act(fc1(x))) (args weights, activation, sigmoid, fc1, fc2).
+StatusOr<std::shared_ptr<const Scorer>> MlpScorerFromArgs(const ProbeArgs& args,
+                                                          const ProbeEnv& env);
+// s = cos(x, d) (arg direction).
+StatusOr<std::shared_ptr<const Scorer>> CosineScorerFromArgs(const ProbeArgs& args,
+                                                             const ProbeEnv& env);
+// s = ||x||₂.
+std::shared_ptr<const Scorer> MakeNormScorer();
+
+}  // namespace uc::probe

@@ -1,0 +1,129 @@
+// File: async_executor.h
+// -----------------------------------------------------------------------------
+// AsyncExecutor: the bounded queues of async extraction points and the fixed worker pool that
+// serves them (DESIGN.md "Capture and routing"; Undercurrent v0.1 inventory §4, fixed).
+//
+// One Queue per (request, async point) — a "binding". Push() never waits for a probe: a full
+// queue applies its overflow policy —
+//   drop_oldest  evict the oldest queued record, accept the new one (the evicted one counts)
+//   drop_newest  discard the incoming record (counts)
+//   block        wait for space (backpressure on the caller; nothing dropped)
+// The workers serve queues round-robin: a worker takes one record from the queue at the head of
+// the ready list, runs the handler, and puts the queue back at the tail if it still has work.
+// No thread is held by an idle queue and no queue starves however many are live; at most one
+// worker runs a queue's handler at a time, so a queue's records are handled one by one in push
+// order (a probe needs no locking).
+//
+// Close(q, deadline, on_closed) ends a queue: it takes no more records, its backlog is still
+// handled, and on_closed runs exactly once — when the backlog is done, or at the deadline. At
+// the deadline the rest of the backlog is discarded (counted as drain_timeout), and if the
+// handler is still running on_closed is told so (the caller must then not touch what the
+// handler uses until it returns; the handler's own captures keep it alive).
+//
+// Counting: every record pushed is eventually processed or counted in exactly one drop reason
+// (overflow, drain_timeout, shutdown); a push into a closed queue is refused and reported as
+// kClosed. When `metrics` is given, queue depth/capacity and drops are mirrored there.
+//
+// Thread-safety: every method is thread-safe. Handlers run on the workers; on_closed runs on
+// the thread that closed the queue (if it was already idle), a worker, or the timer thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "probe/probes/probe.h"
+#include "probe/sinks/metrics.h"
+#include "probe/spec/spec.h"
+
+namespace uc::probe {
+
+// Per-queue counts. accepted = processed + dropped_* + depth (+1 while one runs).
+struct QueueCounts {
+  int capacity = 0;
+  OverflowPolicy policy = OverflowPolicy::kDropOldest;
+  int64_t accepted = 0;
+  int64_t processed = 0;
+  int64_t dropped_overflow = 0;  // evicted (drop_oldest) or refused (drop_newest)
+  int64_t dropped_drain_timeout = 0;
+  int64_t dropped_shutdown = 0;
+  int64_t refused_closed = 0;  // pushed after Close (not accepted, not a drop)
+  int depth = 0;
+
+  int64_t dropped() const { return dropped_overflow + dropped_drain_timeout + dropped_shutdown; }
+  nlohmann::json ToJson() const;
+};
+
+enum class PushResult {
+  kAccepted,         // queued, nothing lost
+  kAcceptedEvicted,  // queued; the oldest queued record was dropped (drop_oldest)
+  kDroppedNewest,    // the pushed record was dropped (drop_newest)
+  kClosed,           // the queue is closed or the executor stopped; not queued, not a drop
+};
+
+enum class DropReason { kOverflow, kDrainTimeout, kShutdown };
+
+class AsyncExecutor {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Handles one record. Exceptions are caught and logged (the probing session catches its
+  // probes' exceptions itself).
+  using Handler = std::function<void(ActivationRecord&)>;
+  struct EndState {
+    bool drained = true;         // the whole backlog was handled
+    bool still_running = false;  // the handler was still running at the deadline
+    QueueCounts counts;
+  };
+  using OnClosed = std::function<void(const EndState&)>;
+  class Queue;
+
+  // REQUIRES: num_workers >= 1.
+  explicit AsyncExecutor(int num_workers);
+  ~AsyncExecutor();  // Stop()
+  AsyncExecutor(const AsyncExecutor&) = delete;
+  AsyncExecutor& operator=(const AsyncExecutor&) = delete;
+
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+
+  // A new queue of `capacity` (>= 1) records. `metrics` may be null.
+  std::shared_ptr<Queue> Open(int capacity, OverflowPolicy policy, Handler handler,
+                              PointMetrics* metrics);
+  // Queues `record` under the queue's policy. With kBlock, waits for space (or Close/Stop).
+  PushResult Push(const std::shared_ptr<Queue>& queue, ActivationRecord record);
+  // Ends `queue` (see the file comment). A second Close only moves the deadline earlier.
+  void Close(const std::shared_ptr<Queue>& queue, Clock::time_point deadline, OnClosed on_closed);
+  // Discards the queue's backlog now, counted under `reason`.
+  void Discard(const std::shared_ptr<Queue>& queue, DropReason reason);
+  // A snapshot of the queue's counts.
+  QueueCounts Counts(const Queue& queue) const;
+
+  // Stops the workers once each finished its current record; queued records stay queued (close
+  // or discard the queues first). Pushes afterwards return kClosed. Idempotent.
+  void Stop();
+
+ private:
+  void WorkerLoop();
+  void TimerLoop();
+  // Under mu_: marks `q` finished and returns its callback with the end state.
+  std::function<void()> FinishLocked(Queue& q, bool drained);
+  void DiscardLocked(Queue& q, DropReason reason);
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;   // workers: ready_ non-empty or stopping
+  std::condition_variable space_cv_;  // blocked pushers
+  std::condition_variable timer_cv_;
+  std::deque<std::shared_ptr<Queue>> ready_;
+  std::multimap<Clock::time_point, std::weak_ptr<Queue>> deadlines_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_;
+  std::thread timer_;
+};
+
+}  // namespace uc::probe
