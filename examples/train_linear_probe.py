@@ -9,6 +9,9 @@
         DIR/spec.yaml          a spec deploying it at the same point, layer and position:
                                probe_type linear with sigmoid: true, so its score is the
                                probability this script computes
+        DIR/monitor.yaml       a cheap monitor: the same probe on every generated token at the
+                               same layer, its scores aggregated as EMA-then-max (probe_type
+                               ema_max, alpha 0.3, flag at 0.9)
   score PROBE_DIR DATASET
       Prints the Python model's score for every row of the probe's point and layer in DATASET,
       one JSON line each: {"prompt_id", "token_pos", "score", "label"}.
@@ -17,6 +20,10 @@
       PROBE_DIR/spec.yaml --json`: each request's probing verdict, last_score) with the Python
       model's scores of the same prompts' captured activations, and reports the accuracy on
       their labels. Exit status 1 when any score differs by more than the tolerance.
+  check-monitor PROBE_DIR DATASET DEPLOYED.jsonl [--tolerance 1e-4]
+      The same for the monitor: DATASET captured with PROBE_DIR/monitor.yaml (every generated
+      token), DEPLOYED from `generate --spec PROBE_DIR/monitor.yaml --json`; compares each
+      request's verdict (max, final, fired_at) with EMA-then-max computed here.
 """
 
 import argparse
@@ -28,6 +35,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from undercurrent_dataset import Dataset, read_safetensors, write_safetensors  # noqa: E402
+
+
+MONITOR_ALPHA = 0.3
+MONITOR_THRESHOLD = 0.9
 
 
 def sigmoid(z):
@@ -130,12 +141,22 @@ def train(args):
         f.write("# A linear probe trained by train_linear_probe.py (JSON is valid YAML).\n")
         json.dump(spec, f, indent=2)
         f.write("\n")
+    monitor = {"version": "1", "extraction_points": [dict(
+        name="monitor", layers=[layer], tensor_type=point.get("tensor_type", "residual_stream"),
+        position="generated[*]", probe_type="ema_max", probe_kind="trajectory",
+        probe_args={"weights": "probe.safetensors", "sigmoid": True, "alpha": MONITOR_ALPHA,
+                    "threshold": MONITOR_THRESHOLD, "action": "flag"})]}
+    with open(os.path.join(args.out, "monitor.yaml"), "w", encoding="utf-8") as f:
+        f.write("# A cheap monitor: the probe on every generated token, EMA-then-max.\n")
+        json.dump(monitor, f, indent=2)
+        f.write("\n")
     with open(os.path.join(args.out, "probe.json"), "w", encoding="utf-8") as f:
         json.dump({"point": args.point, "layer": layer, "rows": len(rows),
                    "train_accuracy": accuracy, "l2": args.l2}, f, indent=2)
         f.write("\n")
     print(f"trained on {len(rows)} rows of {args.point}/{layer} (hidden_size {x.shape[1]}): "
-          f"train accuracy {accuracy:.3f}; wrote {args.out}/probe.safetensors and spec.yaml")
+          f"train accuracy {accuracy:.3f}; wrote {args.out}/probe.safetensors, spec.yaml and "
+          "monitor.yaml")
 
 
 def score(args):
@@ -174,6 +195,53 @@ def check(args):
     return 0
 
 
+def ema_max(scores, alpha):
+    """(max over t of the EMA, the last EMA, index of the first EMA >= MONITOR_THRESHOLD)."""
+    ema, best, fired = 0.0, -np.inf, None
+    for t, s in enumerate(scores):
+        ema = s if t == 0 else alpha * s + (1 - alpha) * ema
+        best = max(best, ema)
+        if fired is None and ema >= MONITOR_THRESHOLD:
+            fired = t
+    return best, ema, fired
+
+
+def check_monitor(args):
+    w, b, info = load_probe(args.probe)
+    ds = Dataset(args.dataset)
+    rows = ds.rows(point="monitor", layer=info["layer"])
+    if not rows:
+        raise SystemExit(f"{args.dataset}: no rows of point 'monitor' (capture it with "
+                         f"{args.probe}/monitor.yaml)")
+    x = ds.activations(rows).astype(np.float64)
+    scores = sigmoid(x @ w + b)
+    streams = {}
+    for r, s in zip(rows, scores):
+        streams.setdefault(r["prompt_id"], []).append((r["token_pos"], s))
+    worst, compared, flagged, mismatched = 0.0, 0, 0, []
+    with open(args.deployed, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue
+            result = json.loads(line)
+            verdict = result["probing"]["monitor"]["verdict"]
+            stream = sorted(streams.get(result["id"], []))
+            best, final, fired = ema_max([s for _, s in stream], MONITOR_ALPHA)
+            worst = max(worst, abs(verdict["max"] - best), abs(verdict["final"] - final))
+            want_fired = stream[fired][0] if fired is not None else None
+            if verdict["fired_at"] != want_fired:
+                mismatched.append(result["id"])
+            flagged += verdict["flagged"]
+            compared += 1
+    print(f"{compared} prompts: deployed EMA-max monitor vs numpy, max |diff| {worst:.3g}, "
+          f"{flagged} flagged, {len(mismatched)} firing at another token")
+    if worst > args.tolerance or mismatched or not compared:
+        print("FAIL: " + (f"fired elsewhere: {mismatched}" if mismatched else
+                          f"aggregates differ by more than {args.tolerance}"), file=sys.stderr)
+        return 1
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -193,8 +261,14 @@ def main():
     p.add_argument("dataset")
     p.add_argument("deployed")
     p.add_argument("--tolerance", type=float, default=1e-4)
+    p = sub.add_parser("check-monitor")
+    p.add_argument("probe")
+    p.add_argument("dataset")
+    p.add_argument("deployed")
+    p.add_argument("--tolerance", type=float, default=1e-4)
     args = parser.parse_args()
-    return {"train": train, "score": score, "check": check}[args.command](args) or 0
+    commands = {"train": train, "score": score, "check": check, "check-monitor": check_monitor}
+    return commands[args.command](args) or 0
 
 
 if __name__ == "__main__":

@@ -356,6 +356,8 @@ TEST(CaptureTest, ReadmeLoopTrainsAndDeploysTheProbe) {
   EXPECT_NE(output.find("trained on 200 rows"), std::string::npos) << output;
   EXPECT_NE(output.find("40 prompts: deployed linear probe vs Python model"), std::string::npos)
       << output;
+  EXPECT_NE(output.find("40 prompts: deployed EMA-max monitor vs numpy"), std::string::npos)
+      << output;
   EXPECT_TRUE(fs::exists(work / "probe" / "probe.safetensors"));
 }
 

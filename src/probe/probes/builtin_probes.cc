@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/check.h"
+#include "probe/probes/aggregate_probes.h"
 #include "probe/probes/probe_args.h"
 #include "probe/probes/score_probe.h"
 #include "probe/probes/scorers.h"
@@ -176,6 +177,7 @@ void RegisterBuiltinProbes(ProbeRegistry& registry) {
   add("cosine", ProbeKind::kSingleShot, MakeCosine);
   add("ema", ProbeKind::kTrajectory, MakeEma);
   add("running_mean", ProbeKind::kTrajectory, MakeRunningMean);
+  RegisterAggregateProbes(registry);
 }
 
 }  // namespace uc::probe

@@ -447,6 +447,16 @@ class EveryBuiltinTest : public BuiltinProbesTest {
     types_["cosine"] = CreateOrDie("cosine", {{"direction", "ones.npy"}, {"threshold", 0.99}});
     types_["ema"] = CreateOrDie("ema", {{"alpha", 0.5}, {"threshold", 0.9}});
     types_["running_mean"] = CreateOrDie("running_mean", {});
+    // The streaming aggregations (aggregate_probes.h): a score of 8 on Trigger(), 0 on Calm().
+    WriteBytes(dir_.path() / "attention.json", json({{"query", std::vector<float>(kHidden, 0.0f)},
+                                                     {"value", std::vector<float>(kHidden, 1.0f)}})
+                                                   .dump());
+    types_["ema_max"] =
+        CreateOrDie("ema_max", {{"weights", "ones.npy"}, {"alpha", 0.5}, {"threshold", 4}});
+    types_["rolling_mean_max"] =
+        CreateOrDie("rolling_mean_max", {{"weights", "ones.npy"}, {"window", 2}, {"threshold", 4}});
+    types_["attention_pool"] =
+        CreateOrDie("attention_pool", {{"weights", "attention.json"}, {"threshold", 4}});
   }
   static ActivationRecord Trigger() { return Record(std::vector<float>(kHidden, 1.0f)); }
   static ActivationRecord Calm() { return Record(std::vector<float>(kHidden, 0.0f)); }

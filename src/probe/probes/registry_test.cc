@@ -54,8 +54,9 @@ std::string TagOf(const ProbeRegistry& registry, const std::string& probe_type) 
   return RunProbe(**type, {}).result.verdict.at("tag").get<std::string>();
 }
 
-const std::vector<std::string> kBuiltins = {"cosine", "ema",       "linear",
-                                            "mlp",    "norm_gate", "running_mean"};
+const std::vector<std::string> kBuiltins = {"attention_pool", "cosine",           "ema",
+                                            "ema_max",        "linear",           "mlp",
+                                            "norm_gate",      "rolling_mean_max", "running_mean"};
 
 TEST(ProbeRegistryTest, StartsWithTheBuiltins) {
   ProbeRegistry registry;
@@ -105,7 +106,8 @@ TEST(ProbeRegistryTest, UnknownNameListsKnownNamesAndClosestMatches) {
   EXPECT_EQ(status.code(), StatusCode::kNotFound);
   EXPECT_EQ(status.message(),
             "unknown probe_type 'lineer' (did you mean 'linear'?); registered probe types: "
-            "cosine, ema, linear, mlp, norm_gate, running_mean");
+            "attention_pool, cosine, ema, ema_max, linear, mlp, norm_gate, rolling_mean_max, "
+            "running_mean");
   EXPECT_TRUE(IsError(registry.KindOf("norm-gates").status(), StatusCode::kNotFound,
                       {"(did you mean 'norm_gate'?)"}));
   const Status far = registry.KindOf("completely_different").status();

@@ -121,7 +121,8 @@ class CosineScorer : public Scorer {
   double norm_;
 };
 
-// Loads the vector file of argument `key` and checks its length against the hidden size.
+}  // namespace
+
 StatusOr<VectorWeights> LoadVectorArg(const ProbeArgs& args, std::string_view key,
                                       const ProbeEnv& env, const std::vector<std::string>& names) {
   UC_ASSIGN_OR_RETURN(std::filesystem::path path, args.File(key, env));
@@ -135,8 +136,6 @@ StatusOr<VectorWeights> LoadVectorArg(const ProbeArgs& args, std::string_view ke
   }
   return loaded;
 }
-
-}  // namespace
 
 // The linear scorer of args weights / bias / sigmoid; with `optional_weights` and no weights,
 // the mean scorer.

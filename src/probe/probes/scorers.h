@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "probe/probes/probe_args.h"
 #include "probe/probes/score_probe.h"
+#include "probe/probes/weights.h"
 
 namespace uc::probe {
 
@@ -29,5 +30,10 @@ StatusOr<std::shared_ptr<const Scorer>> CosineScorerFromArgs(const ProbeArgs& ar
                                                              const ProbeEnv& env);
 // s = ||x||₂.
 std::shared_ptr<const Scorer> MakeNormScorer();
+
+// The vector file of argument `key` (LoadVectorWeights with `names`), its length checked against
+// env.hidden_size when known; errors name the argument and the file.
+StatusOr<VectorWeights> LoadVectorArg(const ProbeArgs& args, std::string_view key,
+                                      const ProbeEnv& env, const std::vector<std::string>& names);
 
 }  // namespace uc::probe
