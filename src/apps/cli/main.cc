@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "apps/cli/bench_command.h"
+#include "apps/cli/calibrate_command.h"
 #include "apps/cli/capture_command.h"
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/generate_command.h"
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   uc::cli::AddBenchCommand(app);
   uc::cli::AddServeCommand(app, argc, argv);
   uc::cli::AddSteerVectorCommand(app);
+  uc::cli::AddCalibrateCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {

@@ -1,5 +1,6 @@
 #include "probe/probes/builtin_probes.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -85,6 +86,7 @@ class TrajectoryProbe : public RecordingProbe {
     } else {
       value_ = count_ == 1 ? *score : *config_->alpha * *score + (1.0 - *config_->alpha) * value_;
     }
+    max_ = count_ == 1 ? value_ : std::max(max_, value_);
     if (triggered_ || !config_->threshold || value_ < *config_->threshold) return std::nullopt;
     triggered_ = true;
     return Emit(config_->action, value_,
@@ -99,8 +101,10 @@ class TrajectoryProbe : public RecordingProbe {
     const char* fired_key = config_->action == ProbeAction::kAbort ? "aborted" : "flagged";
     // Before any activation the running mean is 0.0, as v0.1 reports it; an EMA has no value.
     const json final_value = count_ > 0 || !config_->alpha ? json(value_) : json(nullptr);
-    ProbeResult result =
-        Finish(ctx, {{final_key, final_value}, {"count", count_}, {fired_key, triggered_}});
+    ProbeResult result = Finish(ctx, {{final_key, final_value},
+                                      {"max", count_ > 0 ? json(max_) : json(nullptr)},
+                                      {"count", count_},
+                                      {fired_key, triggered_}});
     result.metadata["threshold"] = config_->threshold ? json(*config_->threshold) : json(nullptr);
     return result;
   }
@@ -114,6 +118,7 @@ class TrajectoryProbe : public RecordingProbe {
   int64_t count_ = 0;
   double sum_ = 0.0;
   double value_ = 0.0;
+  double max_ = 0.0;  // the largest value_ so far (what the threshold is first reached by)
   bool triggered_ = false;
 };
 

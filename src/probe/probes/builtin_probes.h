@@ -43,12 +43,12 @@
 //   ema           ema = s₁, then ema = alpha·s + (1 − alpha)·ema.
 //                 alpha      (required) number in (0, 1]
 //                 threshold  number; none: never acts
-//                 verdict {"final_ema", "count", "aborted"} ("flagged" instead of "aborted"
-//                 when action is flag)
+//                 verdict {"final_ema", "max" (the largest EMA; null before any), "count",
+//                 "aborted"} ("flagged" instead of "aborted" when action is flag)
 //   running_mean  mean of the scores so far (Undercurrent v0.1's TrajectoryScoreProbe).
 //                 threshold  number, default 0.8
-//                 verdict {"final_mean" (0.0 before any activation, as in v0.1), "count",
-//                 "aborted"} (or "flagged")
+//                 verdict {"final_mean" (0.0 before any activation, as in v0.1), "max" (the
+//                 largest mean; null before any), "count", "aborted"} (or "flagged")
 //
 // REQUIRES at every activation: its length equals the weights' length (the router guarantees
 // it when ProbeEnv::hidden_size was known at creation); a mismatch is a fatal check.

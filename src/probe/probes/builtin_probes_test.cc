@@ -370,7 +370,8 @@ TEST_F(BuiltinProbesTest, EmaWithoutThresholdOnlyObserves) {
   const auto type = CreateOrDie("ema", {{"alpha", 0.5}});
   const auto run = RunProbe(*type, ConstantRecords({1e9, 1e9}));
   EXPECT_EQ(FirstWith(run, ProbeAction::kAbort), -1);
-  EXPECT_EQ(run.result.verdict, json({{"final_ema", 1e9}, {"count", 2}, {"aborted", false}}));
+  EXPECT_EQ(run.result.verdict,
+            json({{"final_ema", 1e9}, {"max", 1e9}, {"count", 2}, {"aborted", false}}));
 }
 
 TEST_F(BuiltinProbesTest, RunningMeanLikeTrajectoryScoreProbe) {
