@@ -5,7 +5,9 @@
       Fits p(label) = sigmoid(w.x + b) on the activations of one extraction point and layer
       (labels from the prompts file: true/false, 0/1, or strings with --positive). Writes
         DIR/probe.safetensors  "weight" [hidden_size] and "bias" [1], F32: the files the
-                               built-in `linear` probe loads
+                               built-in `linear` probe loads; its metadata records the
+                               model fingerprint, layer and site it was trained on, which
+                               undercurrent checks where it is deployed
         DIR/spec.yaml          a spec deploying it at the same point, layer and position:
                                probe_type linear with sigmoid: true, so its score is the
                                probability this script computes
@@ -128,9 +130,15 @@ def train(args):
     w32, b32 = w.astype(np.float32), np.array([b], dtype=np.float32)
     accuracy = np.mean((sigmoid(x.astype(np.float64) @ w32 + b32[0]) >= 0.5) == (y == 1))
     os.makedirs(args.out, exist_ok=True)
-    write_safetensors(os.path.join(args.out, "probe.safetensors"), {"weight": w32, "bias": b32},
-                      {"point": args.point, "layer": layer})
     point = ds.point(args.point)
+    # The probe artifact's metadata (src/probe/probes/artifact.h): what it was trained on, which
+    # `undercurrent` checks against where it is deployed (--probe-artifact-policy).
+    metadata = {"undercurrent.probe_version": "1", "point": args.point, "layer": layer,
+                "layers": json.dumps([layer]),
+                "tensor_type": point.get("tensor_type", "residual_stream"),
+                "model": json.dumps(ds.manifest["fingerprint"]["model"], sort_keys=True)}
+    write_safetensors(os.path.join(args.out, "probe.safetensors"), {"weight": w32, "bias": b32},
+                      metadata)
     deployed = {k: point[k] for k in ("tensor_type", "position", "stride", "until", "count")
                 if k in point}
     spec = {"version": "1", "extraction_points": [dict(

@@ -359,6 +359,22 @@ TEST(CaptureTest, ReadmeLoopTrainsAndDeploysTheProbe) {
   EXPECT_NE(output.find("40 prompts: deployed EMA-max monitor vs numpy"), std::string::npos)
       << output;
   EXPECT_TRUE(fs::exists(work / "probe" / "probe.safetensors"));
+  // The probe's metadata names the model, layer and site it was trained on: they match here
+  // (no warning above), and another model refuses it under --probe-artifact-policy refuse.
+  EXPECT_EQ(output.find("trained on another model"), std::string::npos) << output;
+  EXPECT_EQ(output.find("trained on layers"), std::string::npos) << output;
+  std::string refused;
+  EXPECT_EQ(testing::RunCommand(Quote(testing::CliBinary()) + " generate --model " +
+                                    Quote(testing::TestData("gguf/f16/tiny-gqa2-F16.gguf")) +
+                                    " --spec " + Quote(work / "probe" / "spec.yaml") +
+                                    " --prompt 'Once upon a time' --max-tokens 1 "
+                                    "--probe-artifact-policy refuse",
+                                &refused),
+            1)
+      << refused;
+  EXPECT_NE(refused.find("probe.safetensors: trained on another model (hidden_size 64, here "),
+            std::string::npos)
+      << refused;
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
 #include "engine/llm.h"
+#include "engine/model_fingerprint.h"
 #include "engine/prompts_file.h"
 #include "probe/probes/registry.h"
 #include "probe/runtime/calibration.h"
@@ -48,6 +49,7 @@ StatusOr<std::vector<std::vector<probe::ProbeResult>>> RunSpec(
   probe::ProbingOptions options;
   options.model_name = model;
   options.stop_token_ids = llm.engine().eos_token_ids();
+  options.model_fingerprint = engine::ModelFingerprint(llm.engine());
   UC_ASSIGN_OR_RETURN(std::unique_ptr<probe::ProbingSession> session,
                       probe::ProbingSession::Create(spec, probe::ProbeRegistry::Global(),
                                                     llm.engine().config(), options));

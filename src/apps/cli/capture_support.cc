@@ -16,17 +16,6 @@ namespace uc::cli {
 
 using nlohmann::json;
 
-uint64_t Fnv1a64(std::string_view bytes, uint64_t h) {
-  for (const unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string Hex(uint64_t v) {
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(v));
-  return text;
-}
-
 StatusOr<PromptSet> ReadPromptSet(const std::string& path, const worker::SamplingParams& defaults) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return NotFoundError(path + ": cannot open the prompts file");
@@ -62,28 +51,6 @@ json SamplingJson(const worker::SamplingParams& p) {
           {"stop", p.stop},
           {"stop_token_ids", p.stop_token_ids},
           {"ignore_eos", p.ignore_eos}};
-}
-
-json ModelFingerprint(engine::LLMEngine& engine) {
-  const models::ModelConfig& c = engine.config();
-  json model = {{"architecture", c.architecture},
-                {"hidden_size", c.hidden_size},
-                {"intermediate_size", c.intermediate_size},
-                {"num_hidden_layers", c.num_hidden_layers},
-                {"num_attention_heads", c.num_attention_heads},
-                {"num_key_value_heads", c.num_key_value_heads},
-                {"vocab_size", c.vocab_size},
-                {"tokenizer_vocab_size", engine.tokenizer().vocab_size()},
-                {"max_model_len", engine.max_model_len()}};
-  const auto& tensors = engine.deployment().checkpoint().tensors;
-  if (tensors != nullptr && tensors->Has("model.norm.weight")) {
-    StatusOr<Tensor> norm = tensors->Get("model.norm.weight");
-    if (norm.ok()) {
-      model["norm_weight_fnv1a64"] = Hex(
-          Fnv1a64({static_cast<const char*>(norm->raw()), static_cast<size_t>(norm->nbytes())}));
-    }
-  }
-  return model;
 }
 
 Status ServeInWaves(engine::LLMEngine& engine, const std::vector<engine::GenerateRequest>& requests,

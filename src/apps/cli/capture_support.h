@@ -14,8 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "base/fingerprint.h"
 #include "base/status.h"
 #include "engine/llm.h"
+#include "engine/model_fingerprint.h"
 #include "probe/datasets/dataset_writer.h"
 #include "probe/probes/probe.h"
 
@@ -33,15 +35,14 @@ struct PromptSet {
 // rerun regenerates the same tokens.
 StatusOr<PromptSet> ReadPromptSet(const std::string& path, const worker::SamplingParams& defaults);
 
-// 64-bit FNV-1a (a fingerprint, not a cryptographic hash); Hex as 16 lowercase digits.
-uint64_t Fnv1a64(std::string_view bytes, uint64_t h = 14695981039346656037ull);
-std::string Hex(uint64_t v);
+// 64-bit FNV-1a (base/fingerprint.h); Hex as 16 lowercase digits.
+using uc::Fnv1a64;
+inline std::string Hex(uint64_t v) { return Hex64(v); }
 
 // The sampling defaults of the command line, as stored in a dataset fingerprint.
 nlohmann::json SamplingJson(const worker::SamplingParams& p);
-// What identifies the model for a dataset: its shape, tokenizer size, context length and a
-// hash of its final norm weights (cheap to read, and different in any two trained models).
-nlohmann::json ModelFingerprint(engine::LLMEngine& engine);
+// What identifies the model for a dataset (with the context length, which bounds prompts).
+using engine::ModelFingerprint;
 
 // Runs requests [begin, end) through `engine` in waves: the requests of wave w, indices
 // [w * wave, (w + 1) * wave), are added together to an idle engine and run to completion

@@ -16,6 +16,7 @@
 #include "engine/deployment.h"
 #include "engine/generator.h"
 #include "engine/llm.h"
+#include "engine/model_fingerprint.h"
 #include "engine/prompts_file.h"
 #include "io/json_file.h"
 #include "probe/probes/registry.h"
@@ -239,6 +240,7 @@ int RunPrompts(GenerateOptions& o) {
     probe::ProbingOptions options;
     options.model_name = o.model;
     options.stop_token_ids = (*llm)->engine().eos_token_ids();
+    options.model_fingerprint = engine::ModelFingerprint((*llm)->engine());
     options.compare_tp_replicas = o.compare_tp_replicas;
     (*runtime)->Apply(&options);
     StatusOr<std::unique_ptr<probe::ProbingSession>> created = probe::ProbingSession::Create(

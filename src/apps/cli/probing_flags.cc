@@ -3,6 +3,7 @@
 #include "apps/cli/flag_checks.h"
 #include "base/logging.h"
 #include "engine/prompts_file.h"
+#include "probe/probes/artifact.h"
 #include "probe/sinks/ndjson_file_sink.h"
 #include "probe/sinks/webhook_sink.h"
 
@@ -10,6 +11,12 @@ namespace uc::cli {
 
 void AddProbingFlags(CLI::App* cmd, ProbingFlags* f) {
   const std::string g = "Probing (async, sinks, metrics)";
+  cmd->add_option("--probe-artifact-policy", f->artifact_policy,
+                  "Probe weights whose metadata names another model, layer or site: ignore, "
+                  "warn (load them, with a warning) or refuse")
+      ->check(CLI::IsMember({"ignore", "warn", "refuse"}))
+      ->capture_default_str()
+      ->group(g);
   cmd->add_option("--async-workers", f->async_workers,
                   "Threads serving every async probe queue, fairly")
       ->check(CLI::PositiveNumber)
@@ -150,6 +157,7 @@ void ProbingRuntime::Apply(probe::ProbingOptions* options) {
   options->async.drain_timeout_seconds = flags_.drain_timeout;
   options->sinks = sinks_;
   options->metrics = metrics_.get();
+  options->artifact_policy = *probe::ParseArtifactPolicy(flags_.artifact_policy);
 }
 
 void ProbingRuntime::Attach(engine::LLMEngine& engine) {

@@ -52,6 +52,7 @@ struct ProbingFlags {
   std::vector<std::string> drop_keys;
   std::string metrics_file;
   double metrics_interval = 5.0;
+  std::string artifact_policy = "warn";  // probe::ArtifactPolicy
 };
 
 // Adds the flags above to `cmd`, storing into `flags` (which must outlive parsing).

@@ -21,6 +21,7 @@
 #include "distributed/mpi/mpi_runtime.h"
 #include "engine/deployment.h"
 #include "engine/llm_engine.h"
+#include "engine/model_fingerprint.h"
 #include "engine/prompts_file.h"
 #include "probe/probes/registry.h"
 #include "probe/runtime/probing_session.h"
@@ -292,6 +293,7 @@ int RunServe(ServeOptions& o) {
     (*runtime)->Apply(&options);
     options.model_name = o.server.served_model_name;
     options.stop_token_ids = (*engine)->eos_token_ids();
+    options.model_fingerprint = engine::ModelFingerprint(**engine);
     StatusOr<std::unique_ptr<probe::ProbingSession>> created = probe::ProbingSession::Create(
         *spec, probe::ProbeRegistry::Global(), (*engine)->config(), options);
     if (!created.ok()) {

@@ -89,11 +89,18 @@ class Probe {
 };
 
 // What a ProbeType may look at while checking its arguments.
+// What to do with a probe artifact (a weights file) whose metadata says it was made for another
+// model, layer or site than the one it is deployed on (probes/artifact.h).
+enum class ArtifactPolicy { kIgnore, kWarn, kRefuse };
+
 struct ProbeEnv {
   int hidden_size = 0;             // length of every activation the probe will get; 0: unknown
                                    // (weight sizes are then not checked at creation)
   std::filesystem::path base_dir;  // relative paths in probe_args resolve against it
   const ExtractionPoint* point = nullptr;
+  // The deployment's model fingerprint (engine::ModelFingerprint); null: unknown, not checked.
+  nlohmann::json model_fingerprint;
+  ArtifactPolicy artifact_policy = ArtifactPolicy::kWarn;
 };
 
 class ProbeType {

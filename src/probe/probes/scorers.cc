@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "base/check.h"
+#include "probe/probes/artifact.h"
 #include "probe/probes/weights.h"
 
 namespace uc::probe {
@@ -128,6 +129,9 @@ StatusOr<VectorWeights> LoadVectorArg(const ProbeArgs& args, std::string_view ke
   UC_ASSIGN_OR_RETURN(std::filesystem::path path, args.File(key, env));
   StatusOr<VectorWeights> loaded = LoadVectorWeights(path, names);
   if (!loaded.ok()) return args.Error(key, loaded.status().message());
+  if (Status checked = CheckArtifact(loaded->metadata, path, env); !checked.ok()) {
+    return args.Error(key, checked.message());
+  }
   const size_t n = loaded->weight.size();
   if (env.hidden_size > 0 && n != static_cast<size_t>(env.hidden_size)) {
     return args.Error(key, path.string() + " holds " + std::to_string(n) +
@@ -166,6 +170,9 @@ StatusOr<std::shared_ptr<const Scorer>> MlpScorerFromArgs(const ProbeArgs& args,
   UC_ASSIGN_OR_RETURN(std::string fc2_name, args.String("fc2", "fc2"));
   StatusOr<std::shared_ptr<const io::SafetensorsFile>> file = io::SafetensorsFile::Open(path);
   if (!file.ok()) return args.Error("weights", file.status().message());
+  if (Status checked = CheckArtifact((*file)->metadata(), path, env); !checked.ok()) {
+    return args.Error("weights", checked.message());
+  }
   StatusOr<DenseWeights> fc1 = ReadDense(**file, fc1_name);
   if (!fc1.ok()) return args.Error("weights", fc1.status().message());
   StatusOr<DenseWeights> fc2 = ReadDense(**file, fc2_name);

@@ -55,6 +55,7 @@ StatusOr<VectorWeights> LoadSafetensorsVector(const std::filesystem::path& path,
   }
   VectorWeights out;
   out.weight = weight.ToFloatVector();
+  out.metadata = file->metadata();
   if (file->Has("bias")) {
     UC_ASSIGN_OR_RETURN(Tensor bias, file->Get("bias"));
     if (bias.numel() != 1) {
@@ -116,6 +117,11 @@ StatusOr<VectorWeights> LoadJsonVector(const std::filesystem::path& path,
     wanted += (wanted.empty() ? "'" : " or '") + name + "'";
   }
   if (weight == nullptr) return FileError(source, "no key " + wanted);
+  if (doc.contains("metadata") && doc["metadata"].is_object()) {
+    for (const auto& [key, value] : doc["metadata"].items()) {
+      out.metadata[key] = value.is_string() ? value.get<std::string>() : value.dump();
+    }
+  }
   if (doc.contains("bias") && !doc["bias"].is_null()) {
     const json& bias = doc["bias"];
     const json& scalar = bias.is_array() && bias.size() == 1 ? bias[0] : bias;

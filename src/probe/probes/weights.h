@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,9 @@ namespace uc::probe {
 struct VectorWeights {
   std::vector<float> weight;   // [n]
   std::optional<double> bias;  // set when the file has one
+  // The artifact metadata (artifact.h): safetensors __metadata__, or a .json file's "metadata"
+  // object (non-string values as JSON text); empty for .npy.
+  std::map<std::string, std::string> metadata;
 };
 
 // Loads a vector (and optional bias), the format chosen by the extension (.safetensors, .npy,

@@ -316,6 +316,8 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
     env.hidden_size = config.hidden_size;
     env.base_dir = spec.source.empty() ? std::filesystem::path() : spec.source.parent_path();
     env.point = &p;
+    env.model_fingerprint = session->options_.model_fingerprint;
+    env.artifact_policy = session->options_.artifact_policy;
     StatusOr<std::unique_ptr<ProbeType>> type = registry.Create(p, env);
     if (!type.ok()) {
       problems.push_back(Where(spec, p, index, "probe_type") + type.status().message());

@@ -84,6 +84,10 @@ struct ProbingOptions {
   std::vector<int32_t> stop_token_ids;             // EOS and stop ids, for `until: stop_token`
   bool compare_tp_replicas = false;                // debug: every TP rank captures; must agree
   AsyncOptions async;
+  // The model's fingerprint (engine::ModelFingerprint) and what to do with probe weights made
+  // for another model, layer or site (probes/artifact.h); null fingerprint: not checked.
+  nlohmann::json model_fingerprint;
+  ArtifactPolicy artifact_policy = ArtifactPolicy::kWarn;
   std::vector<std::shared_ptr<Sink>> sinks;  // thread-safe sinks; closed by their owner
   Metrics* metrics = nullptr;  // not owned, outlives the session; null: a private registry
 };
