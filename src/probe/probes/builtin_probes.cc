@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "probe/probes/aggregate_probes.h"
+#include "probe/probes/sae.h"
 #include "probe/probes/probe_args.h"
 #include "probe/probes/score_probe.h"
 #include "probe/probes/scorers.h"
@@ -183,6 +184,7 @@ void RegisterBuiltinProbes(ProbeRegistry& registry) {
   add("ema", ProbeKind::kTrajectory, MakeEma);
   add("running_mean", ProbeKind::kTrajectory, MakeRunningMean);
   RegisterAggregateProbes(registry);
+  RegisterSaeProbe(registry);
 }
 
 }  // namespace uc::probe

@@ -58,8 +58,9 @@
 
 namespace uc::probe {
 
-// Registers linear, mlp, norm_gate, cosine, ema and running_mean, and the streaming
-// aggregations of aggregate_probes.h (replacing any registration of those names).
+// Registers linear, mlp, norm_gate, cosine, ema and running_mean, the streaming aggregations of
+// aggregate_probes.h and the SAE feature probe of sae.h (replacing any registration of those
+// names).
 void RegisterBuiltinProbes(ProbeRegistry& registry);
 
 }  // namespace uc::probe

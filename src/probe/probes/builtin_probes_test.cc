@@ -458,6 +458,19 @@ class EveryBuiltinTest : public BuiltinProbesTest {
         CreateOrDie("rolling_mean_max", {{"weights", "ones.npy"}, {"window", 2}, {"threshold", 4}});
     types_["attention_pool"] =
         CreateOrDie("attention_pool", {{"weights", "attention.json"}, {"threshold", 4}});
+    // A one-feature ReLU SAE (sae.h) whose feature is the sum of the activation.
+    std::filesystem::create_directories(dir_.path() / "sae");
+    WriteBytes(dir_.path() / "sae" / "cfg.json", json({{"d_in", kHidden},
+                                                       {"d_sae", 2},
+                                                       {"architecture", "standard"},
+                                                       {"apply_b_dec_to_input", false}})
+                                                     .dump());
+    WriteSafetensors(
+        "sae/sae_weights.safetensors",
+        {{"W_enc", Tensor::FromVector(std::vector<float>(2 * kHidden, 1.0f), {kHidden, 2})},
+         {"b_enc", Tensor::FromVector({0, 0}, {2})},
+         {"b_dec", Tensor::FromVector(std::vector<float>(kHidden, 0.0f), {kHidden})}});
+    types_["sae"] = CreateOrDie("sae", {{"sae", "sae"}, {"features", {1}}, {"threshold", 4}});
   }
   static ActivationRecord Trigger() { return Record(std::vector<float>(kHidden, 1.0f)); }
   static ActivationRecord Calm() { return Record(std::vector<float>(kHidden, 0.0f)); }

@@ -54,9 +54,9 @@ std::string TagOf(const ProbeRegistry& registry, const std::string& probe_type) 
   return RunProbe(**type, {}).result.verdict.at("tag").get<std::string>();
 }
 
-const std::vector<std::string> kBuiltins = {"attention_pool", "cosine",           "ema",
-                                            "ema_max",        "linear",           "mlp",
-                                            "norm_gate",      "rolling_mean_max", "running_mean"};
+const std::vector<std::string> kBuiltins = {
+    "attention_pool", "cosine",           "ema",          "ema_max", "linear", "mlp",
+    "norm_gate",      "rolling_mean_max", "running_mean", "sae"};
 
 TEST(ProbeRegistryTest, StartsWithTheBuiltins) {
   ProbeRegistry registry;
@@ -107,7 +107,7 @@ TEST(ProbeRegistryTest, UnknownNameListsKnownNamesAndClosestMatches) {
   EXPECT_EQ(status.message(),
             "unknown probe_type 'lineer' (did you mean 'linear'?); registered probe types: "
             "attention_pool, cosine, ema, ema_max, linear, mlp, norm_gate, rolling_mean_max, "
-            "running_mean");
+            "running_mean, sae");
   EXPECT_TRUE(IsError(registry.KindOf("norm-gates").status(), StatusCode::kNotFound,
                       {"(did you mean 'norm_gate'?)"}));
   const Status far = registry.KindOf("completely_different").status();
