@@ -17,18 +17,6 @@ using nlohmann::json;
 
 namespace {
 
-double Dot(std::span<const float> a, std::span<const float> b) {
-  double sum = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) sum += static_cast<double>(a[i]) * b[i];
-  return sum;
-}
-
-double Sigmoid(double z) {
-  if (z >= 0) return 1.0 / (1.0 + std::exp(-z));
-  const double e = std::exp(z);
-  return e / (1.0 + e);
-}
-
 // One aggregation's running state: Update takes a record and returns (this token's score, the
 // aggregate after it), or nullopt when the record gets no score. Owned by one probe instance.
 class Aggregation {
@@ -167,8 +155,8 @@ class AttentionPool : public Aggregation {
              "attention_pool weights hold %zu values but the activation of point '%s' (layer "
              "%d) has %zu",
              weights_->query.size(), record.point.c_str(), record.layer, record.values.size());
-    const double a = Dot(weights_->query, record.values);
-    const double v = Dot(weights_->value, record.values);
+    const double a = ScoreDot(weights_->query, record.values);
+    const double v = ScoreDot(weights_->value, record.values);
     if (z_ == 0.0) {
       max_logit_ = a;
       z_ = 1.0;

@@ -12,20 +12,6 @@ namespace uc::probe {
 
 namespace {
 
-// Accumulates in double: activations reach thousands of elements and the scores are compared
-// with thresholds, so float rounding would make verdicts depend on summation order.
-double Dot(std::span<const float> a, std::span<const float> b) {
-  double sum = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) sum += static_cast<double>(a[i]) * b[i];
-  return sum;
-}
-
-double Sigmoid(double z) {
-  if (z >= 0) return 1.0 / (1.0 + std::exp(-z));
-  const double e = std::exp(z);
-  return e / (1.0 + e);
-}
-
 void CheckLength(const ActivationRecord& record, size_t expected) {
   UC_CHECK(record.values.size() == expected,
            "probe weights hold %zu values but the activation of point '%s' (layer %d) has %zu",
@@ -46,7 +32,7 @@ class LinearScorer : public Scorer {
       s = record.values.empty() ? 0.0 : s / static_cast<double>(record.values.size());
     } else {
       CheckLength(record, weight_.size());
-      s = Dot(weight_, record.values) + bias_;
+      s = ScoreDot(weight_, record.values) + bias_;
     }
     return sigmoid_ ? Sigmoid(s) : s;
   }
@@ -84,8 +70,8 @@ class MlpScorer : public Scorer {
     for (int64_t j = 0; j < fc1_.out_features; ++j) {
       const auto row = w1.subspan(static_cast<size_t>(j * fc1_.in_features),
                                   static_cast<size_t>(fc1_.in_features));
-      s +=
-          fc2_.weight[static_cast<size_t>(j)] * Apply(act_, Dot(row, record.values) + fc1_.bias[j]);
+      s += fc2_.weight[static_cast<size_t>(j)] *
+           Apply(act_, ScoreDot(row, record.values) + fc1_.bias[j]);
     }
     return sigmoid_ ? Sigmoid(s) : s;
   }
@@ -100,7 +86,7 @@ class MlpScorer : public Scorer {
 class NormScorer : public Scorer {
  public:
   std::optional<double> Score(const ActivationRecord& record) const override {
-    return std::sqrt(Dot(record.values, record.values));
+    return std::sqrt(ScoreDot(record.values, record.values));
   }
 };
 
@@ -108,13 +94,13 @@ class CosineScorer : public Scorer {
  public:
   // REQUIRES: direction has a non-zero norm.
   explicit CosineScorer(std::vector<float> direction)
-      : direction_(std::move(direction)), norm_(std::sqrt(Dot(direction_, direction_))) {}
+      : direction_(std::move(direction)), norm_(std::sqrt(ScoreDot(direction_, direction_))) {}
 
   std::optional<double> Score(const ActivationRecord& record) const override {
     CheckLength(record, direction_.size());
-    const double x_norm = std::sqrt(Dot(record.values, record.values));
+    const double x_norm = std::sqrt(ScoreDot(record.values, record.values));
     if (x_norm == 0.0) return 0.0;
-    return Dot(direction_, record.values) / (x_norm * norm_);
+    return ScoreDot(direction_, record.values) / (x_norm * norm_);
   }
 
  private:
@@ -123,6 +109,20 @@ class CosineScorer : public Scorer {
 };
 
 }  // namespace
+
+// Accumulates in double: activations reach thousands of elements and the scores are compared
+// with thresholds, so float rounding would make verdicts depend on summation order.
+double ScoreDot(std::span<const float> a, std::span<const float> b) {
+  double sum = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) sum += static_cast<double>(a[i]) * b[i];
+  return sum;
+}
+
+double Sigmoid(double z) {
+  if (z >= 0) return 1.0 / (1.0 + std::exp(-z));
+  const double e = std::exp(z);
+  return e / (1.0 + e);
+}
 
 StatusOr<VectorWeights> LoadVectorArg(const ProbeArgs& args, std::string_view key,
                                       const ProbeEnv& env, const std::vector<std::string>& names) {
@@ -203,7 +203,7 @@ StatusOr<std::shared_ptr<const Scorer>> CosineScorerFromArgs(const ProbeArgs& ar
                                                              const ProbeEnv& env) {
   UC_ASSIGN_OR_RETURN(VectorWeights direction,
                       LoadVectorArg(args, "direction", env, {"direction", "weight"}));
-  if (Dot(direction.weight, direction.weight) == 0.0) {
+  if (ScoreDot(direction.weight, direction.weight) == 0.0) {
     return args.Error("direction", "the direction vector is all zeros");
   }
   return std::shared_ptr<const Scorer>(std::make_shared<CosineScorer>(std::move(direction.weight)));

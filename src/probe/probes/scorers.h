@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "base/status.h"
 #include "probe/probes/probe_args.h"
@@ -30,6 +31,12 @@ StatusOr<std::shared_ptr<const Scorer>> CosineScorerFromArgs(const ProbeArgs& ar
                                                              const ProbeEnv& env);
 // s = ||x||₂.
 std::shared_ptr<const Scorer> MakeNormScorer();
+
+// a · b accumulated in double: activations reach thousands of elements and scores are compared
+// with thresholds, so float rounding would make verdicts depend on summation order.
+double ScoreDot(std::span<const float> a, std::span<const float> b);
+// 1 / (1 + e^-z), without overflow for large |z|.
+double Sigmoid(double z);
 
 // The vector file of argument `key` (LoadVectorWeights with `names`), its length checked against
 // env.hidden_size when known; errors name the argument and the file.
