@@ -467,10 +467,8 @@ Status LLMEngine::SetBaseSteering(RequestSteering base) {
   if (base.config != nullptr && !base.config->empty()) {
     UC_RETURN_IF_ERROR(base.config->Validate(static_cast<int>(config().hidden_size),
                                              config().num_hidden_layers, "steering"));
-    base_steering_groups_ = NumGroups(*base.config);
   } else {
     base.config = nullptr;
-    base_steering_groups_ = 0;
   }
   base_steering_ = std::move(base);
   return OkStatus();
@@ -480,20 +478,29 @@ Status LLMEngine::SetBaseSteering(RequestSteering base) {
 // each group's window and deferral.
 Status LLMEngine::PrepareSteering(const RequestSteering& steering, PreparedSteering* out) const {
   const bool own = steering.config != nullptr && !steering.config->empty();
-  if (!own && base_steering_.config == nullptr) return OkStatus();
+  // The request's own base (a probe set's spec steering) replaces the engine's.
+  const RequestSteering* base = steering.base != nullptr ? steering.base.get() : &base_steering_;
+  const bool has_base = base->config != nullptr && !base->config->empty();
+  if (!own && !has_base) return OkStatus();
   worker::SteeringConfig merged;
   std::vector<int> deferred;
   std::vector<PositionWindow> windows;
-  if (base_steering_.config != nullptr) {
-    merged.vectors = base_steering_.config->vectors;
-    deferred = base_steering_.deferred_groups;
-    windows = base_steering_.windows;
-    windows.resize(static_cast<size_t>(base_steering_groups_));
+  int base_groups = 0;
+  if (has_base) {
+    if (steering.base != nullptr) {
+      UC_RETURN_IF_ERROR(base->config->Validate(static_cast<int>(config().hidden_size),
+                                                config().num_hidden_layers, "steering"));
+    }
+    base_groups = NumGroups(*base->config);
+    merged.vectors = base->config->vectors;
+    deferred = base->deferred_groups;
+    windows = base->windows;
+    windows.resize(static_cast<size_t>(base_groups));
   }
   if (own) {
     UC_RETURN_IF_ERROR(steering.config->Validate(static_cast<int>(config().hidden_size),
                                                  config().num_hidden_layers, "steering"));
-    const int offset = base_steering_groups_;
+    const int offset = base_groups;
     for (worker::SteeringVector v : steering.config->vectors) {
       if (offset + v.group > 255) return InvalidArgumentError("steering: too many vector groups");
       v.group = static_cast<uint8_t>(offset + v.group);

@@ -86,6 +86,10 @@ struct RequestSteering {
   std::vector<int> deferred_groups = {};
   // Per group (index = group); missing: every position. A switch stays inside its window.
   std::vector<PositionWindow> windows = {};
+  // Replaces the engine's base steering (SetBaseSteering) for this request: the spec steering
+  // of the probe set that probes it, in a server with several (probe/runtime/probe_sets.h).
+  // Its own `base` is ignored. Null: the engine's base.
+  std::shared_ptr<const RequestSteering> base = nullptr;
 };
 
 // A prompt as text (tokenized with the model's tokenizer, BOS as it prescribes) or as ids.
@@ -249,7 +253,6 @@ class LLMEngine {
   std::vector<uint32_t> steering_drops_;  // for the next plan
   uint32_t next_steering_id_ = 1;
   RequestSteering base_steering_;
-  int base_steering_groups_ = 0;
   StepObserver* observer_ = nullptr;
   StepListener step_listener_;
 };

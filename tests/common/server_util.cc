@@ -165,7 +165,8 @@ HttpResult HttpGetWithHeaders(int port, const std::string& path,
 }
 
 StreamResult HttpStream(int port, const std::string& path, const std::string& body,
-                        const std::function<bool(const SseEvent&)>& on_event) {
+                        const std::function<bool(const SseEvent&)>& on_event,
+                        const std::vector<std::pair<std::string, std::string>>& headers) {
   httplib::Client client = MakeClient(port);
   StreamResult result;
   std::string buffer;
@@ -174,6 +175,7 @@ StreamResult HttpStream(int port, const std::string& path, const std::string& bo
   req.path = path;
   req.body = body;
   req.set_header("Content-Type", "application/json");
+  for (const auto& [name, value] : headers) req.set_header(name, value);
   req.response_handler = [&](const httplib::Response& res) {
     result.status = res.status;
     return true;

@@ -66,10 +66,11 @@ struct StreamResult {
   bool cancelled = false;
   std::string error;  // why there is no response, when status is -1
 };
-// POSTs `body` and reads the event stream. `on_event` (may be null) sees each event as it
-// arrives; returning false closes the connection (a client that goes away).
+// POSTs `body` (with `headers`) and reads the event stream. `on_event` (may be null) sees each
+// event as it arrives; returning false closes the connection (a client that goes away).
 StreamResult HttpStream(int port, const std::string& path, const std::string& body,
-                        const std::function<bool(const SseEvent&)>& on_event = nullptr);
+                        const std::function<bool(const SseEvent&)>& on_event = nullptr,
+                        const std::vector<std::pair<std::string, std::string>>& headers = {});
 
 // A socket connected to 127.0.0.1:port (the caller closes it), or -1.
 int ConnectLoopback(int port);

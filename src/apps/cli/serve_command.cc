@@ -24,7 +24,7 @@
 #include "engine/model_fingerprint.h"
 #include "engine/prompts_file.h"
 #include "probe/probes/registry.h"
-#include "probe/runtime/probing_session.h"
+#include "probe/runtime/probe_sets.h"
 #include "probe/sinks/metrics.h"
 #include "probe/spec/spec.h"
 
@@ -40,7 +40,8 @@ struct ServeOptions {
   engine::EngineOptions engine;
   std::string model;
   std::string tokenizer;
-  std::string spec_file;
+  std::vector<std::string> specs;  // FILE or NAME=FILE
+  std::string default_probe_set;
   std::string chat_template;
   std::vector<std::string> probe_plugins;
   std::string kv_cache_memory = "1GiB";
@@ -75,6 +76,35 @@ Status LoadSteeringModules(ServeOptions& o, const models::ModelConfig& config) {
     o.server.steering_modules[name] = {file, std::move(steering)};
   }
   return OkStatus();
+}
+
+// --spec FILE | NAME=FILE (repeatable): the probe sets. A value naming an existing file is a
+// file (named "default"); otherwise NAME=FILE. InvalidArgument naming the flag value.
+StatusOr<std::vector<probe::ProbeSetSource>> ProbeSetSources(const ServeOptions& o) {
+  std::vector<probe::ProbeSetSource> sources;
+  for (const std::string& value : o.specs) {
+    probe::ProbeSetSource source;
+    const size_t eq = value.find('=');
+    if (std::filesystem::is_regular_file(value) || eq == std::string::npos) {
+      source = {"default", value};
+    } else {
+      if (eq == 0 || eq + 1 == value.size()) {
+        return InvalidArgumentError("--spec '" + value + "': expected FILE or NAME=FILE");
+      }
+      source = {value.substr(0, eq), value.substr(eq + 1)};
+    }
+    if (!std::filesystem::is_regular_file(source.file)) {
+      return InvalidArgumentError("--spec '" + value + "': no such file: " + source.file.string());
+    }
+    for (const probe::ProbeSetSource& s : sources) {
+      if (s.name == source.name) {
+        return InvalidArgumentError("--spec: the probe set name '" + source.name +
+                                    "' is given twice (name them NAME=FILE)");
+      }
+    }
+    sources.push_back(std::move(source));
+  }
+  return sources;
 }
 
 bool IsDriver() {
@@ -123,17 +153,30 @@ std::string DefaultModelName(const std::string& model) {
   return std::filesystem::is_directory(path) ? path.filename().string() : path.stem().string();
 }
 
-// Turns SIGTERM / SIGINT into Server::Shutdown calls on a thread of its own. The signals must
-// be blocked in every thread (BlockShutdownSignals before any thread starts).
+// Turns SIGTERM / SIGINT into Server::Shutdown calls, and SIGHUP into a reload of the probe
+// sets, on a thread of its own. The signals must be blocked in every thread
+// (BlockShutdownSignals before any thread starts).
 class SignalWatcher {
  public:
   explicit SignalWatcher(server::Server* server)
       : thread_([this, server] {
-          sigset_t set = ShutdownSignals();
+          sigset_t set = WatchedSignals();
           for (;;) {
             int signal = 0;
             if (sigwait(&set, &signal) != 0) continue;
             if (done_) return;
+            if (signal == SIGHUP) {
+              const StatusOr<int64_t> version = server->ReloadProbeSets();
+              if (version.ok()) {
+                std::fprintf(stderr,
+                             "undercurrent serve: SIGHUP: probe sets reloaded (version %lld)\n",
+                             static_cast<long long>(*version));
+              } else {
+                std::fprintf(stderr, "undercurrent serve: SIGHUP: %s\n",
+                             version.status().message().c_str());
+              }
+              continue;
+            }
             std::fprintf(stderr, "undercurrent serve: %s received, draining\n",
                          signal == SIGINT ? "SIGINT" : "SIGTERM");
             server->Shutdown();
@@ -149,6 +192,11 @@ class SignalWatcher {
     sigemptyset(&set);
     sigaddset(&set, SIGTERM);
     sigaddset(&set, SIGINT);
+    return set;
+  }
+  static sigset_t WatchedSignals() {
+    sigset_t set = ShutdownSignals();
+    sigaddset(&set, SIGHUP);
     return set;
   }
 
@@ -225,7 +273,7 @@ void WatchStdinForShutdown() {
 }
 
 void BlockShutdownSignals() {
-  sigset_t set = SignalWatcher::ShutdownSignals();
+  sigset_t set = SignalWatcher::WatchedSignals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   // A client that disconnects must not kill the server with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
@@ -252,15 +300,21 @@ int RunServe(ServeOptions& o) {
   // ranks other than the driver keep them blocked and leave when the driver shuts them down.
   BlockShutdownSignals();
 
-  std::optional<probe::Spec> spec;
-  if (!o.spec_file.empty()) {
+  StatusOr<std::vector<probe::ProbeSetSource>> sources = ProbeSetSources(o);
+  if (!sources.ok()) {
+    std::fprintf(stderr, "error: %s\n", sources.status().message().c_str());
+    return Finish(kExitUsage);
+  }
+  if (!sources->empty()) {
     for (const std::string& plugin : o.probe_plugins) {
       const Status status = probe::ProbeRegistry::Global().LoadPlugin(plugin);
       if (!status.ok()) return Fail(status.message());
     }
-    StatusOr<probe::Spec> parsed = probe::ParseSpecFile(o.spec_file);
-    if (!parsed.ok()) return Fail(parsed.status().message());
-    spec = std::move(parsed).value();
+    // Specs are checked before the model loads: a typo fails in a second, not a minute.
+    for (const probe::ProbeSetSource& source : *sources) {
+      StatusOr<probe::Spec> parsed = probe::ParseSpecFile(source.file);
+      if (!parsed.ok()) return Fail(parsed.status().message());
+    }
   }
   StatusOr<std::unique_ptr<engine::LLMEngine>> engine = OpenEngine(o);
   if (!engine.ok()) return Fail(engine.status().message());
@@ -287,29 +341,29 @@ int RunServe(ServeOptions& o) {
     return Finish(kExitUsage);
   }
   probe::Metrics& metrics = (*runtime)->metrics();
-  std::unique_ptr<probe::ProbingSession> session;
-  if (spec.has_value()) {
+  std::unique_ptr<probe::ProbeSets> sets;
+  if (!sources->empty()) {
     probe::ProbingOptions options;
     (*runtime)->Apply(&options);
     options.model_name = o.server.served_model_name;
     options.stop_token_ids = (*engine)->eos_token_ids();
     options.model_fingerprint = engine::ModelFingerprint(**engine);
-    StatusOr<std::unique_ptr<probe::ProbingSession>> created = probe::ProbingSession::Create(
-        *spec, probe::ProbeRegistry::Global(), (*engine)->config(), options);
+    StatusOr<std::unique_ptr<probe::ProbeSets>> created =
+        probe::ProbeSets::Create(*sources, o.default_probe_set, probe::ProbeRegistry::Global(),
+                                 (*engine)->config(), options);
     if (!created.ok()) {
       engine->reset();
       return Fail(created.status().message());
     }
-    session = std::move(created).value();
-    if (const Status attached = session->AttachTo(**engine); !attached.ok()) {
-      engine->reset();
-      return Fail(attached.message());
-    }
+    sets = std::move(created).value();
+    sets->AttachTo(**engine);
+  } else if (!o.default_probe_set.empty()) {
+    engine->reset();
+    return Fail("--default-probe-set needs --spec");
   }
   int code = kExitOk;
   {
-    server::Server server(engine->get(), session.get(), &metrics, std::move(chat).value(),
-                          o.server);
+    server::Server server(engine->get(), sets.get(), &metrics, std::move(chat).value(), o.server);
     const Status bound = server.Bind();
     if (!bound.ok()) {
       std::fprintf(stderr, "error: %s\n", bound.message().c_str());
@@ -328,10 +382,10 @@ int RunServe(ServeOptions& o) {
     }
     // The engine has stopped stepping: async probes drain their queues and every request's
     // results reach the sinks. Before the server goes: late results still find its callback.
-    if (session != nullptr) session->Shutdown(/*wait=*/true);
+    if (sets != nullptr) sets->Shutdown(/*wait=*/true);
   }
   (*engine)->SetObserver(nullptr);
-  session.reset();
+  sets.reset();
   const Status flushed = (*runtime)->Close(o.probing.webhook_timeout * 4 + 5);
   if (!flushed.ok()) std::fprintf(stderr, "warning: %s\n", flushed.message().c_str());
   engine->reset();  // shuts the other ranks down
@@ -350,10 +404,13 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
       ->required();
   cmd->add_option("--tokenizer", o->tokenizer,
                   "Tokenizer file (default: the one that comes with the model)");
-  cmd->add_option("--spec", o->spec_file,
-                  "Extraction-point spec (YAML), fixed for the server's lifetime: every request is "
-                  "probed, and responses carry the verdicts")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--spec", o->specs,
+                  "Extraction-point spec (YAML): every request is probed and responses carry the "
+                  "verdicts. Repeat as NAME=FILE for several probe sets, which a request picks "
+                  "with \"probe_set\"; POST /v1/probes/reload or SIGHUP re-reads them")
+      ->type_name("FILE|NAME=FILE");
+  cmd->add_option("--default-probe-set", o->default_probe_set,
+                  "The probe set of requests that name none (default: the first --spec)");
   cmd->add_option("--probe-plugin", o->probe_plugins,
                   "Shared library that registers probe types (repeatable)")
       ->check(CLI::ExistingFile);

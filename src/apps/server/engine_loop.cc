@@ -28,18 +28,18 @@ void RequestChannel::SetNotifier(std::function<void()> notify) {
   notify_ = std::move(notify);
 }
 
-EngineLoop::EngineLoop(engine::LLMEngine* engine, probe::ProbingSession* session)
-    : engine_(engine), session_(session) {
+EngineLoop::EngineLoop(engine::LLMEngine* engine, probe::ProbeSets* probe_sets)
+    : engine_(engine), probe_sets_(probe_sets) {
   stats_ = engine_->stats();
-  if (session_ != nullptr) {
-    session_->SetResultCallback(
+  if (probe_sets_ != nullptr) {
+    probe_sets_->SetResultCallback(
         [this](probe::RequestProbeResults results) { OnProbeResults(std::move(results)); });
   }
 }
 
 EngineLoop::~EngineLoop() {
   Stop();
-  if (session_ != nullptr) session_->SetResultCallback(nullptr);
+  if (probe_sets_ != nullptr) probe_sets_->SetResultCallback(nullptr);
 }
 
 void EngineLoop::Start() {
@@ -97,7 +97,7 @@ void EngineLoop::Dispatch(std::vector<engine::RequestOutput>& outputs) {
       index = it->second.index;
       if (out.finished) {
         it->second.finished = true;
-        if (session_ == nullptr || it->second.probed) routes_.erase(it);
+        if (probe_sets_ == nullptr || it->second.probed) routes_.erase(it);
       }
     }
     if (channel == nullptr) continue;

@@ -6,19 +6,19 @@
 // results go to the RequestChannel of the HTTP request that owns them. Requests from all
 // clients share each step (continuous batching).
 //
-//   EngineLoop loop(engine, session);
+//   EngineLoop loop(engine, probe_sets);
 //   loop.Start();
 //   StatusOr<std::shared_ptr<RequestChannel>> ch = loop.Submit(requests);  // handler thread
 //   for (;;) for (ChannelEvent& e : (*ch)->Wait(1s)) ...;
 //   loop.Release(**ch);  // when the response is written, or the client went away
 //   loop.Stop();         // after the last handler: lets the engine finish what is left
 //
-// A channel's choice is complete when its engine request finished and, with a probing session,
+// A channel's choice is complete when its engine request finished and, with probe sets,
 // when its RequestProbeResults arrived — they may come from another thread, before or after the
 // finished output; the HTTP layer bounds the wait for them.
 //
 // Thread-safety: Submit, Release, Abort*, stats and the channels are thread-safe. Start and
-// Stop are called once each, from one controlling thread. The engine (and session) must
+// Stop are called once each, from one controlling thread. The engine (and probe sets) must
 // outlive the loop; nobody else may call Step.
 #pragma once
 
@@ -36,7 +36,7 @@
 
 #include "base/status.h"
 #include "engine/llm_engine.h"
-#include "probe/runtime/probing_session.h"
+#include "probe/runtime/probe_sets.h"
 
 namespace uc::server {
 
@@ -91,8 +91,8 @@ class EngineLoop {
   // Called on the engine thread for every finished request (may be null).
   using FinishHook = std::function<void(const engine::RequestOutput&)>;
 
-  // `session` may be null (no spec). Installs the session's result callback.
-  EngineLoop(engine::LLMEngine* engine, probe::ProbingSession* session);
+  // `probe_sets` may be null (no spec). Installs their result callback.
+  EngineLoop(engine::LLMEngine* engine, probe::ProbeSets* probe_sets);
   ~EngineLoop();  // Stop()s if needed
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -128,7 +128,7 @@ class EngineLoop {
   void OnProbeResults(probe::RequestProbeResults results);
 
   engine::LLMEngine* const engine_;
-  probe::ProbingSession* const session_;
+  probe::ProbeSets* const probe_sets_;
   StepHook step_hook_;
   FinishHook finish_hook_;
   std::thread thread_;

@@ -34,7 +34,7 @@ std::string Hex(uint64_t v) {
 // A bounded label for the metrics: the known routes, else "other".
 std::string RouteLabel(const std::string& path) {
   for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/steering",
-                            "/health", "/metrics"}) {
+                            "/v1/probes", "/v1/probes/reload", "/health", "/metrics"}) {
     if (path == route) return route;
   }
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{model}" : "other";
@@ -117,6 +117,7 @@ struct Server::ResponseState {
   struct Choice {
     std::optional<engine::RequestOutput> output;
     std::optional<json> probing;
+    std::optional<json> probe_set;
     Clock::time_point finished_at;
     bool finish_sent = false;
   };
@@ -126,7 +127,7 @@ struct Server::ResponseState {
     loop->Release(*channel, "client disconnected");
   }
   ChoiceResult Result(size_t i) const {
-    return {static_cast<int>(i), *choices[i].output, choices[i].probing};
+    return {static_cast<int>(i), *choices[i].output, choices[i].probing, choices[i].probe_set};
   }
 
   EngineLoop* loop = nullptr;
@@ -165,14 +166,14 @@ class Server::CompletionStream : public ResponseStream {
   std::unique_ptr<ResponseState> state_;
 };
 
-Server::Server(engine::LLMEngine* engine, probe::ProbingSession* session, probe::Metrics* metrics,
+Server::Server(engine::LLMEngine* engine, probe::ProbeSets* probe_sets, probe::Metrics* metrics,
                std::unique_ptr<ChatPrompt> chat, ServerOptions options)
     : engine_(engine),
-      session_(session),
+      sets_(probe_sets),
       options_(std::move(options)),
       chat_(std::move(chat)),
       metrics_(metrics),
-      loop_(engine, session) {
+      loop_(engine, probe_sets) {
   started_ = static_cast<int64_t>(std::time(nullptr));
   next_id_ = std::random_device{}();
   loop_.set_step_hook([this](const engine::EngineStats& stats, double seconds) {
@@ -225,6 +226,8 @@ HttpResponse Server::Handle(const HttpRequest& req) {
     return HandleModels(req);
   }
   if (get && path == "/v1/steering") return HandleSteering(req);
+  if (get && path == "/v1/probes") return HandleProbes(req);
+  if (post && path == "/v1/probes/reload") return HandleProbesReload(req);
   if (get && path == "/health") {
     const bool draining = draining_.load();
     HttpResponse res;
@@ -365,6 +368,85 @@ HttpResponse Server::HandleSteering(const HttpRequest& req) {
                            {"hidden_size", engine_->config().hidden_size},
                            {"max_steering_configs", engine_->options().max_steering_configs}});
   return res;
+}
+
+HttpResponse Server::HandleProbes(const HttpRequest& req) {
+  if (!Authorized(req)) return Respond(Unauthorized());
+  json data = json::array();
+  json status = nullptr;
+  if (sets_ != nullptr) {
+    for (const probe::ProbeSetInfo& info : sets_->Describe()) {
+      data.push_back({{"object", "probe_set"},
+                      {"name", info.name},
+                      {"file", info.file.filename().string()},
+                      {"version", info.version},
+                      {"default", info.is_default},
+                      {"extraction_points", info.points}});
+    }
+    const probe::ProbeSetStats stats = sets_->stats();
+    status = {{"version", stats.version},
+              {"reloads_ok", stats.reloads_ok},
+              {"reloads_failed", stats.reloads_failed},
+              {"last_error", stats.last_error.empty() ? json(nullptr) : json(stats.last_error)}};
+  }
+  HttpResponse res;
+  res.content_type = kJson;
+  res.body = JsonText(json{{"object", "list"}, {"data", std::move(data)}, {"reloads", status}});
+  return res;
+}
+
+StatusOr<int64_t> Server::ReloadProbeSets() {
+  if (sets_ == nullptr) {
+    return FailedPreconditionError("this server has no probe sets (start it with --spec)");
+  }
+  return sets_->Reload();
+}
+
+HttpResponse Server::HandleProbesReload(const HttpRequest& req) {
+  // Reloading changes what every later request runs: never open to anyone.
+  if (options_.api_key.empty()) {
+    ApiError e;
+    e.http_status = 403;
+    e.message =
+        "Reloading probe sets needs an API key: start the server with --api-key (or "
+        "UNDERCURRENT_API_KEY), or send it SIGHUP.";
+    e.code = "api_key_required";
+    return Respond(e);
+  }
+  if (!Authorized(req)) return Respond(Unauthorized());
+  StatusOr<int64_t> version = ReloadProbeSets();
+  if (!version.ok()) {
+    ApiError e;
+    e.http_status = sets_ == nullptr ? 404 : 422;
+    e.message = version.status().message();
+    e.code = sets_ == nullptr ? "no_probe_sets" : "probe_set_reload_failed";
+    return Respond(e);
+  }
+  json sets = json::array();
+  for (const probe::ProbeSetInfo& info : sets_->Describe()) {
+    sets.push_back({{"name", info.name}, {"version", info.version}});
+  }
+  HttpResponse res;
+  res.content_type = kJson;
+  res.body = JsonText(json{{"reloaded", true}, {"version", *version}, {"probe_sets", sets}});
+  return res;
+}
+
+std::optional<ApiError> Server::AssignProbeSet(const CompletionRequest& request,
+                                               std::vector<EngineRequest>* requests) const {
+  if (sets_ == nullptr) {
+    if (request.probe_set.empty()) return std::nullopt;
+    return BadRequest("This server has no probe sets (it was started without --spec).", "probe_set",
+                      "probe_set_not_found");
+  }
+  std::vector<std::string> ids;
+  for (const EngineRequest& r : *requests) ids.push_back(r.id);
+  StatusOr<probe::ProbeSetAssignment> assigned = sets_->Assign(ids, request.probe_set);
+  if (!assigned.ok()) {
+    return BadRequest(assigned.status().message(), "probe_set", "probe_set_not_found");
+  }
+  for (EngineRequest& r : *requests) r.steering.base = assigned->steering;
+  return std::nullopt;
 }
 
 std::optional<ApiError> Server::BuildSteering(const CompletionRequest& request,
@@ -517,9 +599,15 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   if (auto error = BuildEngineRequests(request, id, &requests, &usage)) {
     return Respond(*error);
   }
+  if (auto error = AssignProbeSet(request, &requests)) return Respond(*error);
   const size_t num_choices = requests.size();
+  std::vector<std::string> ids;
+  for (const EngineRequest& r : requests) ids.push_back(r.id);
   StatusOr<std::shared_ptr<RequestChannel>> channel = loop_.Submit(std::move(requests));
   if (!channel.ok()) {
+    if (sets_ != nullptr) {
+      for (const std::string& engine_id : ids) sets_->Unassign(engine_id);
+    }
     if (channel.status().code() == StatusCode::kInvalidArgument) {
       return Respond(BadRequest(channel.status().message()));
     }
@@ -533,7 +621,7 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   state->loop = &loop_;
   state->channel = std::move(channel).value();
   state->ctx = {endpoint, id, static_cast<int64_t>(std::time(nullptr)), options_.served_model_name,
-                session_ != nullptr};
+                sets_ != nullptr};
   state->stream = request.stream;
   state->include_usage = request.include_usage;
   state->choices.resize(num_choices);
@@ -568,7 +656,10 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
         c.finished_at = Clock::now();
         break;
       case ChannelEvent::Kind::kProbing:
-        c.probing = ProbingSummary(*e.probing, session_->spec());
+        c.probing = e.probing->spec != nullptr ? ProbingSummary(*e.probing, *e.probing->spec)
+                                               : ProbingSummary(*e.probing, probe::Spec());
+        c.probe_set =
+            json{{"name", e.probing->probe_set}, {"version", e.probing->probe_set_version}};
         break;
     }
   }
@@ -584,7 +675,7 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
       out += SseEvent(FinishChunk(s.ctx, s.Result(i), s.include_usage));
       c.finish_sent = true;
     }
-    if (session_ != nullptr && !c.probing.has_value() &&
+    if (sets_ != nullptr && !c.probing.has_value() &&
         Clock::now() - c.finished_at < probe_timeout) {
       complete = false;
     }
@@ -606,7 +697,7 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
   }
   if (s.stream) {
     if (s.include_usage) out += SseEvent(UsageChunk(s.ctx, s.usage));
-    if (session_ != nullptr) {
+    if (sets_ != nullptr) {
       for (const ChoiceResult& r : results) {
         out += SseEvent(ProbingResultEvent(s.ctx, r), "probing_result");
       }

@@ -27,8 +27,8 @@
 // every connection closes and Serve returns.
 //
 // Thread-safety: Bind then Serve on one thread; Shutdown from any thread (not from a signal
-// handler); Handle from any thread. The engine, the session and the metrics must outlive the
-// Server.
+// handler); Handle and ReloadProbeSets from any thread. The engine, the probe sets and the
+// metrics must outlive the Server.
 #pragma once
 
 #include <atomic>
@@ -47,7 +47,7 @@
 #include "apps/server/server_metrics.h"
 #include "base/status.h"
 #include "engine/llm_engine.h"
-#include "probe/runtime/probing_session.h"
+#include "probe/runtime/probe_sets.h"
 
 namespace uc::server {
 
@@ -83,9 +83,9 @@ struct ServerOptions {
 
 class Server {
  public:
-  // `session` may be null (no spec). `metrics` is the registry the session records into (the
+  // `probe_sets` may be null (no spec). `metrics` is the registry the probes record into (the
   // server adds the engine's and its own series); `chat` renders chat prompts.
-  Server(engine::LLMEngine* engine, probe::ProbingSession* session, probe::Metrics* metrics,
+  Server(engine::LLMEngine* engine, probe::ProbeSets* probe_sets, probe::Metrics* metrics,
          std::unique_ptr<ChatPrompt> chat, ServerOptions options);
   ~Server();
   Server(const Server&) = delete;
@@ -105,6 +105,10 @@ class Server {
   HttpResponse Handle(const HttpRequest& req);
   // The OpenAI-style error response for a status the front end found (400, 404, 413, ...).
   HttpResponse ErrorResponse(int status, const std::string& method, const std::string& path) const;
+  // Re-reads the probe sets' spec files (POST /v1/probes/reload and SIGHUP): requests in flight
+  // keep the version they started with; a spec that fails to load changes nothing. Returns the
+  // new version. FailedPrecondition without probe sets.
+  StatusOr<int64_t> ReloadProbeSets();
 
  private:
   struct ResponseState;
@@ -113,6 +117,12 @@ class Server {
   HttpResponse HandleCompletion(const HttpRequest& req, Endpoint endpoint);
   HttpResponse HandleModels(const HttpRequest& req);
   HttpResponse HandleSteering(const HttpRequest& req);
+  HttpResponse HandleProbes(const HttpRequest& req);        // GET /v1/probes
+  HttpResponse HandleProbesReload(const HttpRequest& req);  // POST /v1/probes/reload
+  // Pins the engine requests to the request's probe set and gives them its spec steering; on
+  // success the ids must be submitted or unassigned.
+  std::optional<ApiError> AssignProbeSet(const CompletionRequest& request,
+                                         std::vector<EngineRequest>* requests) const;
   // The request's steering (its steering_name's vectors, then its own), checked against the
   // model; null when it has none.
   std::optional<ApiError> BuildSteering(const CompletionRequest& request,
@@ -130,7 +140,7 @@ class Server {
   nlohmann::json ModelCard() const;
 
   engine::LLMEngine* const engine_;
-  probe::ProbingSession* const session_;
+  probe::ProbeSets* const sets_;
   const ServerOptions options_;
   std::unique_ptr<ChatPrompt> chat_;
   ServerMetrics metrics_;

@@ -21,7 +21,9 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       // vLLM extensions
       "top_k", "min_p", "ignore_eos", "stop_token_ids",
       // steering
-      "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name"};
+      "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
+      // probing
+      "probe_set"};
   static const std::vector<std::string> chat = {
       "model", "messages", "audio", "frequency_penalty", "function_call", "functions", "logit_bias",
       "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "n",
@@ -31,7 +33,9 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       // vLLM extensions
       "top_k", "min_p", "ignore_eos", "stop_token_ids",
       // steering
-      "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name"};
+      "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
+      // probing
+      "probe_set"};
   return endpoint == Endpoint::kCompletions ? completions : chat;
 }
 
@@ -380,6 +384,12 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
       return WrongType(key, v, "a non-empty string");
     }
     r->steering_name = v.get<std::string>();
+  } else if (key == "probe_set") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string() || v.get<std::string>().empty()) {
+      return WrongType(key, v, "a non-empty string");
+    }
+    r->probe_set = v.get<std::string>();
   } else if (key == "ignore_eos") {
     if (v.is_null()) return std::nullopt;
     if (!v.is_boolean()) return WrongType(key, v, "a boolean");
@@ -624,7 +634,10 @@ json ChoiceJson(const ResponseContext& ctx, const ChoiceResult& choice) {
   j["finish_reason"] = FinishReasonOf(choice.output);
   j["tokens_generated"] = choice.output.output_ids.size();
   AddFlaggedFields(choice, j);
-  if (ctx.probing_enabled) j["probing"] = choice.probing.value_or(json(nullptr));
+  if (ctx.probing_enabled) {
+    j["probing"] = choice.probing.value_or(json(nullptr));
+    j["probe_set"] = choice.probe_set.value_or(json(nullptr));
+  }
   return j;
 }
 
@@ -660,6 +673,7 @@ json ResponseBody(const ResponseContext& ctx, const std::vector<ChoiceResult>& c
   if (ctx.probing_enabled) {
     j["flagged"] = flagged;
     j["probing"] = choices.empty() ? json(nullptr) : choices[0].probing.value_or(json(nullptr));
+    j["probe_set"] = choices.empty() ? json(nullptr) : choices[0].probe_set.value_or(json(nullptr));
   }
   return j;
 }
@@ -699,6 +713,7 @@ json ProbingResultEvent(const ResponseContext& ctx, const ChoiceResult& choice) 
   j["index"] = choice.index;
   j["flagged"] = FinishReasonOf(choice.output) == "content_flagged";
   j["probing"] = choice.probing.value_or(json(nullptr));
+  j["probe_set"] = choice.probe_set.value_or(json(nullptr));
   return j;
 }
 

@@ -9,13 +9,16 @@
 // or a field the API does not have ("Unrecognized request argument supplied"), is a 400 naming
 // the field in `param`. Fields the engine does not implement (logprobs, tools, penalties, ...)
 // are accepted only at their neutral values. vLLM's extensions top_k, min_p, ignore_eos and
-// stop_token_ids are accepted. A per-request probing spec is refused: the spec is fixed when
-// the server starts.
+// stop_token_ids are accepted. A per-request probing spec is refused: specs are the server's
+// (loaded at start-up, reloaded by POST /v1/probes/reload or SIGHUP).
 //
 // Probing additions (Undercurrent's wire format): every choice carries `probing` (one summary
 // per extraction point); a choice an inline probe stopped has finish_reason "content_flagged"
 // with `flagged_by` (the point) and `flagged_score` (the signal's confidence); the response
 // repeats the first choice's `probing` and the first flagged choice's fields at the top level.
+// A request may pick one of the server's probe sets with `probe_set` (serve --spec NAME=FILE;
+// absent: the default); choices and the response say which set and version ran
+// (`probe_set: {name, version}`).
 //
 // Steering additions (extra body fields, the vLLM steering convention):
 //   steering_vectors / prefill_steering_vectors / decode_steering_vectors:
@@ -89,6 +92,7 @@ struct CompletionRequest {
   };
   std::vector<Steering> steering;
   std::string steering_name;  // empty: none
+  std::string probe_set;      // empty: the server's default probe set
 };
 
 // "residual_stream" and its aliases, "attn_out", "mlp_out" -> the site; nullopt otherwise.
@@ -116,6 +120,8 @@ struct ChoiceResult {
   int index = 0;
   engine::RequestOutput output;           // finished
   std::optional<nlohmann::json> probing;  // ProbingSummary; unset without a spec
+  // {"name": SET, "version": N}: the probe set (and its version) whose probes ran.
+  std::optional<nlohmann::json> probe_set;
 };
 
 struct ResponseContext {

@@ -186,7 +186,7 @@ TEST(ProtocolTest, FlaggedChoiceAndChunks) {
   info.point = "gate";
   info.confidence = 12.5;
   ChoiceResult choice{0, Finished(engine::FinishReason::kAbort, info),
-                      json{{"gate", {{"flagged", true}}}}};
+                      json{{"gate", {{"flagged", true}}}}, std::nullopt};
   ResponseContext ctx{Endpoint::kChatCompletions, "chatcmpl-1", 1, "m", true};
   EXPECT_EQ(FinishReasonOf(choice.output), "content_flagged");
   const json body = ResponseBody(ctx, {choice}, Usage{3, 2});
@@ -205,7 +205,7 @@ TEST(ProtocolTest, FlaggedChoiceAndChunks) {
   EXPECT_EQ(SseEvent(json{{"a", 1}}, "probing_result"),
             "event: probing_result\ndata: {\"a\":1}\n\n");
 
-  ChoiceResult client{0, Finished(engine::FinishReason::kAbort, engine::AbortInfo()), {}};
+  ChoiceResult client{0, Finished(engine::FinishReason::kAbort, engine::AbortInfo()), {}, {}};
   EXPECT_EQ(FinishReasonOf(client.output), "abort");
   ResponseContext plain{Endpoint::kCompletions, "cmpl-1", 1, "m", false};
   const json text = ResponseBody(plain, {client}, Usage{});

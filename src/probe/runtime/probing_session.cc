@@ -496,6 +496,7 @@ std::vector<worker::CaptureItem> ProbingSession::PlanCapture(const worker::Sched
   }
   std::vector<worker::CaptureItem> items;
   plan_rows_.clear();
+  plan_items_.clear();
   for (auto& [key, rows] : wanted) {
     worker::CaptureItem item;
     item.layer = key.first;
@@ -505,6 +506,7 @@ std::vector<worker::CaptureItem> ProbingSession::PlanCapture(const worker::Sched
       item.rows.push_back(row);
       refs.push_back(ref);
     }
+    plan_items_.push_back({item.layer, item.site});
     items.push_back(std::move(item));
     plan_rows_.push_back(std::move(refs));
   }
@@ -527,9 +529,10 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
   std::vector<Pending> pending;
   const int64_t hidden = config_.hidden_size;
   for (size_t i = 0; i < plan_rows_.size() && i < captured.size(); ++i) {
-    const worker::CaptureItem& item = plan.capture[i];
-    UC_CHECK(captured[i].defined() && captured[i].dim(0) == static_cast<int64_t>(item.rows.size()),
-             "capture item %zu came back with the wrong shape", i);
+    const PlanItem& item = plan_items_[i];
+    UC_CHECK(
+        captured[i].defined() && captured[i].dim(0) == static_cast<int64_t>(plan_rows_[i].size()),
+        "capture item %zu came back with the wrong shape", i);
     for (size_t j = 0; j < plan_rows_[i].size(); ++j) {
       const RowRef& ref = plan_rows_[i][j];
       auto it = requests_.find(ref.seq_id);

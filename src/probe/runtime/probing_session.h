@@ -13,15 +13,17 @@
 //   PlanCapture: the (layer, site, rows) the request's selectors match among the step's
 //     tokens; positions already delivered (recomputation after preemption) are skipped, so no
 //     record is delivered twice.
-//   OnStepExecuted: records in (request, token_pos, layer) order — the same sequence in every
-//     topology — routed to the points' probes. Inline points run under their intervention
-//     policy: `reject` calls the probe on the engine thread; `block_until_signal` runs it on the
-//     session's pool and waits at most timeout_ms, falling back per on_timeout (a timed-out call
-//     is never overlapped by the next one on the same probe), with a per-point circuit breaker
-//     that opens after N consecutive failures (the point is then skipped, counted) and lets one
-//     call through again after the cool-down (half-open). The first ABORT of an inline point at
-//     token p stops the request: records after p are not routed, and the engine returns no token
-//     after p. Async points observe only (their signals never stop anything).
+//   OnStepExecuted: `captured` holds one tensor per item this session's PlanCapture returned
+//     (its own, whatever else the engine captured); records in (request, token_pos, layer) order —
+//     the same sequence in every topology — routed to the points' probes. Inline points run under
+//     their intervention policy: `reject` calls the probe on the engine thread;
+//     `block_until_signal` runs it on the session's pool and waits at most timeout_ms, falling back
+//     per on_timeout (a timed-out call is never overlapped by the next one on the same probe), with
+//     a per-point circuit breaker that opens after N consecutive failures (the point is then
+//     skipped, counted) and lets one call through again after the cool-down (half-open). The first
+//     ABORT of an inline point at token p stops the request: records after p are not routed, and
+//     the engine returns no token after p. Async points observe only (their signals never stop
+//     anything).
 //   generated[-k] points collect candidates and fire when the request ends, against the final
 //     number of generated tokens; the last generated token is run through the model once more
 //     when some point wants its activation.
@@ -97,6 +99,11 @@ struct RequestProbeResults {
   std::string request_id;
   std::vector<ProbeResult> results;        // one per extraction point, spec order
   std::optional<engine::AbortInfo> abort;  // set when an inline point stopped the request
+  // Set by ProbeSets (probe_sets.h): the set and the version whose probes these are, and its
+  // spec (it may have been replaced since). Empty / 0 / null from a lone ProbingSession.
+  std::string probe_set;
+  int64_t probe_set_version = 0;
+  std::shared_ptr<const Spec> spec;
 };
 
 // Counters for tests (the same numbers, per point, are in the metrics).
@@ -204,6 +211,13 @@ class ProbingSession : public engine::StepObserver {
     int64_t token_pos;
   };
   std::vector<std::vector<RowRef>> plan_rows_;  // [item][j]
+  // Per step: the (layer, site) of each item this session planned. OnStepExecuted reads these,
+  // not plan.capture, so that a composite observer may pass this session's items alone.
+  struct PlanItem {
+    int layer;
+    uint8_t site;
+  };
+  std::vector<PlanItem> plan_items_;
 };
 
 }  // namespace uc::probe
