@@ -1,6 +1,7 @@
 // Capture in every topology: run under `mpiexec -n T*P` with `--tp T --pp P`. Rank 0 drives one
 // engine over the deployment with a spec mixing prompt and generated selectors on every tensor
-// type, 16 concurrent requests, chunked prefill; the records must be the same sequence (same
+// type (and a combine: concat point whose layers sit on different pipeline stages), 16
+// concurrent requests, chunked prefill; the records must be the same sequence (same
 // order, values within 1e-5 relative) as one process, the residual stream must match the
 // independent implementation's activations within 1e-4, every TP replica must capture the same
 // bits (the debug comparison), and an abort on a layer of the first pipeline stage must be
@@ -51,6 +52,8 @@ extraction_points:
      probe_type: recorder, probe_kind: single_shot}
   - {name: tail, layers: 3, tensor_type: residual_stream, position: "generated[-1]",
      probe_type: recorder, probe_kind: single_shot}
+  - {name: cat, layers: [4, 1], tensor_types: [mlp_out, attn_out], combine: concat,
+     position: "generated[2:6]", probe_type: trajectory_recorder, probe_kind: trajectory}
 )";
 
 engine::EngineOptions Options(const std::string& model) {

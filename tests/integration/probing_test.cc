@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "common/batching_workload.h"
 #include "common/probing_util.h"
@@ -84,6 +87,137 @@ extraction_points:
   }
   // decode: p0 (position 0) + gen (1..3) + abs (2) = 5 x 5 layers; prefill: p0 + abs = 2 x 5.
   EXPECT_EQ(compared, 5 * 5 + 2 * 5);
+}
+
+// combine: concat — one record per token holding the layers' rows in the order written, each
+// equal to the independent implementation's; with several tensor types, each record equals the
+// per-site records of the same token (layer-major), through batching and chunked prefill.
+TEST(ProbingTest, ConcatenatedLayersMatchTheIndependentImplementation) {
+  const nlohmann::json golden =
+      testing::LoadJson(testing::TestData("golden/stories260K_activations.json"));
+  auto llm = OpenLLM();
+  ASSERT_NE(llm, nullptr);
+  auto session = testing::MakeSession(R"(version: "1"
+extraction_points:
+  - {name: cat, layers: [4, 0, 2], tensor_type: residual_stream, combine: concat,
+     position: "generated[0:3]", probe_type: trajectory_recorder, probe_kind: trajectory}
+  - {name: cat0, layers: [4, 0, 2], tensor_type: residual_stream, combine: concat,
+     position: "prompt[0]", probe_type: recorder, probe_kind: single_shot}
+)",
+                                      llm->engine().config());
+  ASSERT_NE(session, nullptr);
+  const ProbedRun run =
+      testing::RunProbed(*llm, *session, {{"decode", Prompt::Ids({1}), Greedy(5)}});
+  ASSERT_EQ(run.results[0].output.output_ids[0], 403);
+  const int64_t hidden = llm->engine().config().hidden_size;
+  std::vector<int64_t> positions;
+  for (const ActivationRecord& r : run.records) {
+    positions.push_back(r.token_pos);
+    EXPECT_EQ(r.layer, 4);
+    ASSERT_EQ(static_cast<int64_t>(r.values.size()), 3 * hidden);
+    int part = 0;
+    for (int layer : {4, 0, 2}) {
+      const std::vector<float> want =
+          GoldenRow(golden["layers"][layer]["resid_after_layer"], r.token_pos);
+      const std::span<const float> got(r.values.data() + part * hidden,
+                                       static_cast<size_t>(hidden));
+      EXPECT_LE(testing::MaxAbsDiff(got, want).max_abs, 1e-4)
+          << r.point << " pos " << r.token_pos << " part " << part;
+      ++part;
+    }
+  }
+  EXPECT_EQ(positions, (std::vector<int64_t>{0, 1, 2, 3}));  // one record per token
+}
+
+TEST(ProbingTest, ConcatenatedSitesEqualEachSitesRecordsInABatch) {
+  auto llm = OpenLLM();
+  ASSERT_NE(llm, nullptr);
+  auto session = testing::MakeSession(R"(version: "1"
+extraction_points:
+  - {name: cat, layers: [3, 1], tensor_types: [mlp_out, residual_stream], combine: concat,
+     position: "generated[*]", stride: 2, probe_type: trajectory_recorder,
+     probe_kind: trajectory}
+  - {name: sites, layers: [1, 3], tensor_type: mlp_out, position: "generated[*]", stride: 2,
+     probe_type: trajectory_recorder, probe_kind: trajectory}
+  - {name: resid, layers: [1, 3], tensor_type: residual_stream, position: "generated[*]",
+     stride: 2, probe_type: trajectory_recorder, probe_kind: trajectory}
+)",
+                                      llm->engine().config());
+  ASSERT_NE(session, nullptr);
+  const ProbedRun run = testing::RunProbed(*llm, *session, testing::BatchingWorkload(16));
+  const size_t hidden = static_cast<size_t>(llm->engine().config().hidden_size);
+  // (request, pos, point, layer) -> values of the per-site points.
+  std::map<std::tuple<std::string, int64_t, std::string, int>, std::vector<float>> single;
+  for (const ActivationRecord& r : run.records) {
+    if (r.point != "cat") single[{r.request_id, r.token_pos, r.point, r.layer}] = r.values;
+  }
+  int compared = 0;
+  for (const ActivationRecord& r : run.records) {
+    if (r.point != "cat") continue;
+    EXPECT_EQ(r.layer, 3);
+    EXPECT_EQ(r.tensor_type, probe::TensorType::kMlpOut);
+    std::vector<float> want;
+    for (int layer : {3, 1}) {
+      for (const char* point : {"sites", "resid"}) {
+        const auto it = single.find({r.request_id, r.token_pos, point, layer});
+        ASSERT_NE(it, single.end()) << r.request_id << " " << r.token_pos;
+        ASSERT_EQ(it->second.size(), hidden);
+        want.insert(want.end(), it->second.begin(), it->second.end());
+      }
+    }
+    EXPECT_EQ(r.values, want) << r.request_id << " pos " << r.token_pos;
+    ++compared;
+  }
+  EXPECT_EQ(compared * 4, static_cast<int>(single.size()));
+  EXPECT_GT(compared, 100);
+}
+
+// A linear probe reads the concatenation: its score is w · [layer 0 | layer 3] + b over the
+// independent implementation's rows, and weights of one layer's size are refused.
+TEST(ProbingTest, LinearProbeOnConcatenatedLayersScoresTheGoldenRows) {
+  const nlohmann::json golden =
+      testing::LoadJson(testing::TestData("golden/stories260K_activations.json"));
+  auto llm = OpenLLM();
+  ASSERT_NE(llm, nullptr);
+  const int64_t hidden = llm->engine().config().hidden_size;
+  const auto dir = testing::ScratchDir("probing_concat_linear");
+  std::vector<double> w;
+  for (int64_t i = 0; i < 2 * hidden; ++i) w.push_back(std::sin(0.37 * static_cast<double>(i)));
+  std::ofstream(dir / "w128.json") << nlohmann::json{{"weight", w}, {"bias", 0.5}}.dump();
+  std::ofstream(dir / "w64.json")
+      << nlohmann::json{{"weight", std::vector<double>(w.begin(), w.begin() + hidden)}}.dump();
+  const std::string spec = R"(version: "1"
+extraction_points:
+  - {name: lin, layers: [0, 3], tensor_type: residual_stream, combine: concat,
+     position: "prompt[2]", probe_type: linear, probe_kind: single_shot,
+     probe_args: {weights: ")" +
+                           (dir / "w128.json").string() +
+                           R"("}}
+)";
+  auto session = testing::MakeSession(spec, llm->engine().config());
+  ASSERT_NE(session, nullptr);
+  const ProbedRun run =
+      testing::RunProbed(*llm, *session, {{"prefill", Prompt::Ids({1, 403, 407, 261}), Greedy(1)}});
+  double want = 0.5;
+  int k = 0;
+  for (int layer : {0, 3}) {
+    for (float x : GoldenRow(golden["layers"][layer]["resid_after_layer"], 2)) want += w[k++] * x;
+  }
+  const probe::ProbeResult& result = run.probing.at("prefill").results.at(0);
+  ASSERT_TRUE(result.verdict["last_score"].is_number()) << result.verdict;
+  EXPECT_NEAR(result.verdict["last_score"].get<double>(), want, 1e-3 * (1 + std::abs(want)));
+  EXPECT_EQ(result.verdict["n"], 1);
+
+  std::string one_layer = spec;
+  one_layer.replace(one_layer.find("w128.json"), 9, "w64.json");
+  probe::ProbeRegistry registry;
+  auto parsed = probe::ParseSpecText(one_layer);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  auto refused = probe::ProbingSession::Create(*parsed, probe::ProbeRegistry::Global(),
+                                               llm->engine().config());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(std::to_string(2 * hidden)), std::string::npos)
+      << refused.status().message();
 }
 
 // Every record lands once, in (request, token_pos, layer) order, mapped to the right position,

@@ -151,6 +151,11 @@ int RunCapture(CaptureOptions& o) {
     return Finish(kExitFailure);
   }
   StatusOr<probe::Spec> spec = probe::ParseSpecFile(o.spec_file);
+  if (spec.ok()) {
+    if (const Status capturable = probe::CheckCapturable(*spec); !capturable.ok()) {
+      spec = capturable;
+    }
+  }
   if (!spec.ok()) {
     if (IsRank0()) std::fprintf(stderr, "error: %s\n", spec.status().message().c_str());
     return Finish(kExitFailure);

@@ -231,6 +231,24 @@ TEST(DatasetWriterTest, RefusesADamagedDataset) {
   EXPECT_NE(w.status().message().find("has the wrong size"), std::string::npos);
 }
 
+TEST(CaptureCollectorTest, RefusesConcatenatedPointsNamingThem) {
+  StatusOr<Spec> spec = ParseSpecText(R"(version: "1"
+extraction_points:
+  - {name: z, layers: [0, 2], tensor_type: residual_stream, position: "prompt[-1]", probe_type: linear, probe_kind: single_shot}
+  - {name: cat, layers: [0, 2], tensor_type: residual_stream, combine: concat, position: "prompt[-1]", probe_type: linear, probe_kind: single_shot}
+)",
+                                      "spec.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const Status refused = CheckCapturable(*spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("extraction_points[1] 'cat'.combine: capture stores one row"),
+            std::string::npos)
+      << refused.message();
+  spec->extraction_points.pop_back();
+  EXPECT_TRUE(CheckCapturable(*spec).ok());
+}
+
 TEST(CaptureCollectorTest, TakesRecordsInTokenLayerPointOrder) {
   StatusOr<Spec> spec = ParseSpecText(R"(version: "1"
 extraction_points:

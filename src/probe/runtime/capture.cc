@@ -58,6 +58,20 @@ Spec CaptureSpec(const Spec& spec) {
   return capture;
 }
 
+Status CheckCapturable(const Spec& spec) {
+  for (size_t i = 0; i < spec.extraction_points.size(); ++i) {
+    const ExtractionPoint& p = spec.extraction_points[i];
+    if (p.combine == Combine::kNone) continue;
+    return InvalidArgumentError(
+        (spec.source.empty() ? "" : spec.source.string() + ":" + std::to_string(p.line) + ": ") +
+        "extraction_points[" + std::to_string(i) + "] '" + p.name +
+        "'.combine: capture stores one row per layer and tensor type; remove combine (and list "
+        "one tensor_type) to capture this point's rows — its probe's input is those rows one "
+        "after the other, layer-major");
+  }
+  return OkStatus();
+}
+
 json CapturePointsJson(const Spec& spec) {
   json points = json::array();
   for (const ExtractionPoint& p : spec.extraction_points) {

@@ -41,6 +41,11 @@ inline constexpr const char* kCaptureTrajectory = "capture_trajectory";
 // the reject policy; probe_args, queue and intervention settings dropped.
 Spec CaptureSpec(const Spec& spec);
 
+// Datasets store one row per (layer, tensor type): InvalidArgument naming the file, line and
+// point of a `combine: concat` point (capture it without combine; its probe's input is its
+// layers' rows one after the other).
+Status CheckCapturable(const Spec& spec);
+
 // The points of `spec` as JSON for a dataset manifest: [{name, tensor_type, layers (sorted,
 // unique), position (canonical text), stride?, until?, count?}].
 nlohmann::json CapturePointsJson(const Spec& spec);

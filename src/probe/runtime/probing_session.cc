@@ -10,6 +10,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "base/logging.h"
 #include "models/forward_hooks.h"
@@ -216,7 +217,10 @@ struct ProbingSession::PointState {
   int index = 0;
   std::unique_ptr<ProbeType> type;
   models::Site site = models::Site::kResidPost;
-  std::vector<int> layers;    // sorted, unique
+  std::vector<int> layers;  // sorted, unique
+  // combine: concat: the (layer, site) of each part of a record, in order.
+  bool concat = false;
+  std::vector<std::pair<int, models::Site>> inputs;
   InterventionPolicy policy;  // resolved
   bool inline_point = true;
   int queue_depth = 32;  // async
@@ -275,27 +279,38 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
     auto state = std::make_unique<PointState>();
     state->point = &p;
     state->index = index;
-    const std::optional<models::Site> site = SiteOf(p.tensor_type);
-    if (!site.has_value()) {
-      problems.push_back(Where(spec, p, index, "tensor_type") +
+    const std::vector<TensorType> types =
+        p.tensor_types.empty() ? std::vector<TensorType>{p.tensor_type} : p.tensor_types;
+    const char* type_field = p.tensor_types.empty() ? "tensor_type" : "tensor_types";
+    if (std::any_of(types.begin(), types.end(),
+                    [](TensorType t) { return !SiteOf(t).has_value(); })) {
+      problems.push_back(Where(spec, p, index, type_field) +
                          "kv is not capturable (the KV cache is paged blocks, not a per-token "
                          "activation); use residual_stream, attn_out, mlp_out or final_norm");
       continue;
     }
-    state->site = *site;
+    state->site = *SiteOf(p.tensor_type);
     state->layers = p.layers;
     std::sort(state->layers.begin(), state->layers.end());
     state->layers.erase(std::unique(state->layers.begin(), state->layers.end()),
                         state->layers.end());
-    for (int layer : state->layers) {
-      if (p.tensor_type == TensorType::kFinalNorm && layer != num_layers) {
-        problems.push_back(Where(spec, p, index, "layers") + "final_norm is addressed as layer " +
-                           std::to_string(num_layers) + " (the number of decoder layers), got " +
-                           std::to_string(layer));
-      } else if (p.tensor_type != TensorType::kFinalNorm && layer >= num_layers) {
-        problems.push_back(Where(spec, p, index, "layers") + "layer " + std::to_string(layer) +
-                           " does not exist: the model has " + std::to_string(num_layers) +
-                           " decoder layers (0-" + std::to_string(num_layers - 1) + ")");
+    for (TensorType type : types) {
+      for (int layer : state->layers) {
+        if (type == TensorType::kFinalNorm && layer != num_layers) {
+          problems.push_back(Where(spec, p, index, "layers") + "final_norm is addressed as layer " +
+                             std::to_string(num_layers) + " (the number of decoder layers), got " +
+                             std::to_string(layer));
+        } else if (type != TensorType::kFinalNorm && layer >= num_layers) {
+          problems.push_back(Where(spec, p, index, "layers") + "layer " + std::to_string(layer) +
+                             " does not exist: the model has " + std::to_string(num_layers) +
+                             " decoder layers (0-" + std::to_string(num_layers - 1) + ")");
+        }
+      }
+    }
+    state->concat = p.combine == Combine::kConcat;
+    if (state->concat) {
+      for (const PointInput& in : p.Inputs()) {
+        state->inputs.push_back({in.layer, *SiteOf(in.tensor_type)});
       }
     }
     state->inline_point = p.execution_mode == ExecutionMode::kInline;
@@ -313,7 +328,8 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
       state->ring_from_prompt_end = std::min<int64_t>(0, o - k);
     }
     ProbeEnv env;
-    env.hidden_size = config.hidden_size;
+    env.hidden_size = static_cast<int>(config.hidden_size) *
+                      (state->concat ? static_cast<int>(state->inputs.size()) : 1);
     env.base_dir = spec.source.empty() ? std::filesystem::path() : spec.source.parent_path();
     env.point = &p;
     env.model_fingerprint = session->options_.model_fingerprint;
@@ -481,13 +497,17 @@ std::vector<worker::CaptureItem> ProbingSession::PlanCapture(const worker::Sched
       for (int64_t pos = std::max<int64_t>(s.start_pos, r.delivered_upto); pos < s.end_pos();
            ++pos) {
         const int32_t row = row0 + static_cast<int32_t>(pos - s.start_pos);
+        auto want = [&](int layer, models::Site site) {
+          auto& rows = wanted[{layer, static_cast<int>(site)}];
+          if (rows.empty() || rows.back().first != row)
+            rows.push_back({row, RowRef{s.seq_id, pos}});
+        };
         for (const Binding& b : r.bindings) {
           if (!Wants(b, pos, r.prompt_len)) continue;
-          for (int layer : b.point->layers) {
-            auto& rows = wanted[{layer, static_cast<int>(b.point->site)}];
-            if (rows.empty() || rows.back().first != row) {
-              rows.push_back({row, RowRef{s.seq_id, pos}});
-            }
+          if (b.point->concat) {
+            for (const auto& [layer, site] : b.point->inputs) want(layer, site);
+          } else {
+            for (int layer : b.point->layers) want(layer, b.point->site);
           }
         }
       }
@@ -525,9 +545,18 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
     size_t binding;
     const float* values;
     RequestState* request;
+    int64_t length;  // values
   };
   std::vector<Pending> pending;
   const int64_t hidden = config_.hidden_size;
+  // combine: concat bindings: the rows of each (request, position, binding), by input; the
+  // records are assembled once the step's rows are all in (a token's layers run in one step).
+  struct Parts {
+    size_t request_order;
+    RequestState* request;
+    std::vector<const float*> rows;
+  };
+  std::map<std::tuple<RequestState*, int64_t, size_t>, Parts> parts;
   for (size_t i = 0; i < plan_rows_.size() && i < captured.size(); ++i) {
     const PlanItem& item = plan_items_[i];
     UC_CHECK(
@@ -538,16 +567,41 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
       auto it = requests_.find(ref.seq_id);
       if (it == requests_.end()) continue;
       RequestState& r = *it->second;
+      const float* row = captured[i].data<float>() + static_cast<int64_t>(j) * hidden;
       for (size_t bi = 0; bi < r.bindings.size(); ++bi) {
         const Binding& b = r.bindings[bi];
-        if (static_cast<uint8_t>(b.point->site) != item.site || !b.point->HasLayer(item.layer) ||
-            !Wants(b, ref.token_pos, r.prompt_len)) {
+        if (!Wants(b, ref.token_pos, r.prompt_len)) continue;
+        if (b.point->concat) {
+          const auto& inputs = b.point->inputs;
+          for (size_t k = 0; k < inputs.size(); ++k) {
+            if (inputs[k].first != item.layer ||
+                static_cast<uint8_t>(inputs[k].second) != item.site) {
+              continue;
+            }
+            Parts& p = parts[{&r, ref.token_pos, bi}];
+            if (p.rows.empty())
+              p = {order.at(ref.seq_id), &r, std::vector<const float*>(inputs.size())};
+            p.rows[k] = row;
+          }
           continue;
         }
-        pending.push_back({order.at(ref.seq_id), ref.token_pos, item.layer, bi,
-                           captured[i].data<float>() + static_cast<int64_t>(j) * hidden, &r});
+        if (static_cast<uint8_t>(b.point->site) != item.site || !b.point->HasLayer(item.layer)) {
+          continue;
+        }
+        pending.push_back({order.at(ref.seq_id), ref.token_pos, item.layer, bi, row, &r, hidden});
       }
     }
+  }
+  std::deque<std::vector<float>> concatenated;  // owns the assembled records' values
+  for (auto& [key, p] : parts) {
+    const auto& [request, token_pos, bi] = key;
+    if (std::find(p.rows.begin(), p.rows.end(), nullptr) != p.rows.end()) continue;
+    std::vector<float>& values = concatenated.emplace_back();
+    values.reserve(p.rows.size() * static_cast<size_t>(hidden));
+    for (const float* row : p.rows) values.insert(values.end(), row, row + hidden);
+    const int first_layer = request->bindings[bi].point->inputs.front().first;
+    pending.push_back({p.request_order, token_pos, first_layer, bi, values.data(), request,
+                       static_cast<int64_t>(values.size())});
   }
   std::stable_sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
     return std::tie(a.request_order, a.token_pos, a.layer, a.binding) <
@@ -580,7 +634,7 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
     record.is_generated = generated;
     record.generated_index = generated ? p.token_pos - r.prompt_len : -1;
     record.tensor_type = point.tensor_type;
-    record.values.assign(p.values, p.values + hidden);
+    record.values.assign(p.values, p.values + p.length);
     record.timestamp = now;
     if (point.position.needs_total()) {
       if (b.ring.empty() || b.ring.back().front().token_pos != p.token_pos) {

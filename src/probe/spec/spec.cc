@@ -17,6 +17,7 @@ constexpr std::array<std::string_view, 2> kInterventionModes = {"reject", "block
 constexpr std::array<std::string_view, 2> kOnTimeouts = {"continue", "abort"};
 constexpr std::array<std::string_view, 3> kOverflowPolicies = {"drop_oldest", "drop_newest",
                                                                "block"};
+constexpr std::array<std::string_view, 2> kCombines = {"none", "concat"};
 
 }  // namespace
 
@@ -48,6 +49,10 @@ template <>
 std::span<const std::string_view> EnumNames<OverflowPolicy>() {
   return kOverflowPolicies;
 }
+template <>
+std::span<const std::string_view> EnumNames<Combine>() {
+  return kCombines;
+}
 
 }  // namespace internal
 
@@ -65,6 +70,17 @@ std::string_view Name(Until v) { return NameOf(v); }
 std::string_view Name(InterventionMode v) { return NameOf(v); }
 std::string_view Name(OnTimeout v) { return NameOf(v); }
 std::string_view Name(OverflowPolicy v) { return NameOf(v); }
+std::string_view Name(Combine v) { return NameOf(v); }
+
+std::vector<PointInput> ExtractionPoint::Inputs() const {
+  std::vector<PointInput> inputs;
+  const std::vector<TensorType> types =
+      tensor_types.empty() ? std::vector<TensorType>{tensor_type} : tensor_types;
+  for (int layer : layers) {
+    for (TensorType type : types) inputs.push_back({layer, type});
+  }
+  return inputs;
+}
 std::string_view Name(SteeringAction v) { return v == SteeringAction::kStop ? "stop" : "start"; }
 
 }  // namespace uc::probe

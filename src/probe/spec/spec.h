@@ -50,6 +50,7 @@ enum class Until { kGenerationEnd, kFixedCount, kStopToken };
 enum class InterventionMode { kReject, kBlockUntilSignal };
 enum class OnTimeout { kContinue, kAbort };
 enum class OverflowPolicy { kDropOldest, kDropNewest, kBlock };
+enum class Combine { kNone, kConcat };
 
 // Spec spellings: "residual_stream", "single_shot", "block_until_signal", "drop_oldest", ...
 std::string_view Name(TensorType v);
@@ -59,6 +60,7 @@ std::string_view Name(Until v);
 std::string_view Name(InterventionMode v);
 std::string_view Name(OnTimeout v);
 std::string_view Name(OverflowPolicy v);
+std::string_view Name(Combine v);
 
 struct InterventionPolicy {
   InterventionMode mode = InterventionMode::kReject;
@@ -67,10 +69,24 @@ struct InterventionPolicy {
   bool operator==(const InterventionPolicy&) const = default;
 };
 
+// One (layer, tensor type) a point reads.
+struct PointInput {
+  int layer = 0;
+  TensorType tensor_type = TensorType::kResidualStream;
+  bool operator==(const PointInput&) const = default;
+};
+
 struct ExtractionPoint {
   std::string name;
   std::vector<int> layers;  // as written (duplicates kept); final_norm uses num_hidden_layers
   TensorType tensor_type = TensorType::kResidualStream;
+  // Extension. kNone: one record per layer (v0.1). kConcat: one record per token, its values
+  // the rows of every input (Inputs()) one after the other; the probe gets
+  // hidden_size * Inputs().size() values, the record's layer and tensor_type are the first
+  // input's.
+  Combine combine = Combine::kNone;
+  // Extension, with combine: concat only: several tensor types (tensor_type is then the first).
+  std::vector<TensorType> tensor_types;
   PositionSelector position;
   std::optional<int> stride;   // continuous positions only; >= 1
   std::optional<Until> until;  // continuous positions only
@@ -83,6 +99,10 @@ struct ExtractionPoint {
   std::optional<OverflowPolicy> overflow_policy;   // extension; async only
   std::optional<InterventionPolicy> intervention;  // null: the router's default policy
   int line = 0;  // line of the point in its file (0 when not from a file)
+
+  // What the point reads, layer-major in the order written: for each layer, each tensor type
+  // (tensor_types, or tensor_type alone).
+  std::vector<PointInput> Inputs() const;
 };
 
 // A steering entry (extension; `steering:` beside `extraction_points:`): a control vector file

@@ -15,8 +15,9 @@ namespace {
 
 const std::vector<std::string_view>& PointKeys() {
   static const std::vector<std::string_view> keys = {
-      "name",        "layers",          "tensor_type",  "position",   "stride",
-      "until",       "count",           "probe_type",   "probe_kind", "execution_mode",
+      "name",        "layers",          "tensor_type",  "tensor_types",
+      "combine",     "position",        "stride",       "until",
+      "count",       "probe_type",      "probe_kind",   "execution_mode",
       "queue_depth", "overflow_policy", "intervention", "probe_args"};
   return keys;
 }
@@ -107,6 +108,8 @@ class PointParser {
   bool Present(const char* key) const { return line_of_.count(key) > 0; }
   void CheckModeRules(const ExtractionPoint& p);
   void CheckWindowRules(const ExtractionPoint& p);
+  void CheckCombineRules(const ExtractionPoint& p);
+  std::optional<std::vector<TensorType>> ParseTensorTypes(const MapEntry& e);
 
   Reporter* r_;
   YAML::Node node_;
@@ -475,6 +478,58 @@ void PointParser::CheckWindowRules(const ExtractionPoint& p) {
   }
 }
 
+// Rules of the extensions combine and tensor_types.
+void PointParser::CheckCombineRules(const ExtractionPoint& p) {
+  const bool concat = Good("combine") && p.combine == Combine::kConcat;
+  if (Present("tensor_types") && Present("tensor_type")) {
+    Error(line_of_["tensor_types"], "tensor_types",
+          "give tensor_type or tensor_types, not both (tensor_types lists every tensor type of "
+          "a combine: concat point)");
+  } else if (Present("tensor_types") && Good("combine") && !concat) {
+    Error(line_of_["tensor_types"], "tensor_types",
+          "only valid with combine: concat (several tensor types in one record). Add combine: "
+          "concat, or use tensor_type and one point per tensor type");
+  }
+  if (!concat || !Good("layers")) return;
+  std::vector<int> sorted = p.layers;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    Error(line_of_["layers"], written_["layers"],
+          "combine: concat reads each layer once; remove the repeated layer");
+  }
+}
+
+std::optional<std::vector<TensorType>> PointParser::ParseTensorTypes(const MapEntry& e) {
+  if (!e.value.IsSequence()) {
+    Error(KeyLine(e), e.key,
+          "expected a list of tensor types, e.g. [residual_stream, mlp_out]; got " +
+              Describe(e.value) + ".");
+    return std::nullopt;
+  }
+  if (e.value.size() == 0) {
+    Error(KeyLine(e), e.key,
+          "'tensor_types' list must not be empty, e.g. tensor_types: [residual_stream, mlp_out]");
+    return std::nullopt;
+  }
+  std::vector<TensorType> types;
+  bool ok = true;
+  for (size_t i = 0; i < e.value.size(); ++i) {
+    const std::optional<TensorType> type = ParseEnum<TensorType>(
+        e.value[i], LineOf(e.value[i]), e.key + "[" + std::to_string(i) + "]", "tensor_type");
+    if (!type.has_value()) {
+      ok = false;
+    } else if (std::find(types.begin(), types.end(), *type) != types.end()) {
+      Error(LineOf(e.value[i]), e.key + "[" + std::to_string(i) + "]",
+            PyQuote(Name(*type)) + " is listed twice");
+      ok = false;
+    } else {
+      types.push_back(*type);
+    }
+  }
+  if (!ok) return std::nullopt;
+  return types;
+}
+
 void PointParser::ReadEntries() {
   std::vector<DuplicateKey> duplicates;
   for (MapEntry& e : MappingEntries(node_, &duplicates)) entries_[e.key] = std::move(e);
@@ -495,8 +550,14 @@ void PointParser::ReadEntries() {
 void PointParser::ParseCaptureFields(ExtractionPoint* p) {
   ParseField("layers", Need::kRequired, &p->layers,
              [this](const MapEntry& e) { return ParseLayers(e); });
-  ParseField("tensor_type", Need::kRequired, &p->tensor_type, Enum<TensorType>("tensor_type"),
+  // tensor_types (several) stands in for tensor_type; CheckCombineRules says when it may.
+  ParseField("tensor_type", Find("tensor_types") != nullptr ? Need::kOptional : Need::kRequired,
+             &p->tensor_type, Enum<TensorType>("tensor_type"),
              " Set it to " + OneOf(EnumNameList<TensorType>()) + ".");
+  ParseField("tensor_types", Need::kOptional, &p->tensor_types,
+             [this](const MapEntry& e) { return ParseTensorTypes(e); });
+  if (!p->tensor_types.empty()) p->tensor_type = p->tensor_types.front();
+  ParseField("combine", Need::kOptional, &p->combine, Enum<Combine>("combine"));
   ParseField("position", Need::kRequired, &p->position,
              [this](const MapEntry& e) { return ParsePosition(e); });
   ParseField("stride", Need::kOptionalOrNull, &p->stride, [this](const MapEntry& e) {
@@ -546,6 +607,7 @@ std::optional<ExtractionPoint> PointParser::Parse() {
   ParseProbeFields(&p);
   CheckModeRules(p);
   CheckWindowRules(p);
+  CheckCombineRules(p);
   if (!ok_) return std::nullopt;
   return p;
 }

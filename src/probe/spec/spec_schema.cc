@@ -64,6 +64,16 @@ Json PointProperties() {
   p["tensor_type"] =
       With(Ref("TensorType"), "Which tensor to capture at each layer.",
            {{"examples", Json::array({"residual_stream", "mlp_out", "final_norm"})}});
+  p["tensor_types"] = With(
+      {{"type", "array"}, {"items", Ref("TensorType")}, {"minItems", 1}, {"uniqueItems", true}},
+      "Extension, with combine: concat only (instead of tensor_type): several "
+      "tensor types read at each layer, in this order.",
+      {{"examples", Json::array({Json::array({"residual_stream", "mlp_out"})})}});
+  p["combine"] = With({{"type", "string"}, {"enum", Json::array({"none", "concat"})}},
+                      "Extension. none: one record per layer. concat: one record per token, the "
+                      "rows of every layer (and tensor type) one after the other, layer-major in "
+                      "the order written; the probe gets hidden_size times their number.",
+                      {{"default", "none"}});
   p["position"] = With(
       {{"anyOf", Json::array({{{"type", "integer"}, {"minimum", INT64_MIN}, {"maximum", INT64_MAX}},
                               {{"type", "string"}, {"pattern", PositionPattern()}}})}},
@@ -148,7 +158,11 @@ Json PointRules() {
   rules.push_back({{"oneOf", Json::array({{{"required", Json::array({"layers"})}},
                                           {{"required", Json::array({"layer"})}}})}});
   rules.push_back({{"oneOf", Json::array({{{"required", Json::array({"tensor_type"})}},
-                                          {{"required", Json::array({"tensor"})}}})}});
+                                          {{"required", Json::array({"tensor"})}},
+                                          {{"required", Json::array({"tensor_types"})}}})}});
+  rules.push_back(IfPresent("tensor_types", {{"type", "array"}},
+                            {{"required", Json::array({"combine"})},
+                             {"properties", {{"combine", {{"const", "concat"}}}}}}));
   rules.push_back({{"not", {{"required", Json::array({"stride", "every_n"})}}}});
   const Json async_mode = {{"const", "async"}};
   rules.push_back(IfPresent(

@@ -364,8 +364,9 @@ extraction_points:
             "  - spec.yaml:11: extraction_points[1] 'p'.name: duplicate name 'p' (also "
             "extraction_points[0]); names must be unique, rename one of them\n"
             "  - spec.yaml:17: extraction_points[1] 'p': unknown key 'bogus'. Valid keys: name, "
-            "layers, tensor_type, position, stride, until, count, probe_type, probe_kind, "
-            "execution_mode, queue_depth, overflow_policy, intervention, probe_args.");
+            "layers, tensor_type, tensor_types, combine, position, stride, until, count, "
+            "probe_type, probe_kind, execution_mode, queue_depth, overflow_policy, intervention, "
+            "probe_args.");
 }
 
 TEST(SpecErrorTest, UnknownKeysAndBadEnumValuesSuggestTheClosest) {
@@ -373,9 +374,9 @@ TEST(SpecErrorTest, UnknownKeysAndBadEnumValuesSuggestTheClosest) {
             "2 problems in the spec:\n"
             "  - spec.yaml:3: extraction_points[0] 'p': missing required key 'layers'.\n"
             "  - spec.yaml:4: extraction_points[0] 'p': unknown key 'layr'. Did you mean "
-            "'layers'? Valid keys: name, layers, tensor_type, position, stride, until, count, "
-            "probe_type, probe_kind, execution_mode, queue_depth, overflow_policy, intervention, "
-            "probe_args.");
+            "'layers'? Valid keys: name, layers, tensor_type, tensor_types, combine, position, "
+            "stride, until, count, probe_type, probe_kind, execution_mode, queue_depth, "
+            "overflow_policy, intervention, probe_args.");
   EXPECT_EQ(Problems("extraction_point: []\n"),
             "2 problems in the spec:\n"
             "  - spec.yaml:1: unknown key 'extraction_point'. Did you mean 'extraction_points'? "
@@ -512,6 +513,61 @@ TEST(SpecErrorTest, CrossFieldRules) {
             "cannot use intervention mode 'block_until_signal': an async probe only observes and "
             "cannot hold generation. Remove the intervention block, or set execution_mode: "
             "inline");
+}
+
+void ExpectSameMeaning(const Spec& a, const Spec& b, const std::string& context);
+
+// The extensions combine and tensor_types: one record of several layers and tensor types.
+TEST(SpecParseTest, CombineConcatReadsSeveralLayersAndTensorTypes) {
+  const Spec a = Parsed(Replaced(Trajectory("    combine: concat\n"), "    tensor_type: mlp_out\n",
+                                 "    tensor_types: [mlp_out, residual_stream]\n"));
+  const ExtractionPoint& p = a.extraction_points[0];
+  EXPECT_EQ(p.combine, Combine::kConcat);
+  EXPECT_EQ(p.tensor_type, TensorType::kMlpOut);  // the first
+  EXPECT_EQ(p.tensor_types,
+            (std::vector<TensorType>{TensorType::kMlpOut, TensorType::kResidualStream}));
+  EXPECT_EQ(p.Inputs(), (std::vector<PointInput>{{1, TensorType::kMlpOut},
+                                                 {1, TensorType::kResidualStream},
+                                                 {2, TensorType::kMlpOut},
+                                                 {2, TensorType::kResidualStream}}));
+  const std::string written = WriteSpecYaml(a);
+  EXPECT_NE(written.find("    tensor_types: [mlp_out, residual_stream]\n    combine: concat\n"),
+            std::string::npos)
+      << written;
+  ExpectSameMeaning(a, Parsed(written), written);
+  // Without combine, a point is one record per layer, as in v0.1.
+  EXPECT_EQ(Parsed(Trajectory()).extraction_points[0].combine, Combine::kNone);
+  EXPECT_EQ(Parsed(Trajectory()).extraction_points[0].Inputs().size(), 2u);
+}
+
+TEST(SpecErrorTest, CombineRules) {
+  EXPECT_EQ(Problems(Replaced(Trajectory(), "    tensor_type: mlp_out\n",
+                              "    tensor_types: [mlp_out, attn_out]\n")),
+            "spec.yaml:5: extraction_points[0] 't'.tensor_types: only valid with combine: concat "
+            "(several tensor types in one record). Add combine: concat, or use tensor_type and "
+            "one point per tensor type");
+  EXPECT_EQ(Problems(Trajectory("    combine: concat\n    tensor_types: [attn_out]\n")),
+            "spec.yaml:10: extraction_points[0] 't'.tensor_types: give tensor_type or "
+            "tensor_types, not both (tensor_types lists every tensor type of a combine: concat "
+            "point)");
+  EXPECT_EQ(Problems(Replaced(Trajectory("    combine: concat\n"), "layers: [1, 2]",
+                              "layers: [1, 2, 1]")),
+            "spec.yaml:4: extraction_points[0] 't'.layers: combine: concat reads each layer once; "
+            "remove the repeated layer");
+  EXPECT_EQ(Problems(Trajectory("    combine: concatenate\n")),
+            "spec.yaml:9: extraction_points[0] 't'.combine: 'concatenate' is not a valid "
+            "combine. Did you mean 'concat'? Use 'none' or 'concat'.");
+  EXPECT_EQ(Problems(Replaced(Trajectory("    combine: concat\n"), "    tensor_type: mlp_out\n",
+                              "    tensor_types: [mlp_out, resid, mlp_out]\n")),
+            "2 problems in the spec:\n"
+            "  - spec.yaml:5: extraction_points[0] 't'.tensor_types[1]: 'resid' is not a valid "
+            "tensor_type. Use 'residual_stream', 'attn_out', 'mlp_out', 'kv' or 'final_norm'.\n"
+            "  - spec.yaml:5: extraction_points[0] 't'.tensor_types[2]: 'mlp_out' is listed "
+            "twice");
+  EXPECT_EQ(Problems(Replaced(Trajectory("    combine: concat\n"), "    tensor_type: mlp_out\n",
+                              "    tensor_types: []\n")),
+            "spec.yaml:5: extraction_points[0] 't'.tensor_types: 'tensor_types' list must not "
+            "be empty, e.g. tensor_types: [residual_stream, mlp_out]");
 }
 
 TEST(SpecErrorTest, InterventionRules) {
@@ -688,6 +744,8 @@ void ExpectSameMeaning(const Spec& a, const Spec& b, const std::string& context)
     EXPECT_EQ(x.queue_depth, y.queue_depth) << context;
     EXPECT_EQ(x.overflow_policy, y.overflow_policy) << context;
     EXPECT_EQ(x.intervention, y.intervention) << context;
+    EXPECT_EQ(x.combine, y.combine) << context;
+    EXPECT_EQ(x.tensor_types, y.tensor_types) << context;
   }
 }
 
@@ -852,9 +910,9 @@ TEST(SpecSchemaTest, IsADraft202012SchemaWithAStableText) {
 
 TEST(SpecSchemaTest, DescribesEveryKeyAndValue) {
   const nlohmann::json& props = PointSchema()["properties"];
-  for (const char* key : {"name", "layers", "tensor_type", "position", "stride", "until", "count",
-                          "probe_type", "probe_kind", "execution_mode", "queue_depth",
-                          "overflow_policy", "intervention", "probe_args"}) {
+  for (const char* key : {"name", "layers", "tensor_type", "tensor_types", "combine", "position",
+                          "stride", "until", "count", "probe_type", "probe_kind", "execution_mode",
+                          "queue_depth", "overflow_policy", "intervention", "probe_args"}) {
     ASSERT_TRUE(props.contains(key)) << key;
     EXPECT_TRUE(props[key].contains("description")) << key;
     EXPECT_FALSE(props[key].contains("deprecated")) << key;

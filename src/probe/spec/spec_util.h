@@ -49,6 +49,8 @@ template <>
 std::span<const std::string_view> EnumNames<OnTimeout>();
 template <>
 std::span<const std::string_view> EnumNames<OverflowPolicy>();
+template <>
+std::span<const std::string_view> EnumNames<Combine>();
 
 template <typename E>
 std::vector<std::string_view> EnumNameList() {

@@ -91,7 +91,14 @@ void WritePoint(const ExtractionPoint& p, std::string* out) {
   };
   *out += "  - name: " + Scalar(p.name) + "\n";
   line("layers", Layers(p.layers));
-  line("tensor_type", std::string(Name(p.tensor_type)));
+  if (p.tensor_types.empty()) {
+    line("tensor_type", std::string(Name(p.tensor_type)));
+  } else {
+    std::string types;
+    for (TensorType t : p.tensor_types) types += (types.empty() ? "" : ", ") + std::string(Name(t));
+    line("tensor_types", "[" + types + "]");
+  }
+  if (p.combine != Combine::kNone) line("combine", std::string(Name(p.combine)));
   line("position", p.position.kind() == PositionSelector::Kind::kAbsolute
                        ? p.position.ToString()
                        : Quoted(p.position.ToString()));
