@@ -1,13 +1,17 @@
 // probe_bench: what probing costs the decode loop. For one model, in one process, runs the
 // same batch of requests with no spec, with 8 inline `linear` probes on residual_stream at
 // generated[*], with 32, and with one slow async probe (--async-slow-ms per activation, queue
-// depth --async-depth, drop_oldest), and reports decode tokens/s of each as a ratio to the
-// no-spec run (medians of --repetitions runs, interleaved so drift hits every configuration
-// alike), with the async queue's accepted / processed / dropped counts.
+// depth --async-depth, drop_oldest), and with a production monitor set (--monitors inline
+// `ema_max` linear monitors on generated[*], layer i mod num_layers, plus one `sae` probe of
+// --sae-features features of a --sae-width-feature standard SAE at the middle layer), and
+// reports decode tokens/s of each as a ratio to the no-spec run (medians of --repetitions runs,
+// interleaved so drift hits every configuration alike), with the async queue's accepted /
+// processed / dropped counts.
 //
 //   probe_bench --model DIR_OR_FILE [--tokenizer FILE] [--batch 8] [--prompt-tokens 16]
 //               [--gen-tokens 64] [--threads 2] [--repetitions 3] [--probes 0,8,32]
-//               [--async-slow-ms 50] [--async-depth 4]
+//               [--async-slow-ms 50] [--async-depth 4] [--monitors 32] [--sae-features 16]
+//               [--sae-width 16384]
 //
 // The probes' weights are random vectors of the model's hidden size written to a temporary
 // directory; point i reads layer i mod num_layers. Decode tokens/s is engine::MeasureBatch's:
@@ -27,6 +31,7 @@
 #include "base/logging.h"
 #include "engine/batch_benchmark.h"
 #include "engine/llm_engine.h"
+#include "io/safetensors_writer.h"
 #include "probe/probes/registry.h"
 #include "probe/runtime/probing_session.h"
 #include "probe/spec/spec.h"
@@ -49,6 +54,58 @@ std::string MakeSpec(int probes, int num_layers, int hidden, const fs::path& dir
             ", tensor_type: residual_stream, position: \"generated[*]\", probe_type: linear, "
             "probe_kind: single_shot, probe_args: {weights: " +
             file.string() + ", sigmoid: true, threshold: 2.0}}\n";
+  }
+  return yaml;
+}
+
+// A standard SAELens SAE of `width` random features over `hidden` in `dir`.
+void WriteSae(const fs::path& dir, int hidden, int width) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "cfg.json") << nlohmann::json{
+      {"architecture", "standard"},
+      {"d_in", hidden},
+      {"d_sae", width},
+      {"apply_b_dec_to_input", true}}.dump();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(hidden)));
+  std::vector<float> w_enc(static_cast<size_t>(hidden) * width), b_enc(width, -0.05f),
+      b_dec(hidden, 0.0f);
+  for (float& v : w_enc) v = normal(rng);
+  uc::io::SafetensorsWriter writer;
+  UC_CHECK(writer.Add("W_enc", uc::Tensor::FromVector(w_enc, {hidden, width})).ok(), "W_enc");
+  UC_CHECK(writer.Add("b_enc", uc::Tensor::FromVector(b_enc, {width})).ok(), "b_enc");
+  UC_CHECK(writer.Add("b_dec", uc::Tensor::FromVector(b_dec, {hidden})).ok(), "b_dec");
+  const uc::Status written = writer.WriteFile(dir / "sae_weights.safetensors");
+  UC_CHECK(written.ok(), "%s", written.ToString().c_str());
+}
+
+// `monitors` inline ema_max monitors (linear scorer, random weights) on every generated token
+// and one SAE probe of `features` features: what a production deployment runs on each token.
+std::string MonitorSpec(int monitors, int features, int width, int num_layers, int hidden,
+                        const fs::path& dir) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(hidden)));
+  std::string yaml = "version: \"1\"\nextraction_points:\n";
+  for (int i = 0; i < monitors; ++i) {
+    nlohmann::json w = {{"weight", nlohmann::json::array()}, {"bias", 0.0}};
+    for (int j = 0; j < hidden; ++j) w["weight"].push_back(normal(rng));
+    const fs::path file = dir / ("monitor" + std::to_string(i) + ".json");
+    std::ofstream(file) << w.dump();
+    yaml += "  - {name: m" + std::to_string(i) + ", layers: " + std::to_string(i % num_layers) +
+            ", tensor_type: residual_stream, position: \"generated[*]\", probe_type: ema_max, "
+            "probe_kind: trajectory, probe_args: {weights: " +
+            file.string() + ", sigmoid: true, alpha: 0.3, threshold: 2.0}}\n";
+  }
+  if (features > 0) {
+    WriteSae(dir / "sae", hidden, width);
+    std::string list;
+    for (int f = 0; f < features; ++f) {
+      list += (f == 0 ? "" : ", ") + std::to_string((f * 7919) % width);
+    }
+    yaml += "  - {name: sae, layers: " + std::to_string(num_layers / 2) +
+            ", tensor_type: residual_stream, position: \"generated[*]\", probe_type: sae, "
+            "probe_kind: single_shot, probe_args: {sae: " +
+            (dir / "sae").string() + ", features: [" + list + "], threshold: 1000000000.0}}\n";
   }
   return yaml;
 }
@@ -98,11 +155,12 @@ double RunOnce(uc::engine::LLMEngine& engine, int batch, int prompt_tokens, int 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app("Decode throughput with 0, 8 and 32 inline linear probes");
+  CLI::App app("Decode throughput with inline linear probes, a slow async probe and a monitor set");
   std::string model, tokenizer;
   std::vector<int> configs = {0, 8, 32};
   int batch = 8, prompt_tokens = 16, gen_tokens = 64, threads = 2, repetitions = 3;
   int async_slow_ms = 50, async_depth = 4;
+  int monitors = 32, sae_features = 16, sae_width = 16384;
   app.add_option("--model", model, "Model directory or file")->required();
   app.add_option("--tokenizer", tokenizer, "Tokenizer (for models without one)");
   app.add_option("--probes", configs, "Probe counts to compare")->delimiter(',');
@@ -114,6 +172,11 @@ int main(int argc, char** argv) {
   app.add_option("--async-slow-ms", async_slow_ms,
                  "Milliseconds per activation of the slow async probe (0: no such run)");
   app.add_option("--async-depth", async_depth, "Queue depth of the slow async probe");
+  app.add_option("--monitors", monitors,
+                 "Inline ema_max monitors of the monitor-set run (0 and --sae-features 0: no such "
+                 "run)");
+  app.add_option("--sae-features", sae_features, "Features of the SAE probe of the monitor set");
+  app.add_option("--sae-width", sae_width, "Features of that SAE (d_sae)");
   CLI11_PARSE(app, argc, argv);
 
   uc::engine::EngineOptions options;
@@ -167,6 +230,21 @@ int main(int argc, char** argv) {
     configs.push_back(1);
     labels.push_back("1 async, " + std::to_string(async_slow_ms) + " ms/activation, depth " +
                      std::to_string(async_depth) + ", drop_oldest");
+  }
+  if (monitors > 0 || sae_features > 0) {
+    auto spec =
+        uc::probe::ParseSpecText(MonitorSpec(monitors, sae_features, sae_width,
+                                             config.num_hidden_layers, config.hidden_size, dir),
+                                 "bench");
+    UC_CHECK(spec.ok(), "%s", spec.status().ToString().c_str());
+    auto session =
+        uc::probe::ProbingSession::Create(*spec, uc::probe::ProbeRegistry::Global(), config);
+    UC_CHECK(session.ok(), "%s", session.status().ToString().c_str());
+    sessions.push_back(std::move(session).value());
+    configs.push_back(1);
+    labels.push_back(std::to_string(monitors) + " inline ema_max + sae (" +
+                     std::to_string(sae_features) + " of " + std::to_string(sae_width) +
+                     " features)");
   }
   RunOnce(**engine, batch, prompt_tokens, 8, -1);  // warm-up
   std::vector<std::vector<double>> tps(configs.size());

@@ -20,6 +20,7 @@
 #include "common/test_util.h"
 #include "engine/llm.h"
 #include "engine/prompts_file.h"
+#include "io/safetensors.h"
 
 namespace uc {
 namespace {
@@ -172,6 +173,70 @@ int CaptureAndKill(const std::string& args, const fs::path& out, int shards) {
 
 // Killed midway (once, then again during the resumed run) and rerun, a capture writes the same
 // bytes as an uninterrupted one: manifest, index and every shard.
+// --sae: every row is stored as the named features of a standard SAE (saved by sae-lens), each
+// equal to relu((x - b_dec) W_enc + b_enc) computed here in double from the raw capture's rows
+// and the SAE's own tensors; the index lines are the raw dataset's.
+TEST(CaptureTest, SaeFeaturesInsteadOfRows) {
+  const fs::path raw_dir = testing::ScratchDir("capture/sae_raw");
+  const fs::path sae_dir = testing::ScratchDir("capture/sae_features");
+  const fs::path prompts = kSource / "examples" / "data" / "animals_heldout.jsonl";
+  const fs::path sae = kSource / "tests" / "testdata" / "probes" / "sae" / "standard";
+  const std::string common = ModelArgs() + " --spec " + Quote(kSpec) + " --prompts " +
+                             Quote(prompts) + " --temperature 0 --max-tokens 4 --progress none";
+  const testing::CliRun raw = testing::RunCapture(common + " --out " + Quote(raw_dir));
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  const std::vector<int64_t> features = {3, 17, 200, 255, 0};
+  const testing::CliRun encoded =
+      testing::RunCapture(common + " --out " + Quote(sae_dir) + " --sae " + Quote(sae) +
+                          " --sae-features 3,17,200,255,0");
+  ASSERT_EQ(encoded.exit_code, 0) << encoded.output;
+  const testing::LoadedDataset a = testing::LoadDataset(raw_dir);
+  const testing::LoadedDataset b = testing::LoadDataset(sae_dir);
+  EXPECT_EQ(b.manifest["hidden_size"], 5);
+  EXPECT_EQ(b.manifest["fingerprint"]["sae"]["features"], json(features));
+  ASSERT_EQ(a.index_lines.size(), b.index_lines.size());
+  ASSERT_GT(a.index_lines.size(), 100u);
+
+  auto file = io::SafetensorsFile::Open(sae / "sae_weights.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto w_enc = (*file)->Get("W_enc");
+  auto b_enc = (*file)->Get("b_enc");
+  auto b_dec = (*file)->Get("b_dec");
+  ASSERT_TRUE(w_enc.ok() && b_enc.ok() && b_dec.ok());
+  const int64_t d_in = 64, d_sae = 256;
+  int active = 0;
+  double worst = 0.0;
+  for (size_t row = 0; row < a.values.size(); ++row) {
+    EXPECT_EQ(a.index[row]["point"], b.index[row]["point"]);
+    EXPECT_EQ(a.index[row]["token_pos"], b.index[row]["token_pos"]);
+    ASSERT_EQ(b.values[row].size(), features.size());
+    for (size_t k = 0; k < features.size(); ++k) {
+      const int64_t f = features[k];
+      double pre = b_enc->data<float>()[f];
+      for (int64_t i = 0; i < d_in; ++i) {
+        pre += (double{a.values[row][i]} - b_dec->data<float>()[i]) *
+               w_enc->data<float>()[i * d_sae + f];
+      }
+      const double want = std::max(0.0, pre);
+      active += want > 0.0;
+      worst = std::max(worst, std::abs(b.values[row][k] - want) / std::max(std::abs(want), 0.1));
+    }
+  }
+  EXPECT_LE(worst, 1e-5);
+  EXPECT_GT(active, 0);  // some features fire, so the comparison is not all zeros
+
+  // Bad flags are named.
+  const testing::CliRun no_list =
+      testing::RunCapture(common + " --out " + Quote(sae_dir / "x") + " --sae " + Quote(sae));
+  EXPECT_NE(no_list.exit_code, 0);
+  EXPECT_NE(no_list.output.find("--sae needs --sae-features"), std::string::npos) << no_list.output;
+  const testing::CliRun out_of_range = testing::RunCapture(
+      common + " --out " + Quote(sae_dir / "y") + " --sae " + Quote(sae) + " --sae-features 9,256");
+  EXPECT_NE(out_of_range.exit_code, 0);
+  EXPECT_NE(out_of_range.output.find("feature 256 is out of range"), std::string::npos)
+      << out_of_range.output;
+}
+
 TEST(CaptureTest, SigkillMidwayThenRerunGivesTheSameDataset) {
   const fs::path prompts = kSource / "examples" / "data" / "animals_train.jsonl";
   // Sampled (each prompt's seed derived from its id) and a small batch, so that shards are

@@ -25,6 +25,7 @@
 #include "engine/prompts_file.h"
 #include "probe/datasets/dataset_writer.h"
 #include "probe/probes/registry.h"
+#include "probe/probes/sae.h"
 #include "probe/runtime/capture.h"
 #include "probe/runtime/probing_session.h"
 #include "probe/spec/spec.h"
@@ -53,7 +54,52 @@ struct CaptureOptions {
   int64_t seed = -1;
   bool json = false;
   bool bench = false;
+  std::string sae_dir;       // store these SAE features instead of the raw rows
+  std::string sae_features;  // "3,17,200" or "all"
 };
+
+// --sae DIR --sae-features LIST|all: the encoder every captured row goes through, checked
+// against the model's hidden size. Null without --sae.
+StatusOr<std::shared_ptr<const probe::SaeEncoder>> LoadCaptureSae(const CaptureOptions& o,
+                                                                  int64_t hidden_size) {
+  if (o.sae_dir.empty()) {
+    if (!o.sae_features.empty()) return InvalidArgumentError("--sae-features needs --sae DIR");
+    return std::shared_ptr<const probe::SaeEncoder>();
+  }
+  if (o.sae_features.empty()) {
+    return InvalidArgumentError("--sae needs --sae-features (a list of indices, or all)");
+  }
+  std::vector<int64_t> features;
+  if (o.sae_features != "all") {
+    std::stringstream list(o.sae_features);
+    for (std::string item; std::getline(list, item, ',');) {
+      char* end = nullptr;
+      const long long f = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || f < 0) {
+        return InvalidArgumentError("--sae-features '" + o.sae_features + "': '" + item +
+                                    "' is not a feature index (use indices like 3,17 or all)");
+      }
+      features.push_back(f);
+    }
+  } else {
+    // Every feature: the width comes from the SAE's cfg.json.
+    std::ifstream in(std::filesystem::path(o.sae_dir) / "cfg.json");
+    const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, false);
+    if (!cfg.is_object() || !cfg.contains("d_sae") || !cfg["d_sae"].is_number_integer()) {
+      return InvalidArgumentError("--sae " + o.sae_dir + ": cfg.json has no integer d_sae");
+    }
+    for (int64_t f = 0; f < cfg["d_sae"].get<int64_t>(); ++f) features.push_back(f);
+  }
+  StatusOr<std::shared_ptr<const probe::SaeEncoder>> sae =
+      probe::SaeEncoder::Load(o.sae_dir, std::move(features));
+  if (!sae.ok()) return InvalidArgumentError("--sae " + o.sae_dir + ": " + sae.status().message());
+  if ((*sae)->d_in() != hidden_size) {
+    return InvalidArgumentError(
+        "--sae " + o.sae_dir + ": the SAE reads " + std::to_string((*sae)->d_in()) +
+        " values (d_in); the model's hidden size is " + std::to_string(hidden_size));
+  }
+  return sae;
+}
 
 // This rank's share of a multi-rank deployment; null on the ranks that only serve steps.
 StatusOr<std::unique_ptr<engine::Deployment>> OpenDeployment(const CaptureOptions& o) {
@@ -191,8 +237,13 @@ int RunCapture(CaptureOptions& o) {
       probe::ProbingSession::Create(capture_spec, registry, engine->config(), probing);
   if (!session.ok()) return fail(session.status());
 
+  StatusOr<std::shared_ptr<const probe::SaeEncoder>> sae =
+      LoadCaptureSae(o, engine->config().hidden_size);
+  if (!sae.ok()) return fail(sae.status());
+
   probe::DatasetOptions dataset;
-  dataset.hidden_size = engine->config().hidden_size;
+  dataset.hidden_size = *sae != nullptr ? static_cast<int>((*sae)->features().size())
+                                        : static_cast<int>(engine->config().hidden_size);
   dataset.dtype = o.dtype == "bf16" ? DType::kBF16 : DType::kF32;
   dataset.shard_bytes = *shard_bytes;
   dataset.num_prompts = static_cast<int64_t>(prompts->requests.size());
@@ -209,6 +260,21 @@ int RunCapture(CaptureOptions& o) {
   // precision it was started with (exact datasets keep the fingerprint they always had).
   if (o.engine.load.matmul_precision == kernels::MatMulPrecision::kInt8) {
     dataset.fingerprint["matmul"] = "int8";
+  }
+  // Rows of SAE features: which SAE (its files' bytes) and which features, in column order.
+  if (*sae != nullptr) {
+    nlohmann::json files = nlohmann::json::object();
+    for (const char* name : {"cfg.json", "sae_weights.safetensors"}) {
+      std::ifstream in(std::filesystem::path(o.sae_dir) / name, std::ios::binary);
+      const std::string bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+      files[name] = Hex(Fnv1a64(bytes));
+    }
+    dataset.fingerprint["sae"] = {{"dir", o.sae_dir},
+                                  {"d_in", (*sae)->d_in()},
+                                  {"d_sae", (*sae)->d_sae()},
+                                  {"features", (*sae)->features()},
+                                  {"fnv1a64", files}};
   }
   // So are activations captured under control vectors: their files' contents, scales and range.
   if (!o.engine.load.steering.empty()) {
@@ -277,6 +343,12 @@ int RunCapture(CaptureOptions& o) {
             totals.generated_tokens += static_cast<int64_t>(out->output_ids.size());
             prompt = MakeDatasetPrompt(index, request, label, collector.Take(request.id), *out,
                                        engine->tokenizer());
+            if (*sae != nullptr) {
+              for (probe::DatasetRow& row : prompt.rows) {
+                const std::vector<double> f = (*sae)->Encode(row.values);
+                row.values.assign(f.begin(), f.end());
+              }
+            }
           }
           ++totals.prompts;
           totals.records += static_cast<int64_t>(prompt.rows.size());
@@ -378,6 +450,12 @@ void AddCaptureCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--out,-o", options->out,
                   "Dataset directory: created, or resumed when it holds this capture's dataset")
       ->required();
+  cmd->add_option("--sae", options->sae_dir,
+                  "Store SAE feature activations instead of the raw rows: a SAELens directory "
+                  "(cfg.json, sae_weights.safetensors) whose d_in is the hidden size")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--sae-features", options->sae_features,
+                  "With --sae: the features to store, in column order (e.g. 3,17,200), or all");
   cmd->add_option("--dtype", options->dtype, "Stored dtype of the activations")
       ->check(CLI::IsMember({"float32", "bf16"}))
       ->capture_default_str();
