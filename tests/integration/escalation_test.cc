@@ -401,6 +401,53 @@ TEST(EscalationTest, AHeldRequestPreemptedForItsBlocksStaysTokenExact) {
   }
 }
 
+// A built-in probe escalates through `action: escalate`: every request is held once (at the
+// same point) and, on continue, each is exactly its unprobed run; the classifier got the score.
+TEST(EscalationTest, BuiltInProbesEscalateWithActionEscalate) {
+  Classifier classifier("continue", 50);
+  const std::vector<GenerateRequest> requests = testing::BatchingWorkload(4);
+  auto solo =
+      engine::Generator::Open({.model_path = ModelPath(), .tokenizer_path = {}, .num_threads = 2});
+  ASSERT_TRUE(solo.ok());
+  const auto alone = testing::RunAlone(**solo, requests);
+  auto llm = engine::LLM::Open(Options());
+  ASSERT_TRUE(llm.ok()) << llm.status().ToString();
+  engine::LLMEngine& engine = (*llm)->engine();
+  probe::ProbingOptions options;
+  options.tokenizer = &engine.tokenizer();
+  auto session = testing::MakeSession(R"(version: "1"
+extraction_points:
+  - {name: norm, layers: [1], tensor_type: residual_stream, position: "generated[2]",
+     probe_type: norm_gate, probe_kind: single_shot,
+     probe_args: {threshold: 0.0, action: escalate},
+     escalation: {url: ")" + classifier.url() +
+                                          R"(", timeout_ms: 10000, on_timeout: abort}}
+)",
+                                      engine.config(), options);
+  ASSERT_NE(session, nullptr);
+  engine.SetObserver(session.get());
+  const Streamed run = RunStepwise(engine, requests);
+  engine.SetObserver(nullptr);
+  for (const GenerateRequest& r : requests) {
+    ASSERT_EQ(run.finished.count(r.id), 1u) << r.id;
+    EXPECT_EQ(run.finished.at(r.id).output_ids, alone.at(r.id).output_ids) << r.id;
+    EXPECT_EQ(run.tokens.at(r.id), alone.at(r.id).output_ids) << r.id;
+  }
+  // Requests that reach generated[2] are held once each (the workload's shortest may not).
+  size_t reaching = 0;
+  for (const GenerateRequest& r : requests) reaching += alone.at(r.id).output_ids.size() >= 3;
+  EXPECT_EQ(session->stats().escalations, static_cast<int64_t>(reaching));
+  const std::vector<json> bodies = classifier.bodies();
+  ASSERT_EQ(bodies.size(), reaching);
+  for (const json& b : bodies) {
+    EXPECT_EQ(b["extraction_point_name"], "norm");
+    EXPECT_TRUE(b["score"].is_number());
+    EXPECT_GT(b["score"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(session->metrics().Point("norm", true).escalation_continue->Value(),
+            static_cast<double>(reaching));
+}
+
 // A session shut down while a request is held leaves nothing hanging: the engine aborts it
 // at its next step (by "shutdown"), the prefix unchanged.
 TEST(EscalationTest, ShutdownWhileHeldAbortsTheHeldRequest) {
