@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "common/batching_workload.h"
+#include "common/classifier_util.h"
 #include "common/probing_util.h"
 #include "common/test_util.h"
 #include "engine/generator.h"
@@ -35,6 +36,7 @@ namespace {
 using engine::GenerateRequest;
 using engine::Prompt;
 using nlohmann::json;
+using testing::Classifier;
 using testing::Greedy;
 using namespace std::chrono_literals;
 
@@ -51,77 +53,29 @@ engine::EngineOptions Options() {
   return o;
 }
 
-// An HTTP classifier on 127.0.0.1: answers `decision` after `delay_ms` (or earlier, once
-// Release() is called), or never (until it is destroyed) when `silent`. Keeps every body it got.
-class Classifier {
+// A loopback port bound but not listening while this object lives: connections to it are
+// refused, and no other process can take the port meanwhile.
+class ClosedPort {
  public:
-  Classifier(std::string decision, int delay_ms, bool silent = false)
-      : decision_(std::move(decision)), delay_ms_(delay_ms), silent_(silent) {
-    server_.Post("/classify", [this](const httplib::Request& req, httplib::Response& res) {
-      std::unique_lock<std::mutex> lock(mu_);
-      bodies_.push_back(json::parse(req.body));
-      const auto wait =
-          silent_ ? std::chrono::milliseconds(60000) : std::chrono::milliseconds(delay_ms_);
-      cv_.wait_for(lock, wait, [this] { return closing_ || released_; });
-      if (silent_) {
-        res.status = 500;
-        return;
-      }
-      res.set_content(json{{"decision", decision_}}.dump(), "application/json");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(1ms);
+  ClosedPort() : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    port_ = ntohs(addr.sin_port);
   }
-  ~Classifier() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closing_ = true;
-    }
-    cv_.notify_all();
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/classify"; }
-  void Release() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      released_ = true;
-    }
-    cv_.notify_all();
-  }
-  std::vector<json> bodies() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return bodies_;
-  }
+  ~ClosedPort() { close(fd_); }
+  ClosedPort(const ClosedPort&) = delete;
+  ClosedPort& operator=(const ClosedPort&) = delete;
+  int port() const { return port_; }
 
  private:
-  std::string decision_;
-  int delay_ms_;
-  bool silent_;
-  httplib::Server server_;
+  int fd_;
   int port_ = 0;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool closing_ = false;
-  bool released_ = false;
-  std::vector<json> bodies_;
 };
-
-// A loopback port nothing listens on.
-int ClosedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string GateSpec(const std::string& url, int timeout_ms, const std::string& on_timeout) {
   return R"(version: "1"
@@ -243,8 +197,9 @@ TEST(EscalationTest, TokenExactForEveryOutcomeAndNeighboursUntouched) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<Classifier> classifier;
     std::string url;
+    ClosedPort closed;
     if (c.closed) {
-      url = "http://127.0.0.1:" + std::to_string(ClosedPort()) + "/classify";
+      url = "http://127.0.0.1:" + std::to_string(closed.port()) + "/classify";
     } else {
       classifier = std::make_unique<Classifier>(c.decision, c.delay_ms, c.silent);
       url = classifier->url();
