@@ -46,6 +46,8 @@ struct LLMEngine::RequestState {
   // bit 1 started, bit 2 stopped).
   std::vector<int32_t> steering_bounds;
   std::vector<uint8_t> steering_state;
+  bool held = false;                  // the observer holds it (TakeHolds)
+  std::optional<int32_t> held_token;  // sampled in the step it was held in; not yet returned
 };
 
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
@@ -222,14 +224,59 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
   r->seq_id = next_seq_id_++;
   ids_in_use_[request_id] = r->seq_id;
   new_requests_.push_back(std::move(r));
+  wake_->Wake();
   return OkStatus();
 }
 
 bool LLMEngine::Abort(const std::string& request_id, AbortInfo info) {
-  std::lock_guard<std::mutex> lock(inbox_mu_);
-  if (ids_in_use_.count(request_id) == 0) return false;
-  aborts_.emplace_back(request_id, std::move(info));
+  {
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    if (ids_in_use_.count(request_id) == 0) return false;
+    aborts_.emplace_back(request_id, std::move(info));
+  }
+  wake_->Wake();
   return true;
+}
+
+void LLMEngine::SetObserver(StepObserver* observer) {
+  if (observer_ != nullptr && observer_ != observer) observer_->SetWakeup(nullptr);
+  observer_ = observer;
+  if (observer_ != nullptr) observer_->SetWakeup([wake = wake_] { wake->Wake(); });
+}
+
+void LLMEngine::Wake() { wake_->Wake(); }
+
+void LLMEngine::WaitWhileHeld() {
+  std::unique_lock<std::mutex> lock(wake_->mu);
+  wake_->cv.wait_for(lock, kHoldPollInterval, [this] { return wake_->woken; });
+  wake_->woken = false;
+}
+
+// Decisions about held requests: a release returns the withheld token (and generation goes
+// on); a stop aborts the request, dropping it.
+void LLMEngine::ApplyHoldDecisions(std::vector<RequestOutput>& outputs) {
+  if (observer_ == nullptr) return;
+  for (HoldDecision& d : observer_->TakeHoldDecisions()) {
+    auto it = requests_.find(d.seq_id);
+    if (it == requests_.end() || !it->second->held) continue;
+    RequestState& r = *it->second;
+    RequestOutput out;
+    if (d.abort.has_value()) {
+      AbortRequest(r, std::move(*d.abort), out);  // releases the scheduler's hold too
+      outputs.push_back(std::move(out));
+      continue;
+    }
+    r.held = false;
+    const std::optional<int32_t> token = r.held_token;
+    r.held_token.reset();
+    const uint64_t seq_id = r.seq_id;
+    // The token first (AppendToken accepts a held sequence that was preempted meanwhile).
+    if (token.has_value()) {
+      ProcessToken(r, *token, out);
+      outputs.push_back(std::move(out));
+    }
+    scheduler_->Release(seq_id);  // false when the token finished it
+  }
 }
 
 bool LLMEngine::HasUnfinished() const {
@@ -289,8 +336,12 @@ std::vector<RequestOutput> LLMEngine::Step() {
 std::vector<RequestOutput> LLMEngine::StepOnce() {
   std::vector<RequestOutput> outputs;
   DrainInbox(outputs);
+  ApplyHoldDecisions(outputs);
   worker::SchedulerOutput plan = scheduler_->Schedule();
-  if (plan.empty()) return outputs;
+  if (plan.empty()) {
+    if (outputs.empty() && scheduler_->num_held() > 0) WaitWhileHeld();
+    return outputs;
+  }
   ++stats_.num_steps;
   for (const worker::ScheduledSequence& s : plan.scheduled) {
     const int32_t prompt_part =
@@ -326,6 +377,13 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
     AbortRequest(*it->second, std::move(stop.info), out);
     outputs.push_back(std::move(out));
   }
+  if (observer_ != nullptr && !plan.scheduled.empty()) {
+    for (uint64_t id : observer_->TakeHolds()) {
+      auto it = requests_.find(id);
+      if (it == requests_.end() || it->second->final_feed || it->second->held) continue;
+      if (scheduler_->Hold(id)) it->second->held = true;
+    }
+  }
   size_t next = 0;
   for (const worker::ScheduledSequence& s : plan.scheduled) {
     auto it = requests_.find(s.seq_id);
@@ -343,6 +401,10 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
     }
     const int32_t token = tokens[next++];
     if (it == requests_.end()) continue;  // stopped by a probe in this very step
+    if (it->second->held) {
+      it->second->held_token = token;  // returned only if the hold is released
+      continue;
+    }
     RequestOutput out;
     ProcessToken(*it->second, token, out);
     outputs.push_back(std::move(out));
@@ -584,6 +646,7 @@ EngineStats LLMEngine::stats() const {
   s.num_kv_blocks = blocks_->num_blocks();
   s.num_free_kv_blocks = blocks_->num_free_blocks();
   s.num_preemptions = scheduler_->num_preemptions();
+  s.num_held = scheduler_->num_held();
   return s;
 }
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -135,6 +136,7 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;  // including recomputation
   int64_t generated_tokens = 0;
   int num_steering_configs = 0;  // distinct steering configs registered on the ranks
+  int num_held = 0;              // requests held by the observer (a probe escalated)
 };
 
 class LLMEngine {
@@ -170,9 +172,10 @@ class LLMEngine {
   // finish_reason kAbort and `abort` set. False when the id is unknown or already finished.
   bool Abort(const std::string& request_id, AbortInfo info = AbortInfo("client", "aborted"));
 
-  // Installs the probing layer (may be null). Call before the first AddRequest; the observer
-  // must outlive the engine's last Step.
-  void SetObserver(StepObserver* observer) { observer_ = observer; }
+  // Installs the probing layer (may be null) and gives it the engine's wake-up
+  // (StepObserver::SetWakeup; the previous observer's is cleared). Call before the first
+  // AddRequest; the observer must outlive the engine's last Step.
+  void SetObserver(StepObserver* observer);
 
   // Called at the end of every Step that ran the model or returned outputs, on the engine
   // thread, with the stats after it, its wall time and its outputs (metrics, progress).
@@ -181,9 +184,15 @@ class LLMEngine {
   void SetStepListener(StepListener listener) { step_listener_ = std::move(listener); }
 
   // One schedule -> execute -> update step. Returns the outputs of requests that produced a
-  // token or finished (aborted ones included).
+  // token or finished (aborted ones included). When every live request is held by the observer
+  // (StepObserver::TakeHolds), it waits — at most kHoldPollInterval, less when a hold decision,
+  // a request or an abort arrives — and returns nothing, so a caller looping on
+  // HasUnfinished() neither spins nor exits while requests are held.
   std::vector<RequestOutput> Step();
-  // True while any request is queued, running or waiting.
+  static constexpr std::chrono::milliseconds kHoldPollInterval{100};
+  // Wakes a Step waiting on held requests (any thread).
+  void Wake();
+  // True while any request is queued, running, waiting or held.
   bool HasUnfinished() const;
 
   EngineStats stats() const;
@@ -204,6 +213,9 @@ class LLMEngine {
   StatusOr<std::vector<int32_t>> Tokenize(const Prompt& prompt) const;
   std::vector<RequestOutput> StepOnce();
   void DrainInbox(std::vector<RequestOutput>& outputs);
+  // Holding (StepObserver::TakeHolds / TakeHoldDecisions).
+  void ApplyHoldDecisions(std::vector<RequestOutput>& outputs);
+  void WaitWhileHeld();
   // Applies one sampled token; true when the request finished.
   bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out);
   // Stops `r` because `info` says so (a probe or a client), dropping nothing already returned.
@@ -232,6 +244,22 @@ class LLMEngine {
   int max_model_len_ = 0;
   std::vector<int32_t> eos_ids_;
   std::chrono::steady_clock::time_point start_;
+
+  // What a Step idling on held requests waits on. Shared with the observer's wake-up, which
+  // may outlive the engine (a classifier answering late).
+  struct WakeChannel {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;  // set by Wake, AddRequest, Abort; cleared by the wait
+    void Wake() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        woken = true;
+      }
+      cv.notify_all();
+    }
+  };
+  std::shared_ptr<WakeChannel> wake_ = std::make_shared<WakeChannel>();
 
   mutable std::mutex inbox_mu_;  // guards the three fields below
   std::deque<std::unique_ptr<RequestState>> new_requests_;

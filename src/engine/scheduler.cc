@@ -93,6 +93,10 @@ worker::SchedulerOutput Scheduler::Schedule() {
   // yields when it is alone -- where it always fits (CheckSchedulable).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
+    if (seq->held) {
+      ++i;
+      continue;
+    }
     CheckSchedulable(*seq);
     ReleaseOutOfWindow(seq);
     const int n = ChunkSize(*seq, budget);
@@ -122,9 +126,15 @@ worker::SchedulerOutput Scheduler::Schedule() {
     }
   }
   size_t next = 0;
+  int held_running = 0;
+  for (const Sequence* seq : running_) held_running += seq->held ? 1 : 0;
   while (!preempted && next < waiting_.size() && budget > 0 &&
-         num_running() < config_.max_num_seqs) {
+         num_running() - held_running < config_.max_num_seqs) {
     Sequence* seq = waiting_[next];
+    if (seq->held) {
+      ++next;
+      continue;
+    }
     const bool new_config = seq->steering_id != 0 && !Contains(configs, seq->steering_id);
     if (new_config && config_.max_steering_configs > 0 &&
         static_cast<int>(configs.size()) >= config_.max_steering_configs) {
@@ -133,7 +143,14 @@ worker::SchedulerOutput Scheduler::Schedule() {
     }
     CheckSchedulable(*seq);
     const int n = ChunkSize(*seq, budget);
-    if (!blocks_->Allocate(seq->block_table, n)) break;  // never skip for lack of blocks
+    bool fits = blocks_->Allocate(seq->block_table, n);
+    while (!fits && PreemptHeld(out)) {  // held sequences yield their blocks first
+      --held_running;
+      fits = blocks_->Allocate(seq->block_table, n);
+    }
+    if (!fits) break;  // never skip for lack of blocks
+    // A preempted held sequence went back into the queue, maybe before `seq`.
+    next = static_cast<size_t>(std::find(waiting_.begin(), waiting_.end(), seq) - waiting_.begin());
     if (new_config) configs.push_back(seq->steering_id);
     waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
     seq->status = SequenceStatus::kRunning;
@@ -149,7 +166,9 @@ worker::SchedulerOutput Scheduler::Schedule() {
 
 void Scheduler::AppendToken(uint64_t seq_id, int32_t token) {
   Sequence* seq = Find(seq_id);
-  UC_CHECK(seq != nullptr && seq->status == SequenceStatus::kRunning,
+  // A held sequence may have been preempted while its sampled token was withheld.
+  UC_CHECK(seq != nullptr && (seq->status == SequenceStatus::kRunning ||
+                              (seq->held && seq->status == SequenceStatus::kPreempted)),
            "AppendToken(%llu): not a running sequence", static_cast<unsigned long long>(seq_id));
   UC_CHECK(seq->awaiting_token, "AppendToken(%llu): it was not scheduled with sample set",
            static_cast<unsigned long long>(seq_id));
@@ -174,6 +193,8 @@ bool Scheduler::Finish(uint64_t seq_id) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
   }
   blocks_->Free(seq->block_table);
+  if (seq->held) --num_held_;
+  seq->held = false;
   seq->status = SequenceStatus::kFinished;
   seq->awaiting_token = false;
   finished_since_last_.push_back(seq_id);
@@ -205,6 +226,32 @@ void Scheduler::Preempt(Sequence* seq, worker::SchedulerOutput& out) {
   ++num_preemptions_;
   out.preempted_seq_ids.push_back(seq->seq_id);
   InsertWaiting(seq);
+}
+
+bool Scheduler::Hold(uint64_t seq_id) {
+  Sequence* seq = Find(seq_id);
+  if (seq == nullptr || seq->status == SequenceStatus::kFinished || seq->held) return false;
+  seq->held = true;
+  ++num_held_;
+  return true;
+}
+
+bool Scheduler::Release(uint64_t seq_id) {
+  Sequence* seq = Find(seq_id);
+  if (seq == nullptr || seq->status == SequenceStatus::kFinished || !seq->held) return false;
+  seq->held = false;
+  --num_held_;
+  return true;
+}
+
+bool Scheduler::PreemptHeld(worker::SchedulerOutput& out) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if ((*it)->held) {
+      Preempt(*it, out);
+      return true;
+    }
+  }
+  return false;
 }
 
 void Scheduler::InsertWaiting(Sequence* seq) {

@@ -21,6 +21,9 @@
 // lie wholly before the window of its next token are given back before each step's allocation
 // (vLLM's sliding-window manager), so a sequence holds at most MaxBlocksHeld blocks however long
 // it grows, and may outgrow the whole cache.
+// Held sequences (Hold: a probe escalated and waits for an answer) are not scheduled until
+// Release and do not count against max_num_seqs; they keep their blocks, but preemption takes
+// them like any running sequence, and before any other when a waiting sequence needs blocks.
 // A recomputed sequence runs prompt + generated tokens as prefill; the last chunk samples the
 // next new token. A sequence whose chunk reaches the end of its known tokens has `sample` set;
 // the engine then calls AppendToken with the sampled id (and Finish when it stops).
@@ -115,6 +118,13 @@ class Scheduler {
   // reaches max_model_len.
   void AppendFinalToken(uint64_t seq_id, int32_t token);
 
+  // Holding: `seq_id` is not scheduled until Release (see the top of this file). It may still
+  // await the token it sampled last; AppendToken / AppendFinalToken / Finish then work even if
+  // preemption took it meanwhile. False when unknown, finished, or already in that state.
+  bool Hold(uint64_t seq_id);
+  bool Release(uint64_t seq_id);
+  int num_held() const { return num_held_; }
+
   bool HasUnfinished() const { return !waiting_.empty() || !running_.empty(); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -142,6 +152,7 @@ class Scheduler {
     uint32_t steering_id = 0;
     bool awaiting_token = false;  // scheduled with sample; AppendToken or Finish comes next
     bool final_feed = false;      // its last token runs once more, without sampling
+    bool held = false;            // Hold: not scheduled until Release
     int num_tokens() const { return static_cast<int>(token_ids.size()); }
   };
 
@@ -149,6 +160,8 @@ class Scheduler {
   // waiting queue; records it in out.preempted_seq_ids.
   void Preempt(Sequence* seq, worker::SchedulerOutput& out);
   void InsertWaiting(Sequence* seq);
+  // Preempts the newest held running sequence; false when there is none.
+  bool PreemptHeld(worker::SchedulerOutput& out);
   // Sliding window: gives back `seq`'s blocks that lie wholly before the window of its next
   // token (position num_computed_tokens).
   void ReleaseOutOfWindow(Sequence* seq);
@@ -170,6 +183,7 @@ class Scheduler {
   int64_t next_arrival_ = 0;
   int64_t step_ = 0;
   int64_t num_preemptions_ = 0;
+  int num_held_ = 0;
 };
 
 }  // namespace uc::engine

@@ -394,6 +394,45 @@ TEST(SchedulerTest, NewestSequencePreemptsItselfWhenItCannotGrow) {
   EXPECT_EQ(scheduler.Info(2)->status, SequenceStatus::kPreempted);
 }
 
+// Holding (a probe escalated): a held sequence keeps its blocks but is not scheduled, does not
+// take a max_num_seqs slot, yields its blocks first to a waiting sequence, and may get its
+// withheld token appended even after preemption took it; released, it is recomputed exactly.
+TEST(SchedulerTest, HeldSequencesAreSkippedAndYieldTheirBlocksFirst) {
+  BlockManager blocks(/*num_blocks=*/4, /*block_size=*/2);
+  Scheduler scheduler(Config(/*max_num_seqs=*/1, 100, 100, 64), &blocks);
+  ASSERT_TRUE(scheduler.AddSequence(1, {10, 11, 12}, Params()).ok());
+  EXPECT_EQ(ScheduledIds(scheduler.Schedule()), (std::vector<uint64_t>{1}));
+  EXPECT_TRUE(scheduler.Hold(1));  // sampled; its token withheld for now
+  EXPECT_FALSE(scheduler.Hold(1));
+  EXPECT_EQ(scheduler.num_held(), 1);
+  EXPECT_TRUE(scheduler.Schedule().scheduled.empty());  // skipped, no AppendToken needed
+  EXPECT_EQ(blocks.num_free_blocks(), 2);               // its blocks stay
+  // A waiting sequence takes the slot, and the held one's blocks when it needs them.
+  ASSERT_TRUE(scheduler.AddSequence(2, Prompt(7, 20), Params()).ok());
+  const SchedulerOutput out = scheduler.Schedule();
+  EXPECT_EQ(ScheduledIds(out), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(out.preempted_seq_ids, (std::vector<uint64_t>{1}));
+  EXPECT_EQ(scheduler.Info(1)->status, SequenceStatus::kPreempted);
+  scheduler.AppendToken(2, 27);
+  // The decision comes: the withheld token is appended to the preempted sequence, then
+  // released; it is recomputed from position 0 once there is room.
+  scheduler.AppendToken(1, 13);
+  EXPECT_TRUE(scheduler.Release(1));
+  EXPECT_FALSE(scheduler.Release(1));
+  EXPECT_EQ(scheduler.num_held(), 0);
+  ASSERT_TRUE(scheduler.Finish(2));
+  const SchedulerOutput again = scheduler.Schedule();
+  const ScheduledSequence* s = FindScheduled(again, 1);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->start_pos, 0);
+  EXPECT_EQ(s->token_ids, (Tokens{10, 11, 12, 13}));
+  EXPECT_TRUE(s->sample);
+  // Finishing a held sequence ends its hold.
+  EXPECT_TRUE(scheduler.Hold(1));
+  ASSERT_TRUE(scheduler.Finish(1));
+  EXPECT_EQ(scheduler.num_held(), 0);
+}
+
 TEST(SchedulerTest, FinishWorksOnWaitingRunningAndPreemptedSequences) {
   BlockManager blocks(/*num_blocks=*/4, /*block_size=*/2);
   Scheduler scheduler(Config(8, 100, 100, 64), &blocks);

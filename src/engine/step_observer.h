@@ -9,11 +9,20 @@
 //      returns the requests to stop. The engine drops their tokens sampled in this step, so an
 //      abort triggered by the activation of token p never lets a token after p out.
 // Requests are announced before their first step and ended exactly once (any reason).
+// Holding (a probe's `escalate`): after OnStepExecuted, TakeHolds names the requests to hold.
+// The engine withholds the token each of them sampled in this step (it is not returned), does
+// not schedule them while held (their KV blocks stay, unless preemption takes them like any
+// other sequence's, to be recomputed token-exactly), and keeps stepping the others. At the
+// start of every step it applies TakeHoldDecisions: release (the withheld token is returned
+// and generation goes on) or stop (the request aborts; the withheld token is dropped). While
+// every live request is held, Step waits (without spinning) until the wake-up function given
+// to SetWakeup is called, a request is added or aborted, or a short poll interval passes.
 //
 // Called only from the engine thread.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -44,6 +53,13 @@ struct StopRequest {
   AbortInfo info;
 };
 
+// What becomes of a held request (StepObserver::TakeHoldDecisions): released when `abort` is
+// unset, else stopped with it.
+struct HoldDecision {
+  uint64_t seq_id = 0;
+  std::optional<AbortInfo> abort;
+};
+
 // Switches a request's steering group on (start) or off from `position` on (conditional
 // steering; LLMEngine::StartSteering / StopSteering).
 struct SteeringSwitch {
@@ -68,6 +84,16 @@ class StepObserver {
   // After OnStepExecuted: the steering switches this step's activations triggered. A switch
   // from position p + 1 after the activation of token p is token-exact (that row has not run).
   virtual std::vector<SteeringSwitch> TakeSteeringSwitches() { return {}; }
+  // After OnStepExecuted (and TakeSteeringSwitches): the requests to hold from now on (see the
+  // top of this file). A request is held until a decision about it comes back; one already
+  // held, stopped in this step or finishing is not held again.
+  virtual std::vector<uint64_t> TakeHolds() { return {}; }
+  // Start of every step: the decisions about held requests that arrived since the last call.
+  virtual std::vector<HoldDecision> TakeHoldDecisions() { return {}; }
+  // The engine's wake-up (thread-safe, callable from any thread): call it when a hold decision
+  // is ready so an engine idling on held requests steps at once. Given by SetObserver; an
+  // observer that forwards to others must pass it on.
+  virtual void SetWakeup(std::function<void()> wake) { (void)wake; }
   // True when the request, about to finish with `num_generated` tokens, still wants the
   // activation of its last generated token (which has not been through the model yet): the
   // engine then runs it through once more, without sampling, before finishing.

@@ -71,6 +71,31 @@ class AlwaysAbort : public Probe {
   std::vector<ProbeSignal> history_;
 };
 
+// ESCALATE (confidence 0.75) on every record of request {request} (all when empty) at layer
+// {layer} (all when < 0).
+class AlwaysEscalate : public Probe {
+ public:
+  AlwaysEscalate(int layer, std::string request) : layer_(layer), request_(std::move(request)) {}
+  std::optional<ProbeSignal> OnActivation(const ActivationRecord& record) override {
+    RecordLog::Get().Add(record, "always_escalate");
+    if (layer_ >= 0 && record.layer != layer_) return std::nullopt;
+    if (!request_.empty() && record.request_id != request_) return std::nullopt;
+    ProbeSignal s;
+    s.action = probe::ProbeAction::kEscalate;
+    s.confidence = 0.75;
+    return s;
+  }
+  ProbeResult OnEnd(const RequestContext& ctx) override {
+    ProbeResult r;
+    r.request_id = ctx.request_id;
+    return r;
+  }
+
+ private:
+  int layer_;
+  std::string request_;
+};
+
 class Sleepy : public Probe {
  public:
   // fail_first: calls (shared by every instance of the type) that throw before it works.
@@ -197,6 +222,17 @@ void RegisterTestProbes(probe::ProbeRegistry& registry) {
         const std::string request = args.value("request", std::string());
         return TypeOf(ProbeKind::kSingleShot,
                       [layer, request] { return std::make_unique<AlwaysAbort>(layer, request); });
+      },
+      true);
+  (void)registry.Register(
+      "always_escalate", ProbeKind::kSingleShot,
+      [](const nlohmann::json& args,
+         const probe::ProbeEnv&) -> StatusOr<std::unique_ptr<ProbeType>> {
+        const int layer = args.value("layer", -1);
+        const std::string request = args.value("request", std::string());
+        return TypeOf(ProbeKind::kSingleShot, [layer, request] {
+          return std::make_unique<AlwaysEscalate>(layer, request);
+        });
       },
       true);
   (void)registry.Register(

@@ -6,6 +6,7 @@
 //   trajectory_recorder   the same, trajectory kind
 //   always_abort          single_shot: ABORT (confidence 1) on every record; args {layer}
 //                         and {request} restrict it to one layer / one request id
+//   always_escalate       single_shot: ESCALATE (confidence 0.75), args as always_abort
 //   slow_recorder         trajectory: sleeps args {ms} per record; its verdict lists the
 //                         positions and layers it saw and counts records of other requests
 //   sleepy                single_shot: sleeps args {ms} then continues; throws when args

@@ -4,13 +4,15 @@
 // concurrent requests, chunked prefill; the records must be the same sequence (same
 // order, values within 1e-5 relative) as one process, the residual stream must match the
 // independent implementation's activations within 1e-4, every TP replica must capture the same
-// bits (the debug comparison), and an abort on a layer of the first pipeline stage must be
-// token-exact without touching the co-batched requests.
+// bits (the debug comparison), and an abort — or an escalation held for a classifier — on a
+// layer of the first pipeline stage must be token-exact without touching the co-batched
+// requests.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "common/batching_workload.h"
+#include "common/classifier_util.h"
 #include "common/probing_util.h"
 #include "common/test_util.h"
 #include "distributed/mpi/mpi_runtime.h"
@@ -127,6 +129,55 @@ extraction_points:
   }
 }
 
+// Escalation is a scheduling decision on the driver: a request held for a classifier (on a
+// layer of the first stage) is skipped while the others step on every rank; continue gives
+// one process's ids for everyone, abort stops it after the escalated token.
+void CheckEscalationOnFirstStage(engine::LLM& llm, engine::LLM& single) {
+  std::vector<GenerateRequest> requests = Workload();
+  requests.resize(6);
+  requests.push_back({"gated", Prompt::Text("Once upon a time there was"), [] {
+                        worker::SamplingParams p;
+                        p.temperature = 0.0f;
+                        p.max_tokens = 20;
+                        p.ignore_eos = true;
+                        return p;
+                      }()});
+  const testing::ProbedRun plain = [&] {
+    auto session = testing::MakeSession(R"(version: "1"
+extraction_points:
+  - {name: none, layers: 0, tensor_type: residual_stream, position: "generated[3]",
+     probe_type: recorder, probe_kind: single_shot}
+)",
+                                        single.engine().config());
+    return testing::RunProbed(single, *session, requests);
+  }();
+  for (const std::string decision : {"continue", "abort"}) {
+    testing::Classifier classifier(decision, 300);
+    const std::string spec = R"(version: "1"
+extraction_points:
+  - {name: gate, layers: 0, tensor_type: residual_stream, position: "generated[3]",
+     probe_type: always_escalate, probe_kind: single_shot, probe_args: {request: gated},
+     escalation: {url: ")" + classifier.url() +
+                             R"(", timeout_ms: 30000, on_timeout: continue}}
+)";
+    auto session = testing::MakeSession(spec, llm.engine().config());
+    const testing::ProbedRun run = testing::RunProbed(llm, *session, requests);
+    EXPECT_EQ(run.stats.escalations, 1) << decision;
+    const engine::RequestOutput& gated = run.results.back().output;
+    const std::vector<int32_t>& full = plain.results.back().output.output_ids;
+    if (decision == "continue") {
+      EXPECT_EQ(gated.output_ids, full);
+    } else {
+      EXPECT_EQ(gated.output_ids, std::vector<int32_t>(full.begin(), full.begin() + 4));
+      EXPECT_EQ(gated.finish_reason, engine::FinishReason::kAbort);
+    }
+    for (size_t i = 0; i + 1 < run.results.size(); ++i) {
+      EXPECT_EQ(run.results[i].output.output_ids, plain.results[i].output.output_ids)
+          << decision << " " << run.results[i].id;
+    }
+  }
+}
+
 TEST(ProbingTopologyTest, RecordsEqualOneProcess) {
   const Args args = ParseArgs();
   const std::string model = std::string(UC_SOURCE_DIR) + "/models/stories260K";
@@ -176,6 +227,7 @@ TEST(ProbingTopologyTest, RecordsEqualOneProcess) {
   }
   CheckGolden(got.records);
   CheckAbortOnFirstStage(llm, **single);
+  CheckEscalationOnFirstStage(llm, **single);
 }
 
 }  // namespace

@@ -348,6 +348,7 @@ int RunServe(ServeOptions& o) {
     options.model_name = o.server.served_model_name;
     options.stop_token_ids = (*engine)->eos_token_ids();
     options.model_fingerprint = engine::ModelFingerprint(**engine);
+    options.tokenizer = &(*engine)->tokenizer();
     StatusOr<std::unique_ptr<probe::ProbeSets>> created =
         probe::ProbeSets::Create(*sources, o.default_probe_set, probe::ProbeRegistry::Global(),
                                  (*engine)->config(), options);

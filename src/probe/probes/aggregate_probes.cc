@@ -61,13 +61,14 @@ class AggregateProbe : public RecordingProbe {
 
   ProbeResult OnEnd(const RequestContext& ctx) override {
     const bool any = count_ > 0;
-    ProbeResult result = Finish(
-        ctx,
-        {{"max", any ? json(max_) : json(nullptr)},
-         {"final", any ? json(final_) : json(nullptr)},
-         {"count", count_},
-         {"fired_at", fired_at_ ? json(*fired_at_) : json(nullptr)},
-         {config_->action == ProbeAction::kAbort ? "aborted" : "flagged", fired_at_.has_value()}});
+    ProbeResult result = Finish(ctx, {{"max", any ? json(max_) : json(nullptr)},
+                                      {"final", any ? json(final_) : json(nullptr)},
+                                      {"count", count_},
+                                      {"fired_at", fired_at_ ? json(*fired_at_) : json(nullptr)},
+                                      {config_->action == ProbeAction::kAbort      ? "aborted"
+                                       : config_->action == ProbeAction::kEscalate ? "escalated"
+                                                                                   : "flagged",
+                                       fired_at_.has_value()}});
     result.metadata["threshold"] = config_->threshold ? json(*config_->threshold) : json(nullptr);
     return result;
   }

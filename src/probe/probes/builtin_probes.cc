@@ -99,7 +99,9 @@ class TrajectoryProbe : public RecordingProbe {
 
   ProbeResult OnEnd(const RequestContext& ctx) override {
     const char* final_key = config_->alpha ? "final_ema" : "final_mean";
-    const char* fired_key = config_->action == ProbeAction::kAbort ? "aborted" : "flagged";
+    const char* fired_key = config_->action == ProbeAction::kAbort      ? "aborted"
+                            : config_->action == ProbeAction::kEscalate ? "escalated"
+                                                                        : "flagged";
     // Before any activation the running mean is 0.0, as v0.1 reports it; an EMA has no value.
     const json final_value = count_ > 0 || !config_->alpha ? json(value_) : json(nullptr);
     ProbeResult result = Finish(ctx, {{final_key, final_value},

@@ -27,6 +27,8 @@ std::string_view Name(ProbeAction a) {
       return "flag";
     case ProbeAction::kAbort:
       return "abort";
+    case ProbeAction::kEscalate:
+      return "escalate";
   }
   return "unknown";
 }

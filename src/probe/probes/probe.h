@@ -46,15 +46,18 @@ struct ActivationRecord {
   nlohmann::json Metadata() const;
 };
 
-enum class ProbeAction { kContinue, kFlag, kAbort };
-std::string_view Name(ProbeAction a);  // "continue", "flag", "abort"
+// kEscalate (an inline point with an `escalation:` block): hold the request and ask the
+// point's external classifier, whose answer continues or aborts it (probing_session.h).
+enum class ProbeAction { kContinue, kFlag, kAbort, kEscalate };
+std::string_view Name(ProbeAction a);  // "continue", "flag", "abort", "escalate"
 
 struct ProbeSignal {
   ProbeAction action = ProbeAction::kContinue;
   std::optional<double> confidence;
   nlohmann::json metadata = nlohmann::json::object();
   double timestamp = 0.0;  // seconds since the Unix epoch; 0: filled in by the router
-  // {action ("continue" | "flag" | "abort"), confidence (null when unset), metadata, timestamp}
+  // {action ("continue" | "flag" | "abort" | "escalate"), confidence (null when unset), metadata,
+  // timestamp}
   nlohmann::json ToJson() const;
 };
 
@@ -82,7 +85,8 @@ class Probe {
  public:
   virtual ~Probe() = default;
   virtual void OnStart(const RequestContext& ctx) { (void)ctx; }
-  // May return a signal; only an inline point's kAbort stops generation.
+  // May return a signal; only an inline point's kAbort stops generation (and its kEscalate
+  // holds it until the classifier decides).
   virtual std::optional<ProbeSignal> OnActivation(const ActivationRecord& record) = 0;
   // Called exactly once, even with zero activations or after an abort.
   virtual ProbeResult OnEnd(const RequestContext& ctx) = 0;

@@ -99,7 +99,8 @@ StatusOr<std::string> ProbeArgs::Choice(std::string_view key,
 
 StatusOr<ProbeAction> ProbeArgs::Action(ProbeAction fallback) const {
   UC_ASSIGN_OR_RETURN(std::string action,
-                      Choice("action", {"abort", "flag"}, std::string(Name(fallback))));
+                      Choice("action", {"abort", "flag", "escalate"}, std::string(Name(fallback))));
+  if (action == "escalate") return ProbeAction::kEscalate;
   return action == "abort" ? ProbeAction::kAbort : ProbeAction::kFlag;
 }
 

@@ -53,7 +53,8 @@ class ProbeArgs {
   // A string among `allowed` (did-you-mean otherwise), or `fallback` when absent.
   StatusOr<std::string> Choice(std::string_view key, const std::vector<std::string>& allowed,
                                std::string fallback) const;
-  // "action": "abort" | "flag"; `fallback` when absent.
+  // "action": "abort" | "flag" | "escalate" (needs the point's `escalation:` block, checked by
+  // the spec); `fallback` when absent.
   StatusOr<ProbeAction> Action(ProbeAction fallback = ProbeAction::kAbort) const;
   // A required path argument, resolved against env.base_dir when relative; InvalidArgument
   // naming the resolved file when it does not exist or is not a regular file.

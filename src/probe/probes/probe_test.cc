@@ -133,7 +133,8 @@ TEST(ProbeArgsTest, ActionSuggestsTheClosestSpelling) {
   StatusOr<ProbeArgs> args = ProbeArgs::ParseOpen("t", {{"action", "abrot"}});
   ASSERT_TRUE(args.ok());
   const Status status = args->Action().status();
-  EXPECT_NE(status.message().find("argument 'action': 'abrot' is not one of 'abort', 'flag' "
+  EXPECT_NE(status.message().find("argument 'action': 'abrot' is not one of 'abort', 'flag', "
+                                  "'escalate' "
                                   "(did you mean 'abort'?)"),
             std::string::npos)
       << status.ToString();

@@ -114,6 +114,10 @@ StatusOr<std::shared_ptr<ProbeSets::Version>> ProbeSets::Load(const ProbeSetSour
   }
   v->requests = &requests_family_->Add({{"probe_set", source.name}});
   v->session = std::move(session).value();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (wake_) v->session->SetWakeup(wake_);
+  }
   Version* raw = v.get();
   v->session->SetResultCallback([this, raw](RequestProbeResults results) {
     results.probe_set = raw->name;
@@ -122,6 +126,18 @@ StatusOr<std::shared_ptr<ProbeSets::Version>> ProbeSets::Load(const ProbeSetSour
     if (on_result_) on_result_(std::move(results));
   });
   return v;
+}
+
+void ProbeSets::AttachTo(engine::LLMEngine& engine) {
+  if (options_.tokenizer == nullptr) options_.tokenizer = &engine.tokenizer();
+  engine.SetObserver(this);
+}
+
+void ProbeSets::SetWakeup(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ = wake;
+  for (const auto& [name, v] : current_) v->session->SetWakeup(wake);
+  for (const auto& [seq, v] : by_seq_) v->session->SetWakeup(wake);
 }
 
 ProbeSets::~ProbeSets() { Shutdown(/*wait=*/false, /*timeout_seconds=*/5.0); }
@@ -322,6 +338,7 @@ std::vector<engine::StopRequest> ProbeSets::OnStepExecuted(const worker::Schedul
     for (engine::SteeringSwitch& s : version->session->TakeSteeringSwitches()) {
       switches_.push_back(s);
     }
+    for (uint64_t seq : version->session->TakeHolds()) holds_.push_back(seq);
   }
   step_parts_.clear();
   return stops;
@@ -330,6 +347,23 @@ std::vector<engine::StopRequest> ProbeSets::OnStepExecuted(const worker::Schedul
 std::vector<engine::SteeringSwitch> ProbeSets::TakeSteeringSwitches() {
   std::vector<engine::SteeringSwitch> out;
   out.swap(switches_);
+  return out;
+}
+
+std::vector<uint64_t> ProbeSets::TakeHolds() {
+  std::vector<uint64_t> out;
+  out.swap(holds_);
+  return out;
+}
+
+std::vector<engine::HoldDecision> ProbeSets::TakeHoldDecisions() {
+  // A request belongs to one version: the versions' decisions never concern the same one.
+  std::vector<engine::HoldDecision> out;
+  for (auto& [key, entry] : live_) {
+    for (engine::HoldDecision& d : entry.first->session->TakeHoldDecisions()) {
+      out.push_back(std::move(d));
+    }
+  }
   return out;
 }
 

@@ -119,8 +119,9 @@ class ProbeSets : public engine::StepObserver {
     on_result_ = std::move(callback);
   }
   // Installs this object as `engine`'s observer (no engine-wide base steering: Assign hands
-  // each request its set's).
-  void AttachTo(engine::LLMEngine& engine) { engine.SetObserver(this); }
+  // each request its set's). Versions loaded later decode escalation texts with the engine's
+  // tokenizer when the options named none.
+  void AttachTo(engine::LLMEngine& engine);
 
   // Pins the requests `request_ids` (about to be added to the engine; the choices of one HTTP
   // request, say) to set `set`'s current version, all to the same one; empty `set`: the
@@ -151,6 +152,9 @@ class ProbeSets : public engine::StepObserver {
   std::vector<engine::StopRequest> OnStepExecuted(const worker::SchedulerOutput& plan,
                                                   const std::vector<Tensor>& captured) override;
   std::vector<engine::SteeringSwitch> TakeSteeringSwitches() override;
+  std::vector<uint64_t> TakeHolds() override;
+  std::vector<engine::HoldDecision> TakeHoldDecisions() override;
+  void SetWakeup(std::function<void()> wake) override;
   bool WantsFinalToken(uint64_t seq_id, int64_t num_generated) override;
   void OnRequestFinished(uint64_t seq_id, int64_t num_generated, bool aborted) override;
 
@@ -192,6 +196,8 @@ class ProbeSets : public engine::StepObserver {
   std::map<std::pair<int64_t, std::string>, std::pair<std::shared_ptr<Version>, int>> live_;
   std::vector<std::pair<Version*, size_t>> step_parts_;
   std::vector<engine::SteeringSwitch> switches_;
+  std::vector<uint64_t> holds_;
+  std::function<void()> wake_;  // guarded by mu_; handed to every version's session
 
   prometheus::Family<prometheus::Counter>* reloads_family_ = nullptr;
   prometheus::Counter* reloads_ok_ = nullptr;

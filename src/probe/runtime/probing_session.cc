@@ -162,6 +162,7 @@ struct ProbingSession::Counters {
   std::atomic<int64_t> errors{0};
   std::atomic<int64_t> skipped_open_breaker{0};
   std::atomic<int64_t> aborts{0};
+  std::atomic<int64_t> escalations{0};
   std::atomic<int64_t> async_accepted{0};
   std::atomic<int64_t> async_processed{0};
   std::atomic<int64_t> async_dropped{0};
@@ -247,6 +248,20 @@ struct ProbingSession::Binding {
   std::shared_ptr<AsyncExecutor::Queue> queue;     // async points
 };
 
+// One escalation out: its answer (set by an Escalator worker) and what the decision needs.
+struct ProbingSession::EscalationCall {
+  PointState* point = nullptr;
+  int64_t token_pos = 0;
+  int layer = 0;
+  std::optional<double> score;
+  Clock::time_point started;
+  Clock::time_point deadline;
+  std::mutex mu;  // guards the three fields below
+  bool answered = false;
+  bool decided = false;  // by the answer, the deadline, or the request's end
+  EscalationAnswer answer;
+};
+
 struct ProbingSession::RequestState {
   std::string id;
   uint64_t seq_id = 0;
@@ -257,6 +272,9 @@ struct ProbingSession::RequestState {
   bool stopped = false;
   int64_t stop_pos = -1;
   std::optional<engine::AbortInfo> abort;
+  std::vector<int32_t> tokens;                 // prompt + generated so far (escalation only)
+  std::shared_ptr<EscalationCall> escalation;  // the call this request is held for
+  bool finishing = false;                      // OnRequestFinished is routing the last records
   // Ending (any thread, after the engine let go of the request).
   bool ended_by_shutdown = false;
   std::atomic<int> pending{0};                // queues still draining, +1 while closing them
@@ -369,6 +387,11 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
     session->executor_ = std::make_unique<AsyncExecutor>(session->options_.async.workers);
   }
   session->pool_ = std::make_unique<CallPool>(session->options_.blocking_threads);
+  for (const ExtractionPoint& p : session->spec_.extraction_points) {
+    if (p.escalation.has_value() && session->escalator_ == nullptr) {
+      session->escalator_ = std::make_unique<Escalator>(session->options_.escalation_threads);
+    }
+  }
   UC_ASSIGN_OR_RETURN(session->steering_, LoadSpecSteering(session->spec_, config));
   for (size_t i = 0; i < session->spec_.steering.size(); ++i) {
     const SteeringEntry& e = session->spec_.steering[i];
@@ -381,6 +404,7 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
 
 Status ProbingSession::AttachTo(engine::LLMEngine& engine) {
   UC_RETURN_IF_ERROR(engine.SetBaseSteering(steering_));
+  if (options_.tokenizer == nullptr) options_.tokenizer = &engine.tokenizer();
   engine.SetObserver(this);
   return OkStatus();
 }
@@ -392,6 +416,8 @@ std::vector<engine::SteeringSwitch> ProbingSession::TakeSteeringSwitches() {
 }
 
 ProbingSession::~ProbingSession() {
+  // Calls to classifiers still running end within their timeout; their answers go nowhere.
+  escalator_.reset();
   // Every registered request still gets its result; then the workers stop.
   Shutdown(/*wait=*/false, /*timeout_seconds=*/5.0);
   // In-flight blocking calls hold their probe; the pool joins them before anything else goes.
@@ -406,6 +432,7 @@ ProbingStats ProbingSession::stats() const {
   s.errors = counters_->errors.load();
   s.skipped_open_breaker = counters_->skipped_open_breaker.load();
   s.aborts = counters_->aborts.load();
+  s.escalations = counters_->escalations.load();
   s.async_accepted = counters_->async_accepted.load();
   s.async_processed = counters_->async_processed.load();
   s.async_dropped = counters_->async_dropped.load();
@@ -424,6 +451,7 @@ void ProbingSession::OnRequestAdded(uint64_t seq_id, const std::string& request_
   r->id = request_id;
   r->seq_id = seq_id;
   r->prompt_len = static_cast<int64_t>(prompt_ids.size());
+  if (escalator_ != nullptr) r->tokens.assign(prompt_ids.begin(), prompt_ids.end());
   for (const std::unique_ptr<PointState>& ps : points_) {
     Binding b;
     b.point = ps.get();
@@ -557,6 +585,18 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
     std::vector<const float*> rows;
   };
   std::map<std::tuple<RequestState*, int64_t, size_t>, Parts> parts;
+  if (escalator_ != nullptr) {
+    // The text so far, for the classifiers: every position this step runs is known now.
+    for (const worker::ScheduledSequence& s : plan.scheduled) {
+      auto it = requests_.find(s.seq_id);
+      if (it == requests_.end()) continue;
+      std::vector<int32_t>& tokens = it->second->tokens;
+      for (int64_t pos = static_cast<int64_t>(tokens.size());
+           pos >= s.start_pos && pos < s.end_pos(); ++pos) {
+        tokens.push_back(s.token_ids[static_cast<size_t>(pos - s.start_pos)]);
+      }
+    }
+  }
   for (size_t i = 0; i < plan_rows_.size() && i < captured.size(); ++i) {
     const PlanItem& item = plan_items_[i];
     UC_CHECK(
@@ -687,6 +727,10 @@ bool ProbingSession::Route(RequestState& request, Binding& binding, ActivationRe
       }
     }
   }
+  if (signal->action == ProbeAction::kEscalate) {
+    Escalate(request, binding, pos, layer, *signal);
+    return false;
+  }
   if (signal->action != ProbeAction::kAbort || request.stopped) return false;
   ++counters_->aborts;
   binding.point->metrics->generation_aborts->Increment();
@@ -746,6 +790,9 @@ void ProbingSession::CountSignal(PointState& point, const ProbeSignal& signal) {
       break;
     case ProbeAction::kAbort:
       point.metrics->signals_abort->Increment();
+      break;
+    case ProbeAction::kEscalate:
+      point.metrics->signals_escalate->Increment();
       break;
   }
 }
@@ -885,6 +932,13 @@ void ProbingSession::OnRequestFinished(uint64_t seq_id, int64_t num_generated, b
   if (it == requests_.end()) return;
   std::shared_ptr<RequestState> r = std::move(it->second);
   requests_.erase(it);
+  if (r->escalation != nullptr) {  // ended while held (e.g. the client went away)
+    std::lock_guard<std::mutex> lock(r->escalation->mu);
+    r->escalation->decided = true;
+  }
+  r->escalation.reset();
+  std::erase(escalating_, seq_id);
+  r->finishing = true;
   // generated[-k]: resolved now that the number of generated tokens is final.
   if (!r->stopped) {
     for (Binding& b : r->bindings) {
@@ -1007,6 +1061,9 @@ void ProbingSession::Shutdown(bool wait, double timeout_seconds) {
       timeout_seconds < 0 ? options_.async.drain_timeout_seconds : timeout_seconds;
   const Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                         std::chrono::duration<double>(seconds));
+  // Requests held for an escalation can no longer be decided: the engine aborts them.
+  shutdown_holds_.insert(shutdown_holds_.end(), escalating_.begin(), escalating_.end());
+  escalating_.clear();
   // Requests still generating end here.
   std::vector<std::shared_ptr<RequestState>> live;
   for (auto& [seq_id, r] : requests_) live.push_back(std::move(r));
@@ -1034,6 +1091,167 @@ void ProbingSession::Shutdown(bool wait, double timeout_seconds) {
     ending_cv_.wait(lock, [this] { return ending_.empty(); });
   }
   if (executor_ != nullptr) executor_->Stop();
+}
+
+std::vector<uint64_t> ProbingSession::TakeHolds() {
+  std::vector<uint64_t> out;
+  out.swap(holds_);
+  return out;
+}
+
+void ProbingSession::SetWakeup(std::function<void()> wake) {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  wake_ = std::move(wake);
+}
+
+void ProbingSession::Wake() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  if (wake_) wake_();
+}
+
+void ProbingSession::Escalate(RequestState& r, Binding& b, int64_t pos, int layer,
+                              const ProbeSignal& signal) {
+  PointState& ps = *b.point;
+  const ExtractionPoint& point = *ps.point;
+  if (r.stopped || r.finishing || r.escalation != nullptr || escalator_ == nullptr ||
+      !point.escalation.has_value()) {
+    return;  // one hold at a time; nothing to hold at the end; no classifier to ask
+  }
+  const EscalationConfig& config = *point.escalation;
+  auto call = std::make_shared<EscalationCall>();
+  call->point = &ps;
+  call->token_pos = pos;
+  call->layer = layer;
+  call->score = signal.confidence;
+  call->started = Clock::now();
+  call->deadline = call->started + std::chrono::milliseconds(config.timeout_ms);
+  r.escalation = call;
+  escalating_.push_back(r.seq_id);
+  holds_.push_back(r.seq_id);
+  ++counters_->escalations;
+  ps.metrics->escalations->Increment();
+  // The text through token `pos` (the last one released; the one sampled after it is held).
+  const size_t end = static_cast<size_t>(std::min<int64_t>(pos + 1, r.tokens.size()));
+  const size_t prompt_end = static_cast<size_t>(std::min<int64_t>(r.prompt_len, end));
+  const std::span<const int32_t> ids(r.tokens.data(), end);
+  nlohmann::json body = {
+      {"request_id", r.id},
+      {"extraction_point_name", point.name},
+      {"token_pos", pos},
+      {"layer", layer},
+      {"score", signal.confidence ? nlohmann::json(*signal.confidence) : nlohmann::json(nullptr)},
+      {"prompt_len", r.prompt_len},
+      {"token_ids", std::vector<int32_t>(ids.begin(), ids.end())}};
+  if (options_.tokenizer != nullptr) {
+    body["prompt"] = options_.tokenizer->Decode(ids.subspan(0, prompt_end));
+    body["text"] = options_.tokenizer->Decode(ids.subspan(prompt_end));
+  }
+  escalator_->Submit(config, body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                     [this, call](EscalationAnswer answer) {
+                       {
+                         std::lock_guard<std::mutex> lock(call->mu);
+                         if (call->decided) return;
+                         call->answer = std::move(answer);
+                         call->answered = true;
+                       }
+                       Wake();
+                     });
+}
+
+std::vector<engine::HoldDecision> ProbingSession::TakeHoldDecisions() {
+  std::vector<engine::HoldDecision> out;
+  for (uint64_t seq_id : shutdown_holds_) {
+    out.push_back({seq_id, engine::AbortInfo("shutdown",
+                                             "the probing session shut down while the request "
+                                             "was held for an escalation")});
+  }
+  shutdown_holds_.clear();
+  if (escalating_.empty()) return out;
+  const Clock::time_point now = Clock::now();
+  std::vector<uint64_t> still;
+  for (uint64_t seq_id : escalating_) {
+    auto it = requests_.find(seq_id);
+    if (it == requests_.end() || it->second->escalation == nullptr) continue;
+    RequestState& r = *it->second;
+    EscalationCall& call = *r.escalation;
+    const ExtractionPoint& point = *call.point->point;
+    const EscalationConfig& config = *point.escalation;
+    EscalationAnswer answer;
+    {
+      std::lock_guard<std::mutex> lock(call.mu);
+      if (!call.answered && now < call.deadline) {
+        still.push_back(seq_id);
+        continue;
+      }
+      call.decided = true;
+      if (call.answered) {
+        answer = call.answer;
+      } else {
+        answer = {EscalationAnswer::Outcome::kTimeout, "no answer from " + config.url + " within " +
+                                                           std::to_string(config.timeout_ms) +
+                                                           " ms"};
+      }
+    }
+    PointMetrics& m = *call.point->metrics;
+    m.escalation_hold->Observe(std::chrono::duration<double>(now - call.started).count());
+    using Outcome = EscalationAnswer::Outcome;
+    switch (answer.outcome) {
+      case Outcome::kContinue:
+        m.escalation_continue->Increment();
+        break;
+      case Outcome::kAbort:
+        m.escalation_abort->Increment();
+        break;
+      case Outcome::kTimeout:
+        m.escalation_timeout->Increment();
+        break;
+      case Outcome::kError:
+        m.escalation_error->Increment();
+        break;
+    }
+    const bool fallback = answer.outcome == Outcome::kTimeout || answer.outcome == Outcome::kError;
+    const bool abort =
+        answer.outcome == Outcome::kAbort || (fallback && config.on_timeout == OnTimeout::kAbort);
+    if (fallback) {
+      UC_LOG(WARNING) << "extraction point '" << point.name << "', request '" << r.id
+                      << "': escalation " << Name(answer.outcome) << " (" << answer.detail
+                      << "); on_timeout " << Name(config.on_timeout);
+    }
+    if (!options_.sinks.empty()) {
+      ProbeSignal s;
+      s.action = abort ? ProbeAction::kAbort : ProbeAction::kContinue;
+      s.confidence = call.score;
+      s.timestamp = WallSeconds();
+      s.metadata = {{"escalation", std::string(Name(answer.outcome))},
+                    {"extraction_point_name", point.name},
+                    {"token_pos", call.token_pos}};
+      if (!answer.detail.empty()) s.metadata["detail"] = answer.detail;
+      WriteAll(options_.sinks, SignalRecord(r.id, point.name, s));
+    }
+    engine::HoldDecision d;
+    d.seq_id = seq_id;
+    if (abort) {
+      ++counters_->aborts;
+      m.generation_aborts->Increment();
+      engine::AbortInfo info("probe", "");
+      info.point = point.name;
+      info.token_pos = call.token_pos;
+      info.confidence = call.score;
+      info.reason =
+          "extraction point '" + point.name + "' escalated at token " +
+          std::to_string(call.token_pos) + " (layer " + std::to_string(call.layer) + ") and " +
+          (fallback ? "the classifier did not decide (" + answer.detail + "); on_timeout abort"
+                    : std::string("the classifier answered abort"));
+      r.stopped = true;
+      r.stop_pos = call.token_pos;
+      r.abort = info;
+      d.abort = std::move(info);
+    }
+    r.escalation.reset();
+    out.push_back(std::move(d));
+  }
+  escalating_ = std::move(still);
+  return out;
 }
 
 }  // namespace uc::probe

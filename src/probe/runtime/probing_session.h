@@ -36,6 +36,22 @@
 //   backlog is discarded and counted) before OnEnd; then one result per point goes to the sinks
 //   and to the result callback. Requests without async points are finalized at once, on the
 //   engine thread.
+// Escalation (extension): an inline point whose probe signals ESCALATE at token p (probe_args
+//   action: escalate) holds the request: TakeHolds tells the engine, which withholds the token
+//   sampled in that step, schedules the request no more while held (KV kept) and steps the
+//   others. The point's classifier (ExtractionPoint::escalation) gets a JSON POST off the
+//   engine thread (escalation.h) with the request id, the point, p, the layer, the score (the
+//   signal's confidence), the prompt, the generated text through p and the token ids through p.
+//   At the start of each step TakeHoldDecisions hands the engine what came back: "continue"
+//   releases the request (the withheld token is returned, generation goes on, tokens exactly
+//   those of an unprobed run); "abort" stops it at p like an inline ABORT (AbortInfo by
+//   "probe", the point, token_pos p, confidence the score; the withheld token is dropped). No
+//   answer by timeout_ms, an unreachable classifier or a malformed answer: the point's
+//   on_timeout decides, and the abort reason says which. A request is held for one escalation
+//   at a time: escalations while held, or from records routed when the request ends
+//   (generated[-k]), are not acted on. The session calls the engine's wake-up (SetWakeup) when
+//   an answer arrives, so an engine whose every request is held idles until then. Shutdown
+//   aborts the requests still held (AbortInfo by "shutdown") at the engine's next step.
 // Sinks (sink.h) get async signals, inline FLAG/ABORT and fallback signals, and every result.
 // Metrics (metrics.h) cover every point, inline and async.
 //
@@ -62,9 +78,11 @@
 #include "probe/probes/probe.h"
 #include "probe/probes/registry.h"
 #include "probe/runtime/async_executor.h"
+#include "probe/runtime/escalation.h"
 #include "probe/sinks/metrics.h"
 #include "probe/sinks/sink.h"
 #include "probe/spec/spec.h"
+#include "tokenizer/tokenizer.h"
 
 namespace uc::probe {
 
@@ -91,6 +109,9 @@ struct ProbingOptions {
   nlohmann::json model_fingerprint;
   ArtifactPolicy artifact_policy = ArtifactPolicy::kWarn;
   std::vector<std::shared_ptr<Sink>> sinks;  // thread-safe sinks; closed by their owner
+  int escalation_threads = 8;  // concurrent classifier calls at most (points with escalation)
+  // Decodes the text sent to escalation classifiers; null: AttachTo's engine's, else only ids.
+  const tokenizer::Tokenizer* tokenizer = nullptr;
   Metrics* metrics = nullptr;  // not owned, outlives the session; null: a private registry
 };
 
@@ -114,6 +135,7 @@ struct ProbingStats {
   int64_t errors = 0;
   int64_t skipped_open_breaker = 0;
   int64_t aborts = 0;
+  int64_t escalations = 0;      // requests held for a classifier
   int64_t async_accepted = 0;   // records queued for async probes
   int64_t async_processed = 0;  // async OnActivation calls made
   int64_t async_dropped = 0;    // overflow + drain timeout + shutdown
@@ -160,6 +182,9 @@ class ProbingSession : public engine::StepObserver {
                                                   const std::vector<Tensor>& captured) override;
   bool WantsFinalToken(uint64_t seq_id, int64_t num_generated) override;
   std::vector<engine::SteeringSwitch> TakeSteeringSwitches() override;
+  std::vector<uint64_t> TakeHolds() override;
+  std::vector<engine::HoldDecision> TakeHoldDecisions() override;
+  void SetWakeup(std::function<void()> wake) override;
   void OnRequestFinished(uint64_t seq_id, int64_t num_generated, bool aborted) override;
 
   struct PointState;
@@ -167,6 +192,7 @@ class ProbingSession : public engine::StepObserver {
   struct RequestState;
   class CallPool;
   struct Counters;
+  struct EscalationCall;
 
  private:
   ProbingSession() = default;
@@ -183,6 +209,10 @@ class ProbingSession : public engine::StepObserver {
                   std::chrono::steady_clock::time_point deadline);
   void Finalize(const std::shared_ptr<RequestState>& request);
   void CountSignal(PointState& point, const ProbeSignal& signal);
+  // An ESCALATE signal at `pos`: holds the request and asks the point's classifier.
+  void Escalate(RequestState& request, Binding& binding, int64_t pos, int layer,
+                const ProbeSignal& signal);
+  void Wake();
 
   Spec spec_;
   engine::RequestSteering steering_;
@@ -199,6 +229,14 @@ class ProbingSession : public engine::StepObserver {
   Metrics* metrics_ = nullptr;
   std::function<void(RequestProbeResults)> on_result_;
   std::unique_ptr<Counters> counters_;
+  // Escalation: holds to announce (engine thread), requests with a call out, the engine's
+  // wake-up (any thread, under wake_mu_), the HTTP workers (null without escalating points).
+  std::vector<uint64_t> holds_;
+  std::vector<uint64_t> escalating_;
+  std::vector<uint64_t> shutdown_holds_;  // held when Shutdown ran: aborted
+  std::mutex wake_mu_;
+  std::function<void()> wake_;
+  std::unique_ptr<Escalator> escalator_;
   bool shut_down_ = false;
   // Requests whose queues are draining, and the results' delivery.
   std::mutex ending_mu_;

@@ -54,6 +54,19 @@ struct Metrics::Families {
                     .Name("undercurrent_probe_signals_total")
                     .Help("Signals returned by probes, by action")
                     .Register(r)),
+        escalations(BuildCounter()
+                        .Name("undercurrent_escalations_total")
+                        .Help("Requests held while an external classifier decides")
+                        .Register(r)),
+        escalation_decisions(BuildCounter()
+                                 .Name("undercurrent_escalation_decisions_total")
+                                 .Help("Escalation outcomes: the classifier's continue / abort, "
+                                       "or timeout / error (on_timeout applied)")
+                                 .Register(r)),
+        escalation_hold(BuildHistogram()
+                            .Name("undercurrent_escalation_hold_seconds")
+                            .Help("Time a request was held for an escalation decision")
+                            .Register(r)),
         generation_aborts(BuildCounter()
                               .Name("undercurrent_generation_aborts_total")
                               .Help("Generations stopped by an inline probe")
@@ -157,6 +170,9 @@ struct Metrics::Families {
   Family<Counter>& errors;
   Family<Histogram>& latency;
   Family<Counter>& signals;
+  Family<Counter>& escalations;
+  Family<Counter>& escalation_decisions;
+  Family<Histogram>& escalation_hold;
   Family<Counter>& generation_aborts;
   Family<Counter>& timeouts;
   Family<Counter>& fallbacks;
@@ -201,6 +217,14 @@ PointMetrics& Metrics::Point(const std::string& name, bool inline_point) {
   m.signals_continue = &f.signals.Add({{"extraction_point", name}, {"action", "continue"}});
   m.signals_flag = &f.signals.Add({{"extraction_point", name}, {"action", "flag"}});
   m.signals_abort = &f.signals.Add({{"extraction_point", name}, {"action", "abort"}});
+  m.signals_escalate = &f.signals.Add({{"extraction_point", name}, {"action", "escalate"}});
+  m.escalations = &f.escalations.Add({{"extraction_point", name}});
+  for (auto [counter, outcome] :
+       {std::pair{&m.escalation_continue, "continue"}, std::pair{&m.escalation_abort, "abort"},
+        std::pair{&m.escalation_timeout, "timeout"}, std::pair{&m.escalation_error, "error"}}) {
+    *counter = &f.escalation_decisions.Add({{"extraction_point", name}, {"outcome", outcome}});
+  }
+  m.escalation_hold = &f.escalation_hold.Add({{"extraction_point", name}}, LatencyBuckets());
   m.generation_aborts = &f.generation_aborts.Add({{"extraction_point", name}});
   m.timeouts = &f.timeouts.Add({{"extraction_point", name}});
   m.fallbacks_timeout = &f.fallbacks.Add({{"extraction_point", name}, {"reason", "timeout"}});

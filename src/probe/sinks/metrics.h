@@ -10,7 +10,12 @@
 //   probe_activations_total{extraction_point,execution_mode}   OnActivation calls
 //   probe_errors_total{extraction_point}                        probe threw (any method)
 //   probe_activation_seconds{extraction_point,execution_mode}  histogram, 0.5 ms .. 10 s
-//   probe_signals_total{extraction_point,action}                continue / flag / abort
+//   probe_signals_total{extraction_point,action}                continue / flag / abort /
+//                                                               escalate
+//   escalations_total{extraction_point}                         requests held for the classifier
+//   escalation_decisions_total{extraction_point,outcome}        continue / abort (its answers),
+//                                                               timeout / error (on_timeout used)
+//   escalation_hold_seconds{extraction_point}                   histogram: hold to decision
 //   generation_aborts_total{extraction_point}                   requests stopped by a probe
 //   intervention_timeouts_total{extraction_point}               block_until_signal timeouts
 //   intervention_fallbacks_total{extraction_point,reason}       timeout / exception / overlap
@@ -62,6 +67,13 @@ struct PointMetrics {
   prometheus::Counter* signals_continue = nullptr;
   prometheus::Counter* signals_flag = nullptr;
   prometheus::Counter* signals_abort = nullptr;
+  prometheus::Counter* signals_escalate = nullptr;
+  prometheus::Counter* escalations = nullptr;
+  prometheus::Counter* escalation_continue = nullptr;
+  prometheus::Counter* escalation_abort = nullptr;
+  prometheus::Counter* escalation_timeout = nullptr;
+  prometheus::Counter* escalation_error = nullptr;
+  prometheus::Histogram* escalation_hold = nullptr;  // seconds from hold to decision
   prometheus::Counter* generation_aborts = nullptr;
   prometheus::Counter* timeouts = nullptr;
   prometheus::Counter* fallbacks_timeout = nullptr;

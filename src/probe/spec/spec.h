@@ -76,6 +76,20 @@ struct PointInput {
   bool operator==(const PointInput&) const = default;
 };
 
+// Extension: where an inline point's `escalate` signal goes. The request is held (no token
+// after the escalated one is released; its KV is kept; other requests go on) while `url` gets
+// a JSON POST {request_id, extraction_point_name, token_pos, layer, score, prompt, text,
+// token_ids}; the answer {"decision": "continue" | "abort"} releases or aborts it. No answer
+// within timeout_ms, an unreachable classifier or a malformed answer: on_timeout decides.
+//
+//   escalation: {url: "http://127.0.0.1:8080/classify", timeout_ms: 2000, on_timeout: abort}
+struct EscalationConfig {
+  std::string url;  // http://host:port/path (https when the build supports it)
+  int timeout_ms = 1000;
+  OnTimeout on_timeout = OnTimeout::kContinue;
+  bool operator==(const EscalationConfig&) const = default;
+};
+
 struct ExtractionPoint {
   std::string name;
   std::vector<int> layers;  // as written (duplicates kept); final_norm uses num_hidden_layers
@@ -98,6 +112,7 @@ struct ExtractionPoint {
   std::optional<int> queue_depth;                  // async only; null: router default
   std::optional<OverflowPolicy> overflow_policy;   // extension; async only
   std::optional<InterventionPolicy> intervention;  // null: the router's default policy
+  std::optional<EscalationConfig> escalation;      // extension; inline only
   int line = 0;  // line of the point in its file (0 when not from a file)
 
   // What the point reads, layer-major in the order written: for each layer, each tensor type

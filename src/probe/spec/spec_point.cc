@@ -15,10 +15,14 @@ namespace {
 
 const std::vector<std::string_view>& PointKeys() {
   static const std::vector<std::string_view> keys = {
-      "name",        "layers",          "tensor_type",  "tensor_types",
-      "combine",     "position",        "stride",       "until",
-      "count",       "probe_type",      "probe_kind",   "execution_mode",
-      "queue_depth", "overflow_policy", "intervention", "probe_args"};
+      "name",       "layers",         "tensor_type", "tensor_types",    "combine",
+      "position",   "stride",         "until",       "count",           "probe_type",
+      "probe_kind", "execution_mode", "queue_depth", "overflow_policy", "intervention",
+      "probe_args", "escalation"};
+  return keys;
+}
+const std::vector<std::string_view>& EscalationKeys() {
+  static const std::vector<std::string_view> keys = {"url", "timeout_ms", "on_timeout"};
   return keys;
 }
 const std::vector<std::string_view>& InterventionKeys() {
@@ -104,6 +108,7 @@ class PointParser {
   std::optional<InterventionPolicy> ParseIntervention(const MapEntry& e);
   std::optional<InterventionPolicy> CheckIntervention(const MapEntry& e, InterventionPolicy policy,
                                                       std::optional<int64_t> timeout);
+  std::optional<EscalationConfig> ParseEscalation(const MapEntry& e);
   bool Good(const char* key) const;  // absent (so defaulted) or parsed without problems
   bool Present(const char* key) const { return line_of_.count(key) > 0; }
   void CheckModeRules(const ExtractionPoint& p);
@@ -123,6 +128,7 @@ class PointParser {
   std::map<std::string, bool> field_ok_;        // canonical key -> parsed without problems
   std::map<std::string, int> line_of_;          // canonical key -> line of its key
   int intervention_mode_line_ = 0;
+  int escalation_line_ = 0;
   int timeout_line_ = 0;
   int on_timeout_line_ = 0;
 };
@@ -423,6 +429,82 @@ std::optional<InterventionPolicy> PointParser::CheckIntervention(const MapEntry&
   return policy;
 }
 
+// Extension: the classifier an `escalate` signal asks (spec.h EscalationConfig).
+std::optional<EscalationConfig> PointParser::ParseEscalation(const MapEntry& e) {
+  const std::string field = e.key;
+  escalation_line_ = KeyLine(e);
+  if (!e.value.IsMap()) {
+    Error(KeyLine(e), field,
+          "expected a mapping with url, timeout_ms and on_timeout (got " + Describe(e.value) + ")");
+    return std::nullopt;
+  }
+  EscalationConfig config;
+  bool has_url = false;
+  bool has_timeout = false;
+  const bool was_ok = ok_;
+  ok_ = true;
+  std::vector<DuplicateKey> duplicates;
+  for (const MapEntry& key : MappingEntries(e.value, &duplicates)) {
+    const int line = KeyLine(key);
+    const std::string where = field + "." + key.key;
+    if (key.key == "url") {
+      const bool is_string =
+          key.value.IsScalar() && ResolveScalar(key.value).kind == ScalarKind::kString;
+      const std::string url = is_string ? key.value.Scalar() : std::string();
+      const size_t scheme_end = url.find("://");
+      if (!is_string) {
+        Error(line, where, "expected a string (got " + Describe(key.value) + ")");
+      } else if ((url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) ||
+                 url.size() <= scheme_end + 3 || url[scheme_end + 3] == '/') {
+        Error(line, where,
+              "expected an http:// or https:// URL with a host, e.g. "
+              "http://127.0.0.1:8080/classify (got " +
+                  PyQuote(url) + ")");
+      } else {
+        config.url = url;
+        has_url = true;
+      }
+    } else if (key.key == "timeout_ms") {
+      const LaxInt v(key.value);
+      if (v.problem == LaxInt::Problem::kRange || (v.value.has_value() && *v.value > INT_MAX)) {
+        Error(line, where, BoundsMessage(v, "timeout_ms", 1));
+      } else if (!v.value.has_value()) {
+        Error(line, where, v.Message("an int"));
+      } else if (*v.value < 1) {
+        Error(line, where,
+              "must be >= 1 (got " + std::to_string(*v.value) +
+                  "); it is how many milliseconds the request is held at most, e.g. "
+                  "timeout_ms: 2000");
+      } else {
+        config.timeout_ms = static_cast<int>(*v.value);
+        has_timeout = true;
+      }
+    } else if (key.key == "on_timeout") {
+      config.on_timeout =
+          ParseEnum<OnTimeout>(key.value, line, where, "on_timeout").value_or(config.on_timeout);
+    } else {
+      Error(line, field, UnknownKeyMessage(key, EscalationKeys()));
+    }
+  }
+  for (const DuplicateKey& d : duplicates) {
+    r_->Warn(d.line, Where(field),
+             "duplicate key " + PyQuote(d.key) + " (first on line " + std::to_string(d.first_line) +
+                 "); the last value is used");
+  }
+  if (ok_ && !has_url) {
+    Error(KeyLine(e), field + ".url",
+          "required: the classifier's URL, e.g. url: http://127.0.0.1:8080/classify");
+  }
+  if (ok_ && !has_timeout) {
+    Error(KeyLine(e), field + ".timeout_ms",
+          "required: a held request must never wait forever. Add e.g. timeout_ms: 2000");
+  }
+  const bool keys_ok = ok_;
+  ok_ = was_ok && keys_ok;
+  if (!keys_ok) return std::nullopt;
+  return config;
+}
+
 bool PointParser::Good(const char* key) const {
   const auto it = field_ok_.find(key);
   return it == field_ok_.end() || it->second;
@@ -447,6 +529,19 @@ void PointParser::CheckModeRules(const ExtractionPoint& p) {
           "only valid with execution_mode 'async' (got execution_mode " +
               PyQuote(Name(p.execution_mode)) + "). Remove " + async_only[i] +
               ", or set execution_mode: async");
+  }
+  if (is_async && p.escalation.has_value()) {
+    Error(escalation_line_, written_["escalation"],
+          "execution_mode 'async' cannot escalate: an async probe only observes and cannot hold "
+          "generation. Remove the escalation block, or set execution_mode: inline");
+  }
+  const auto action = p.probe_args.is_object() ? p.probe_args.find("action") : p.probe_args.end();
+  if (Good("probe_args") && action != p.probe_args.end() && *action == "escalate" &&
+      !p.escalation.has_value() && Good("escalation")) {
+    Error(line_of_["probe_args"], written_["probe_args"] + ".action",
+          "action 'escalate' needs the point's escalation block (url, timeout_ms, on_timeout): "
+          "where the held request's classifier is. Add e.g. escalation: {url: "
+          "http://127.0.0.1:8080/classify, timeout_ms: 2000, on_timeout: abort}");
   }
   if (is_async && p.intervention.has_value() && p.intervention->mode != InterventionMode::kReject) {
     Error(intervention_mode_line_, written_["intervention"] + ".mode",
@@ -587,6 +682,8 @@ void PointParser::ParseProbeFields(ExtractionPoint* p) {
              Enum<OverflowPolicy>("overflow_policy"));
   ParseField("intervention", Need::kOptionalOrNull, &p->intervention,
              [this](const MapEntry& e) { return ParseIntervention(e); });
+  ParseField("escalation", Need::kOptionalOrNull, &p->escalation,
+             [this](const MapEntry& e) { return ParseEscalation(e); });
 }
 
 std::optional<ExtractionPoint> PointParser::Parse() {

@@ -123,6 +123,10 @@ Json PointProperties() {
                            "Intervention policy of this point; omit it for the router's "
                            "default. Async points may only use mode 'reject'.",
                            {{"default", nullptr}});
+  p["escalation"] = With(Nullable(Ref("Escalation")),
+                         "Extension: the external classifier asked when this inline point's "
+                         "probe signals 'escalate' (probe_args action: escalate). Inline only.",
+                         {{"default", nullptr}});
   p["probe_args"] = {{"type", "object"},
                      {"additionalProperties", true},
                      {"description",
@@ -171,7 +175,18 @@ Json PointRules() {
         {{"probe_kind", {{"const", "trajectory"}}},
          {"intervention",
           {{"anyOf", Json::array({{{"type", "null"}},
-                                  {{"properties", {{"mode", {{"const", "reject"}}}}}}})}}}}}}));
+                                  {{"properties", {{"mode", {{"const", "reject"}}}}}}})}}},
+         {"escalation", {{"type", "null"}}}}}}));
+  // probe_args action 'escalate' needs the escalation block.
+  rules.push_back({{"if",
+                    {{"required", Json::array({"probe_args"})},
+                     {"properties",
+                      {{"probe_args",
+                        {{"required", Json::array({"action"})},
+                         {"properties", {{"action", {{"const", "escalate"}}}}}}}}}}},
+                   {"then",
+                    {{"required", Json::array({"escalation"})},
+                     {"properties", {{"escalation", {{"type", "object"}}}}}}}});
   const Json needs_async = {{"required", Json::array({"execution_mode"})},
                             {"properties", {{"execution_mode", async_mode}}}};
   rules.push_back(IfPresent("queue_depth", {{"type", "integer"}}, needs_async));
@@ -227,11 +242,38 @@ Json InterventionDef() {
              {{"timeout_ms", {{"type", "null"}}}, {"on_timeout", {{"const", "continue"}}}}}}}};
 }
 
+Json EscalationDef() {
+  Json props = Json::object();
+  props["url"] = {{"type", "string"},
+                  {"pattern", "^https?://[^/]"},
+                  {"description",
+                   "Where the held request is POSTed as JSON {request_id, extraction_point_name, "
+                   "token_pos, layer, score, prompt, text, token_ids}; the answer is "
+                   "{\"decision\": \"continue\" | \"abort\"}."},
+                  {"examples", Json::array({"http://127.0.0.1:8080/classify"})}};
+  props["timeout_ms"] = With(PositiveInt(),
+                             "How long the request is held at most, in milliseconds (>= 1); "
+                             "then on_timeout decides.",
+                             {{"examples", Json::array({2000})}});
+  props["on_timeout"] = With(Ref("OnTimeout"),
+                             "What a late, unreachable or malformed classifier means: 'continue' "
+                             "(release the request) or 'abort' it.",
+                             {{"default", "continue"}});
+  return {{"description",
+           "The external classifier of an escalating point: while it decides, the request is "
+           "held (no token after the escalated one is released; other requests go on)."},
+          {"type", "object"},
+          {"additionalProperties", false},
+          {"required", Json::array({"url", "timeout_ms"})},
+          {"properties", props}};
+}
+
 Json Defs() {
   Json defs = Json::object();
   defs["ExecutionMode"] = EnumDef<ExecutionMode>(
       "'inline': runs on the generation path and can abort it. 'async': queued and probed off "
       "the hot path; observes only (trajectory probes only).");
+  defs["Escalation"] = EscalationDef();
   defs["ExtractionPoint"] = PointDef();
   defs["InterventionMode"] = EnumDef<InterventionMode>(
       "'reject' (default): no waiting. 'block_until_signal': generation waits up to timeout_ms "

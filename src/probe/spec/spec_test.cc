@@ -366,7 +366,7 @@ extraction_points:
             "  - spec.yaml:17: extraction_points[1] 'p': unknown key 'bogus'. Valid keys: name, "
             "layers, tensor_type, tensor_types, combine, position, stride, until, count, "
             "probe_type, probe_kind, execution_mode, queue_depth, overflow_policy, intervention, "
-            "probe_args.");
+            "probe_args, escalation.");
 }
 
 TEST(SpecErrorTest, UnknownKeysAndBadEnumValuesSuggestTheClosest) {
@@ -376,7 +376,7 @@ TEST(SpecErrorTest, UnknownKeysAndBadEnumValuesSuggestTheClosest) {
             "  - spec.yaml:4: extraction_points[0] 'p': unknown key 'layr'. Did you mean "
             "'layers'? Valid keys: name, layers, tensor_type, tensor_types, combine, position, "
             "stride, until, count, probe_type, probe_kind, execution_mode, queue_depth, "
-            "overflow_policy, intervention, probe_args.");
+            "overflow_policy, intervention, probe_args, escalation.");
   EXPECT_EQ(Problems("extraction_point: []\n"),
             "2 problems in the spec:\n"
             "  - spec.yaml:1: unknown key 'extraction_point'. Did you mean 'extraction_points'? "
@@ -910,9 +910,10 @@ TEST(SpecSchemaTest, IsADraft202012SchemaWithAStableText) {
 
 TEST(SpecSchemaTest, DescribesEveryKeyAndValue) {
   const nlohmann::json& props = PointSchema()["properties"];
-  for (const char* key : {"name", "layers", "tensor_type", "tensor_types", "combine", "position",
-                          "stride", "until", "count", "probe_type", "probe_kind", "execution_mode",
-                          "queue_depth", "overflow_policy", "intervention", "probe_args"}) {
+  for (const char* key :
+       {"name", "layers", "tensor_type", "tensor_types", "combine", "position", "stride", "until",
+        "count", "probe_type", "probe_kind", "execution_mode", "queue_depth", "overflow_policy",
+        "intervention", "probe_args", "escalation"}) {
     ASSERT_TRUE(props.contains(key)) << key;
     EXPECT_TRUE(props[key].contains("description")) << key;
     EXPECT_FALSE(props[key].contains("deprecated")) << key;
@@ -1125,6 +1126,75 @@ TEST(SpecSteeringTest, ProblemsNameTheEntryFieldAndLine) {
   EXPECT_EQ(with("  - name: early", "  - name: calm"),
             "spec.yaml:21: steering[2] 'calm'.name: duplicate name (also steering[0]); names "
             "must be unique");
+}
+
+// Extension: `escalation:` (the classifier an `escalate` signal asks) parses, round-trips
+// through the writer, and its problems name the file, line and field.
+TEST(SpecEscalationTest, ParsesAndRoundTrips) {
+  const Spec spec =
+      Parsed(Spec1("    probe_args: {weights: w.npy, threshold: 0.5, action: escalate}\n"
+                   "    escalation:\n"
+                   "      url: http://127.0.0.1:8080/classify\n"
+                   "      timeout_ms: 250\n"
+                   "      on_timeout: abort\n"));
+  ASSERT_EQ(spec.extraction_points.size(), 1u);
+  const ExtractionPoint& p = spec.extraction_points[0];
+  ASSERT_TRUE(p.escalation.has_value());
+  EXPECT_EQ(p.escalation->url, "http://127.0.0.1:8080/classify");
+  EXPECT_EQ(p.escalation->timeout_ms, 250);
+  EXPECT_EQ(p.escalation->on_timeout, OnTimeout::kAbort);
+  const std::string written = WriteSpecYaml(spec);
+  EXPECT_NE(written.find("escalation: {url: \"http://127.0.0.1:8080/classify\", timeout_ms: 250, "
+                         "on_timeout: abort}"),
+            std::string::npos)
+      << written;
+  const Spec again = Parsed(written);
+  ASSERT_EQ(again.extraction_points.size(), 1u);
+  EXPECT_EQ(again.extraction_points[0].escalation, p.escalation);
+  // on_timeout defaults to continue; a point without the block has none.
+  const Spec defaults =
+      Parsed(Spec1("    escalation: {url: \"https://classifier.example/x\", timeout_ms: 9}\n"));
+  EXPECT_EQ(defaults.extraction_points[0].escalation->on_timeout, OnTimeout::kContinue);
+  EXPECT_FALSE(Parsed(Spec1()).extraction_points[0].escalation.has_value());
+  const nlohmann::json& props = PointSchema()["properties"];
+  EXPECT_TRUE(props.contains("escalation"));
+  EXPECT_EQ(SpecJsonSchema()["$defs"]["Escalation"]["required"],
+            nlohmann::json({"url", "timeout_ms"}));
+}
+
+TEST(SpecEscalationTest, ProblemsNameFileLineAndField) {
+  EXPECT_EQ(Problems(Spec1("    escalation: {timeout_ms: 100}\n")),
+            "spec.yaml:9: extraction_points[0] 'p'.escalation.url: required: the classifier's "
+            "URL, e.g. url: http://127.0.0.1:8080/classify");
+  EXPECT_EQ(Problems(Spec1("    escalation: {url: \"http://127.0.0.1:1/x\"}\n")),
+            "spec.yaml:9: extraction_points[0] 'p'.escalation.timeout_ms: required: a held "
+            "request must never wait forever. Add e.g. timeout_ms: 2000");
+  EXPECT_EQ(Problems(Spec1("    escalation:\n      url: ftp://host/x\n      timeout_ms: 5\n")),
+            "spec.yaml:10: extraction_points[0] 'p'.escalation.url: expected an http:// or "
+            "https:// URL with a host, e.g. http://127.0.0.1:8080/classify (got 'ftp://host/x')");
+  EXPECT_EQ(Problems(Spec1("    escalation:\n      url: \"http://h/x\"\n      timeout_ms: 0\n")),
+            "spec.yaml:11: extraction_points[0] 'p'.escalation.timeout_ms: must be >= 1 (got 0); "
+            "it is how many milliseconds the request is held at most, e.g. timeout_ms: 2000");
+  EXPECT_EQ(Problems(Spec1("    escalation: {url: \"http://h/x\", timeout_ms: 5, "
+                           "on_timeout: wait}\n")),
+            "spec.yaml:9: extraction_points[0] 'p'.escalation.on_timeout: 'wait' is not a valid "
+            "on_timeout. Use 'continue' or 'abort'.");
+  EXPECT_EQ(Problems(Spec1("    escalation: {url: \"http://h/x\", timeout_ms: 5, retries: 2}\n"))
+                .find("spec.yaml:9: extraction_points[0] 'p'.escalation: "),
+            0u);
+  EXPECT_EQ(Problems(Spec1("    escalation: http://h/x\n")),
+            "spec.yaml:9: extraction_points[0] 'p'.escalation: expected a mapping with url, "
+            "timeout_ms and on_timeout (got 'http://h/x')");
+  EXPECT_EQ(Problems(Spec1("    probe_args: {weights: w.npy, action: escalate}\n")),
+            "spec.yaml:9: extraction_points[0] 'p'.probe_args.action: action 'escalate' needs the "
+            "point's escalation block (url, timeout_ms, on_timeout): where the held request's "
+            "classifier is. Add e.g. escalation: {url: http://127.0.0.1:8080/classify, "
+            "timeout_ms: 2000, on_timeout: abort}");
+  EXPECT_EQ(Problems(Trajectory("    execution_mode: async\n"
+                                "    escalation: {url: \"http://h/x\", timeout_ms: 5}\n")),
+            "spec.yaml:10: extraction_points[0] 't'.escalation: execution_mode 'async' cannot "
+            "escalate: an async probe only observes and cannot hold generation. Remove the "
+            "escalation block, or set execution_mode: inline");
 }
 
 }  // namespace

@@ -85,6 +85,13 @@ std::string Intervention(const InterventionPolicy& policy) {
   return out + "}";
 }
 
+std::string Escalation(const EscalationConfig& e) {
+  std::string out = "{url: " + Scalar(e.url) + ", timeout_ms: " + std::to_string(e.timeout_ms);
+  if (e.on_timeout != OnTimeout::kContinue)
+    out += ", on_timeout: " + std::string(Name(e.on_timeout));
+  return out + "}";
+}
+
 void WritePoint(const ExtractionPoint& p, std::string* out) {
   auto line = [out](std::string_view key, const std::string& value) {
     *out += "    " + std::string(key) + ": " + value + "\n";
@@ -115,6 +122,7 @@ void WritePoint(const ExtractionPoint& p, std::string* out) {
     line("overflow_policy", std::string(Name(*p.overflow_policy)));
   }
   if (p.intervention.has_value()) line("intervention", Intervention(*p.intervention));
+  if (p.escalation.has_value()) line("escalation", Escalation(*p.escalation));
   if (p.probe_args.is_object() && !p.probe_args.empty()) line("probe_args", Flow(p.probe_args));
 }
 
