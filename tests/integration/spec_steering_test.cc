@@ -48,7 +48,10 @@ const nlohmann::json& CaseNamed(const std::string& name) {
 // Generates three copies of the reference prompt under `spec_text` (the spec sits beside the
 // vector file, so its relative `vector:` resolves); their ids.
 std::vector<std::vector<int32_t>> Generated(const std::string& spec_text) {
-  const std::filesystem::path dir = testing::ScratchDir("spec_steering");
+  // One directory per test: ctest runs the cases in parallel.
+  const std::filesystem::path dir =
+      testing::ScratchDir(std::string("spec_steering/") +
+                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::copy_file(testing::TestData("steering/p_layer2.gguf"), dir / "p_layer2.gguf",
                              std::filesystem::copy_options::overwrite_existing);
   std::ofstream(dir / "spec.yaml") << spec_text;
