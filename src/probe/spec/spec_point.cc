@@ -65,6 +65,14 @@ class PointParser {
     if (!field.empty()) out += "." + std::string(field);
     return out;
   }
+  // One warning per repeated key of a mapping at `field` ("" for the point itself).
+  void WarnDuplicates(const std::vector<DuplicateKey>& duplicates, std::string_view field) {
+    for (const DuplicateKey& d : duplicates) {
+      r_->Warn(d.line, Where(field),
+               "duplicate key " + PyQuote(d.key) + " (first on line " +
+                   std::to_string(d.first_line) + "); the last value is used");
+    }
+  }
   void Error(int line, std::string_view field, std::string message) {
     r_->Error(line, Where(field), std::move(message));
     ok_ = false;
@@ -373,11 +381,7 @@ std::optional<InterventionPolicy> PointParser::ParseIntervention(const MapEntry&
       Error(line, field, UnknownKeyMessage(key, InterventionKeys()));
     }
   }
-  for (const DuplicateKey& d : duplicates) {
-    r_->Warn(d.line, Where(field),
-             "duplicate key " + PyQuote(d.key) + " (first on line " + std::to_string(d.first_line) +
-                 "); the last value is used");
-  }
+  WarnDuplicates(duplicates, field);
   const bool keys_ok = ok_;
   ok_ = was_ok && keys_ok;
   if (!keys_ok) return std::nullopt;
@@ -486,11 +490,7 @@ std::optional<EscalationConfig> PointParser::ParseEscalation(const MapEntry& e) 
       Error(line, field, UnknownKeyMessage(key, EscalationKeys()));
     }
   }
-  for (const DuplicateKey& d : duplicates) {
-    r_->Warn(d.line, Where(field),
-             "duplicate key " + PyQuote(d.key) + " (first on line " + std::to_string(d.first_line) +
-                 "); the last value is used");
-  }
+  WarnDuplicates(duplicates, field);
   if (ok_ && !has_url) {
     Error(KeyLine(e), field + ".url",
           "required: the classifier's URL, e.g. url: http://127.0.0.1:8080/classify");
@@ -634,11 +634,7 @@ void PointParser::ReadEntries() {
     name_ = name->value.Scalar();
     name_line_ = KeyLine(*name);
   }
-  for (const DuplicateKey& d : duplicates) {
-    r_->Warn(d.line, Where(),
-             "duplicate key " + PyQuote(d.key) + " (first on line " + std::to_string(d.first_line) +
-                 "); the last value is used");
-  }
+  WarnDuplicates(duplicates, "");
 }
 
 // What is captured: layers, tensor_type, position and its window.
