@@ -3,12 +3,16 @@
 //
 //   llm_bench --model DIR_OR_FILE [--model ...] [--threads 1,2] [--prompt-tokens 128]
 //             [--gen-tokens 32] [--repetitions 3] [--json FILE]
+//   llm_bench --bandwidth-only [--threads 1,2] [--json FILE]
 //
 // For each model and thread count: read bandwidth (median of several 1 GiB streaming reads on
 // that many threads), prefill tokens/s (one forward over --prompt-tokens tokens), decode
 // tokens/s (--gen-tokens single-token steps after the prompt), each the median of
 // --repetitions runs, and the roofline fraction = decode tok/s × bytes read per token /
-// bandwidth, where bytes per token = weight bytes (as stored) + the KV cache read.
+// bandwidth, where bytes per token = weight bytes (as stored) + the KV cache read. The
+// bandwidth is the best of every read loop the CPU has (kernels/bandwidth.h); --bandwidth-only
+// prints each loop's (bench/vs_llamacpp.py uses it, beside the bandwidth llama.cpp's decode
+// implies).
 // Token ids are random, so any checkpoint works, tokenizer or not.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -81,6 +85,25 @@ Row Measure(const std::string& name, uc::models::CausalLM& model, int threads, i
   return row;
 }
 
+// One 1 GiB read per loop and thread count (median of 7), printed and written as JSON.
+int BandwidthOnly(const std::vector<int>& thread_counts, const std::string& json_path) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int threads : thread_counts) {
+    uc::ThreadPool pool(threads);
+    nlohmann::json loops = nlohmann::json::object();
+    double best = 0.0;
+    for (const auto& r : uc::kernels::MeasureReadLoops(&pool, int64_t{1} << 30, 7)) {
+      std::printf("threads %d  %-9s %7.2f GB/s\n", threads, r.loop.c_str(),
+                  r.bytes_per_second / 1e9);
+      loops[r.loop] = r.bytes_per_second / 1e9;
+      best = std::max(best, r.bytes_per_second / 1e9);
+    }
+    out.push_back({{"threads", threads}, {"loops_gb_s", loops}, {"bandwidth_gb_s", best}});
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,7 +112,10 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   int prompt_tokens = 128, gen_tokens = 32, repetitions = 3;
   std::string json_path;
-  app.add_option("--model", models, "Checkpoint (repeatable)")->required();
+  bool bandwidth_only = false;
+  app.add_option("--model", models, "Checkpoint (repeatable)");
+  app.add_flag("--bandwidth-only", bandwidth_only,
+               "Only the read bandwidth of every read loop, per thread count");
   app.add_option("--threads", thread_counts, "Thread counts")
       ->delimiter(',')
       ->capture_default_str();
@@ -98,6 +124,11 @@ int main(int argc, char** argv) {
   app.add_option("--repetitions", repetitions)->capture_default_str();
   app.add_option("--json", json_path, "Also write the rows as JSON to this file");
   CLI11_PARSE(app, argc, argv);
+  if (bandwidth_only) return BandwidthOnly(thread_counts, json_path);
+  if (models.empty()) {
+    std::fprintf(stderr, "error: --model is required (or --bandwidth-only)\n");
+    return 2;
+  }
 
   std::printf("kernels: %s\n", uc::kernels::HasAvx2() ? "avx2+fma+f16c" : "portable");
   std::printf("| %-36s | %7s | %9s | %12s | %11s | %10s | %8s |\n", "model", "threads", "weights",

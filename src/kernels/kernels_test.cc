@@ -551,10 +551,38 @@ TEST(KernelsDeathTest, ShapeMismatchesAreFatal) {
   EXPECT_DEATH(EmbeddingLookup(w, ids, out), "outside vocabulary");
 }
 
-TEST(KernelsTest, ReadBandwidthIsPositive) {
+TEST(KernelsTest, ReadBandwidthIsTheBestOfEveryReadLoop) {
   ThreadPool pool(2);
-  const double bytes_per_second = MeasureReadBandwidth(&pool, int64_t{8} << 20, 3);
-  EXPECT_GT(bytes_per_second, 1e8);
+  const std::vector<ReadLoopBandwidth> loops = MeasureReadLoops(&pool, int64_t{8} << 20, 3);
+  ASSERT_FALSE(loops.empty());
+  EXPECT_EQ(loops.front().loop, "portable");
+  if (internal::UseAvx2()) {
+    ASSERT_GE(loops.size(), 2u);
+    EXPECT_EQ(loops[1].loop, "avx2");
+  }
+  if (internal::UseAvx512Vnni()) {
+    EXPECT_EQ(loops.back().loop, "avx512");
+  }
+  for (const ReadLoopBandwidth& r : loops) EXPECT_GT(r.bytes_per_second, 1e8) << r.loop;
+  EXPECT_GT(MeasureReadBandwidth(&pool, int64_t{8} << 20, 3), 1e8);
+}
+
+// Each read loop sums exactly what the portable one does (the probe reads every byte).
+TEST(KernelsTest, ReadLoopsSumEveryElement) {
+  std::vector<float> x(4096 + 37);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 7);
+  const int64_t n = static_cast<int64_t>(x.size());
+  double expected = 0.0;
+  for (float v : x) expected += v;
+  EXPECT_EQ(cpu::SumFloats(x.data(), n), expected);
+#if defined(__x86_64__)
+  if (internal::UseAvx2()) {
+    EXPECT_EQ(avx2::SumFloats(x.data(), n), expected);
+  }
+  if (internal::UseAvx512Vnni()) {
+    EXPECT_EQ(avx512::SumFloats(x.data(), n), expected);
+  }
+#endif
 }
 
 }  // namespace

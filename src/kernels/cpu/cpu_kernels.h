@@ -171,6 +171,9 @@ namespace avx512 {
 // left over), with VNNI dot products. See matmul_int8_avx512.cc.
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
 
+// Sum of n floats: the bandwidth probe's widest read loop (16 ZMM loads in flight, prefetch).
+double SumFloats(const float* data, int64_t n);
+
 }  // namespace avx512
 
 }  // namespace uc::kernels
