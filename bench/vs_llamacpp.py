@@ -1,32 +1,63 @@
 #!/usr/bin/env python3
-"""Undercurrent against llama.cpp on the same GGUF files, measured in one run.
+"""Undercurrent against llama.cpp on the same GGUF files, side by side in one run.
 
-For each model and thread count, runs rounds that alternate the two engines (ours first in
-odd rounds, llama.cpp first in even ones) on one sequence: a prompt of --prompt-len random token
-ids, then --gen-len greedy tokens. Prints the medians of the rounds and the
-ratios ours / llama.cpp for prefill and decode tokens/s.
+Three parts, each optional:
 
-Ours: `undercurrent bench --batch 1 --format json` (the serving engine's own timings: prefill
-over the prompt, decode over the tokens after the first), once per --matmul mode given.
-llama.cpp: the PyPI package llama-cpp-python (it compiles llama.cpp from source for this CPU;
-`pip install llama-cpp-python`), default settings, loaded once per model and thread count,
-timed around its eval calls (prompt in one call, then one call per token with a greedy argmax,
-as our engine samples each token too). Neither side counts process start-up or model loading.
+1. Formats (--quantize-from SRC.gguf --types f16,bf16,q8_0,...): makes every type from one
+   F32/F16 source twice, with `undercurrent quantize` and with llama.cpp's quantizer
+   (llama-cpp-python's llama_model_quantize), reports whether the two files hold the same
+   tensor types and bytes, and adds llama.cpp's file of each type to the models measured.
 
-Usage:
+2. Single sequence (every --model and every made file): rounds that alternate the engines (ours
+   first in odd rounds, llama.cpp first in even ones). Each round, each engine runs a prompt of
+   --prefill lengths (random token ids; the prefill tokens/s of each) and, after the first,
+   decodes --decode greedy tokens (decode tokens/s over the tokens after the first). Prints the
+   medians of the rounds and the ratios ours / llama.cpp, at each --threads.
+   Ours: `undercurrent bench --batch 1 --format json` (the serving engine's own timings), once
+   per --matmul mode. llama.cpp: the PyPI package llama-cpp-python (compiled from source for this
+   CPU), loaded once per model and thread count, timed around its eval calls (the prompt in one
+   call, then one call per token with a greedy argmax, as our engine samples each token).
+   Neither side counts process start-up or model loading.
+
+3. Serving (--serve MODEL --llama-server BIN): our `serve` and llama.cpp's `llama-server`
+   (continuous batching, --parallel slots = the largest concurrency) on the same file and
+   threads, one after the other; at each --concurrency N clients stream /v1/completions in a
+   closed loop (the same random word prompts, --serve-max-tokens tokens each with ignore_eos)
+   for --serve-seconds; output tokens/s (from each response's usage), requests/s and time to
+   first token p50 / p99.
+
+Roofline: the read bandwidth `llm_bench --bandwidth-only` measures at each thread count (the
+best of its read loops) and the bandwidth each engine's decode implies (decode tokens/s times
+the bytes a token streams: every tensor of the file but a token embedding that is only
+gathered); each engine's decode is reported as a fraction of the larger of all of these, so a
+weak read loop cannot flatter the fractions.
+
+Records the CPU's instruction sets and llama.cpp's build (system_info) in the output.
+
+Usage (from the repository root; the venv needs llama-cpp-python, gguf and numpy):
   python3 bench/vs_llamacpp.py --undercurrent build/release/bin/undercurrent \\
-      --model build/models/gemma3/gemma-3-270m-q4_k_m.gguf --model SmolLM2-135M-Instruct.Q4_1.gguf \\
-      --threads 1,2 --rounds 5 [--matmul int8,exact] [--json out.json]
+      --quantize-from build/models/tinyllama-f32.gguf --types q8_0,q4_0,q4_k_m --work-dir /tmp/q \\
+      --model build/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
+      --threads 1,2 --rounds 3 --json out.json
+  python3 bench/vs_llamacpp.py --undercurrent build/release/bin/undercurrent \\
+      --serve M.gguf --llama-server llama.cpp/build/bin/llama-server --concurrency 1,4,16,64
 """
 import argparse
 import json
 import os
 import platform
 import random
+import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
+
+# llama.cpp's ftype numbers (llama.h) for the types `undercurrent quantize` makes.
+FTYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9,
+          "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "bf16": 32}
 
 
 def cpu_flags():
@@ -44,7 +75,104 @@ def cpu_flags():
     return [f for f in wanted if f in flags]
 
 
-def ours(binary, model, threads, prompt_len, gen_len, matmul):
+# ---------------------------------------------------------------------------------------------
+# 1. Formats
+
+
+def quantize_both(binary, source, qtype, work_dir):
+    """Makes `qtype` from `source` with ours and with llama.cpp; returns (ours, theirs, report)."""
+    import llama_cpp
+    base = os.path.splitext(os.path.basename(source))[0]
+    ours = os.path.join(work_dir, f"{base}.{qtype}.ours.gguf")
+    theirs = os.path.join(work_dir, f"{base}.{qtype}.llamacpp.gguf")
+    t0 = time.perf_counter()
+    subprocess.run([binary, "quantize", source, ours, "--type", qtype, "--force"], check=True,
+                   capture_output=True, text=True)
+    ours_s = time.perf_counter() - t0
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = FTYPES[qtype]
+    params.nthread = os.cpu_count() or 1
+    t0 = time.perf_counter()
+    rc = llama_cpp.llama_model_quantize(source.encode(), theirs.encode(), params)
+    theirs_s = time.perf_counter() - t0
+    if rc != 0:
+        raise RuntimeError(f"llama.cpp could not quantize {source} to {qtype} (rc {rc})")
+    return ours, theirs, compare_tensors(ours, theirs) | {"ours_seconds": ours_s,
+                                                          "llamacpp_seconds": theirs_s}
+
+
+def compare_tensors(a, b):
+    """Per tensor name: same ggml type, same bytes."""
+    import gguf
+    ra, rb = gguf.GGUFReader(a), gguf.GGUFReader(b)
+    ta = {t.name: t for t in ra.tensors}
+    tb = {t.name: t for t in rb.tensors}
+    same_type = same_bytes = 0
+    differing = []
+    for name, t in tb.items():
+        u = ta.get(name)
+        if u is None:
+            differing.append(f"{name}: missing in ours")
+            continue
+        if u.tensor_type == t.tensor_type:
+            same_type += 1
+            if bytes(u.data.tobytes()) == bytes(t.data.tobytes()):
+                same_bytes += 1
+            else:
+                differing.append(f"{name}: bytes differ")
+        else:
+            differing.append(f"{name}: {u.tensor_type.name} vs {t.tensor_type.name}")
+    return {"tensors": len(tb), "same_type": same_type, "same_bytes": same_bytes,
+            "ours_bytes": os.path.getsize(a), "llamacpp_bytes": os.path.getsize(b),
+            "differing": differing[:10]}
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Single sequence
+
+
+def bytes_per_token(model):
+    """Bytes one decode token streams: every tensor but a token embedding that is only gathered
+    (one tied to the output is the LM head and is read whole)."""
+    import gguf
+    r = gguf.GGUFReader(model)
+    names = {t.name for t in r.tensors}
+    tied = "output.weight" not in names
+    return sum(int(t.n_bytes) for t in r.tensors if tied or t.name != "token_embd.weight")
+
+
+def measured_bandwidth(llm_bench, threads):
+    """{threads: best read bandwidth in bytes/s} from llm_bench --bandwidth-only."""
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([llm_bench, "--bandwidth-only", "--threads", ",".join(map(str, threads)),
+                        "--json", f.name], check=True, capture_output=True, text=True)
+        rows = json.load(open(f.name))
+    return {r["threads"]: r["bandwidth_gb_s"] * 1e9 for r in rows}
+
+
+def roofline(single, bandwidth, model_bytes):
+    """Adds each row's roofline fraction; returns the printed table's lines."""
+    lines = []
+    keys = sorted({(r["model"], r["threads"]) for r in single})
+    for name, threads in keys:
+        rows = [r for r in single if r["model"] == name and r["threads"] == threads]
+        b = model_bytes[name]
+        implied = {r["engine"]: r["decode_tokens_per_second"] * b for r in rows}
+        ceiling = max([bandwidth[threads]] + list(implied.values()))
+        cells = []
+        for r in rows:
+            r["decode_bytes_per_token"] = b
+            r["roofline_bandwidth"] = ceiling
+            r["roofline_fraction"] = implied[r["engine"]] / ceiling
+            cells.append(f"{r['engine']} {100 * r['roofline_fraction']:5.1f}%")
+        lines.append(f"{name:<44} {threads:>3} {b / 2**20:8.1f} MiB  measured "
+                     f"{bandwidth[threads] / 1e9:6.2f} GB/s  roofline {ceiling / 1e9:6.2f} GB/s  "
+                     + "  ".join(cells))
+    return lines
+
+
+def ours_single(binary, model, threads, prompt_len, gen_len, matmul):
     cmd = [binary, "bench", "--model", model, "--batch", "1", "--prompt-len", str(prompt_len),
            "--max-tokens", str(gen_len), "--repetitions", "1", "--threads", str(threads),
            "--matmul", matmul, "--format", "json"]
@@ -54,13 +182,11 @@ def ours(binary, model, threads, prompt_len, gen_len, matmul):
 
 
 class LlamaCpp:
-    def __init__(self, model, threads, prompt_len, gen_len):
+    def __init__(self, model, threads, max_len):
         import llama_cpp
-        self.llama_cpp = llama_cpp
-        n_ctx = prompt_len + gen_len + 8
-        self.llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=max(prompt_len, 512),
-                                   n_threads=threads, n_threads_batch=threads, seed=0,
-                                   verbose=False)
+        self.llm = llama_cpp.Llama(model_path=model, n_ctx=max_len + 8, n_batch=max_len + 8,
+                                   n_ubatch=512, n_threads=threads, n_threads_batch=threads,
+                                   seed=0, verbose=False)
         self.vocab = self.llm.n_vocab()
 
     def run(self, prompt, gen_len):
@@ -76,75 +202,260 @@ class LlamaCpp:
             llm.eval([tok])
             tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
         decode_s = time.perf_counter() - start
-        return len(prompt) / prefill_s, (gen_len - 1) / decode_s
+        return len(prompt) / prefill_s, (gen_len - 1) / decode_s if gen_len > 1 else 0.0
+
+
+def measure_single(a, model, threads, modes, results):
+    """One model at one thread count: every round runs each prefill length on every engine."""
+    prefills = [int(p) for p in a.prefill.split(",")]
+    peer = LlamaCpp(model, threads, max(prefills) + a.decode)
+    rng = random.Random(1234)
+    engines = modes + ["llama.cpp"]
+    # samples[engine][("prefill", P) | ("decode",)] -> list
+    samples = {e: {} for e in engines}
+    for r in range(a.rounds):
+        order = engines if r % 2 == 0 else engines[::-1]
+        for i, p in enumerate(prefills):
+            prompt = [rng.randrange(1, peer.vocab) for _ in range(p)]
+            gen = a.decode if i == 0 else 2  # decode after the first prefill length only
+            for engine in order:
+                if engine == "llama.cpp":
+                    pf, dc = peer.run(prompt, gen)
+                else:
+                    pf, dc = ours_single(a.undercurrent, model, threads, p, gen, engine)
+                samples[engine].setdefault(("prefill", p), []).append(pf)
+                if i == 0:
+                    samples[engine].setdefault(("decode",), []).append(dc)
+    del peer
+    name = os.path.basename(model)
+    base = {k: statistics.median(v) for k, v in samples["llama.cpp"].items()}
+    for engine in ["llama.cpp"] + modes:
+        med = {k: statistics.median(v) for k, v in samples[engine].items()}
+        label = engine if engine == "llama.cpp" else f"ours {engine}"
+        cells = []
+        row = {"model": name, "threads": threads, "engine": label}
+        for p in prefills:
+            k = ("prefill", p)
+            cells.append(f"{med[k]:>9.1f} {med[k] / base[k]:>5.2f}x")
+            row[f"prefill{p}_tokens_per_second"] = med[k]
+            row[f"prefill{p}_ratio"] = med[k] / base[k]
+            row[f"prefill{p}_runs"] = samples[engine][k]
+        k = ("decode",)
+        cells.append(f"{med[k]:>9.1f} {med[k] / base[k]:>5.2f}x")
+        row["decode_tokens_per_second"] = med[k]
+        row["decode_ratio"] = med[k] / base[k]
+        row["decode_runs"] = samples[engine][k]
+        print(f"{name:<44} {threads:>3} {label:<12} " + " ".join(cells), flush=True)
+        results.append(row)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Serving
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(port, proc, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except Exception:
+            time.sleep(0.5)
+    raise RuntimeError("server did not become ready")
+
+
+def stream_completion(port, prompt, max_tokens):
+    """One streamed completion: (ttft seconds, completion tokens, total seconds)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                       "temperature": 0, "ignore_eos": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    ttft = None
+    tokens = 0
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                break
+            j = json.loads(data)
+            if ttft is None and j.get("choices") and j["choices"][0].get("text"):
+                ttft = time.perf_counter() - start
+            if j.get("usage"):
+                tokens = j["usage"]["completion_tokens"]
+    return ttft if ttft is not None else time.perf_counter() - start, tokens, \
+        time.perf_counter() - start
+
+
+def load_level(port, clients, seconds, max_tokens, prompts):
+    stop_at = time.perf_counter() + seconds
+    lock = threading.Lock()
+    ttfts, tokens, done = [], [0], [0]
+
+    def client(i):
+        k = i
+        while time.perf_counter() < stop_at:
+            ttft, n, _ = stream_completion(port, prompts[k % len(prompts)], max_tokens)
+            k += clients
+            with lock:
+                ttfts.append(ttft)
+                tokens[0] += n
+                done[0] += 1
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    ttfts.sort()
+
+    def pct(p):
+        return ttfts[min(len(ttfts) - 1, int(round(p / 100 * (len(ttfts) - 1))))]
+    return {"clients": clients, "requests": done[0], "output_tokens": tokens[0], "seconds": wall,
+            "output_tokens_per_second": tokens[0] / wall, "requests_per_second": done[0] / wall,
+            "ttft_p50": pct(50), "ttft_p99": pct(99)}
+
+
+def measure_serving(a, results):
+    levels = [int(c) for c in a.concurrency.split(",")]
+    rng = random.Random(7)
+    words = ("the cat dog sun tree house river small big happy sad ran jumped saw friend day "
+             "little girl boy played park ball").split()
+    prompts = [" ".join(rng.choice(words) for _ in range(a.serve_prompt_words)) for _ in range(64)]
+    ctx_per_slot = 2 * a.serve_prompt_words + a.serve_max_tokens + 64
+    servers = {
+        "ours": lambda port: [a.undercurrent, "serve", "--model", a.serve, "--port", str(port),
+                              "--threads", str(a.serve_threads), "--matmul", a.serve_matmul,
+                              "--max-num-seqs", str(max(levels)),
+                              "--kv-cache-memory", a.serve_kv_memory],
+        "llama.cpp": lambda port: [a.llama_server, "-m", a.serve, "--port", str(port),
+                                   "-t", str(a.serve_threads), "-tb", str(a.serve_threads),
+                                   "-np", str(max(levels)), "-c", str(ctx_per_slot * max(levels)),
+                                   "-cb", "--no-webui"],
+    }
+    by_engine = {}
+    for engine, command in servers.items():
+        port = free_port()
+        proc = subprocess.Popen(command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_ready(port, proc)
+            stream_completion(port, prompts[0], 4)  # warm-up
+            for clients in levels:
+                r = load_level(port, clients, a.serve_seconds, a.serve_max_tokens, prompts)
+                r["engine"] = engine
+                by_engine.setdefault(engine, {})[clients] = r
+                print(f"serve {engine:<10} {clients:>3} clients: {r['output_tokens_per_second']:7.1f} "
+                      f"output tok/s, {r['requests_per_second']:6.2f} req/s, TTFT p50 "
+                      f"{r['ttft_p50']:6.2f} s p99 {r['ttft_p99']:6.2f} s", flush=True)
+                results.append(r)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    print(f"{'clients':>7} {'output tok/s x':>15} {'TTFT p50 ours/theirs':>21} "
+          f"{'TTFT p99 ours/theirs':>21}")
+    for clients in levels:
+        o, t = by_engine["ours"][clients], by_engine["llama.cpp"][clients]
+        print(f"{clients:>7} {o['output_tokens_per_second'] / t['output_tokens_per_second']:>15.2f} "
+              f"{o['ttft_p50']:>9.2f}/{t['ttft_p50']:<10.2f} {o['ttft_p99']:>9.2f}/{t['ttft_p99']:<10.2f}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--undercurrent", required=True, help="path of the undercurrent binary")
-    ap.add_argument("--model", action="append", required=True, help="GGUF file (repeatable)")
+    ap.add_argument("--model", action="append", default=[], help="GGUF file (repeatable)")
+    ap.add_argument("--quantize-from", help="F32/F16 GGUF to make --types from, both ways")
+    ap.add_argument("--types", default="f16,bf16,q8_0,q4_0,q4_1,q4_k_m,q5_k_m,q6_k")
+    ap.add_argument("--work-dir", default="build/vs_llamacpp", help="where made files go")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--gen-len", type=int, default=64)
-    ap.add_argument("--matmul", default="int8,exact", help="our modes to measure")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prefill", default="128,512", help="prompt lengths (decode follows the first)")
+    ap.add_argument("--decode", type=int, default=128, help="generated tokens")
+    ap.add_argument("--decode-only", action="append", default=[],
+                    help="GGUF measured with --decode only (a short prompt): large models")
+    ap.add_argument("--matmul", default="int8", help="our modes to measure (int8,exact)")
+    ap.add_argument("--serve", help="GGUF for the serving comparison")
+    ap.add_argument("--llama-server", help="llama.cpp's llama-server binary")
+    ap.add_argument("--concurrency", default="1,4,16,64")
+    ap.add_argument("--serve-seconds", type=float, default=60)
+    ap.add_argument("--serve-max-tokens", type=int, default=64)
+    ap.add_argument("--serve-prompt-words", type=int, default=48)
+    ap.add_argument("--serve-threads", type=int, default=2)
+    ap.add_argument("--serve-matmul", default="int8")
+    ap.add_argument("--serve-kv-memory", default="2GiB")
+    ap.add_argument("--llm-bench", help="llm_bench binary (default: beside --undercurrent)")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
+    if not a.llm_bench:
+        a.llm_bench = os.path.join(os.path.dirname(a.undercurrent), "llm_bench")
     import llama_cpp
 
-    modes = a.matmul.split(",")
-    info = {
-        "machine": platform.machine(),
-        "cpu_flags": cpu_flags(),
-        "llama_cpp_python": llama_cpp.__version__,
-        "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
-        "prompt_len": a.prompt_len,
-        "gen_len": a.gen_len,
-        "rounds": a.rounds,
-    }
+    info = {"machine": platform.machine(), "cpu_flags": cpu_flags(),
+            "llama_cpp_python": llama_cpp.__version__,
+            "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
+            "rounds": a.rounds, "prefill": a.prefill, "decode": a.decode}
     print(f"# CPU flags: {' '.join(info['cpu_flags'])}")
     print(f"# llama.cpp (llama-cpp-python {info['llama_cpp_python']}): "
           f"{info['llama_cpp_system_info']}")
-    print(f"# one sequence: {a.prompt_len} prompt tokens, {a.gen_len} generated; medians of "
-          f"{a.rounds} interleaved rounds")
-    results = []
-    header = f"{'model':<34} {'thr':>3} {'engine':<16} {'prefill tok/s':>13} {'decode tok/s':>12} " \
-             f"{'prefill x':>9} {'decode x':>8}"
-    print(header)
-    for model in a.model:
-        name = os.path.basename(model)
+    out = {"info": info, "quantize": [], "single": [], "serving": []}
+    models = list(a.model)
+    if a.quantize_from:
+        os.makedirs(a.work_dir, exist_ok=True)
+        for qtype in a.types.split(","):
+            ours, theirs, report = quantize_both(a.undercurrent, a.quantize_from, qtype, a.work_dir)
+            report["type"] = qtype
+            out["quantize"].append(report)
+            print(f"# quantize {qtype}: {report['same_type']}/{report['tensors']} tensors of "
+                  f"llama.cpp's type, {report['same_bytes']} byte-identical; ours "
+                  f"{report['ours_seconds']:.1f} s, llama.cpp {report['llamacpp_seconds']:.1f} s"
+                  + (f"; e.g. {report['differing'][:3]}" if report["differing"] else ""),
+                  flush=True)
+            models.append(theirs)
+    modes = a.matmul.split(",")
+    if models or a.decode_only:
+        print(f"# single sequence, medians of {a.rounds} interleaved rounds: tokens/s and "
+              f"ours / llama.cpp")
+        prefills = a.prefill.split(",")
+        print(f"{'model':<44} {'thr':>3} {'engine':<12} " +
+              " ".join(f"{'prefill ' + p:>16}" for p in prefills) + f" {'decode':>16}")
         for threads in [int(t) for t in a.threads.split(",")]:
-            peer = LlamaCpp(model, threads, a.prompt_len, a.gen_len)
-            rng = random.Random(1234)
-            samples = {m: ([], []) for m in modes + ["llama.cpp"]}
-            for r in range(a.rounds):
-                prompt = [rng.randrange(1, peer.vocab) for _ in range(a.prompt_len)]
-                order = modes + ["llama.cpp"] if r % 2 == 0 else ["llama.cpp"] + modes
-                for engine in order:
-                    if engine == "llama.cpp":
-                        p, d = peer.run(prompt, a.gen_len)
-                    else:
-                        p, d = ours(a.undercurrent, model, threads, a.prompt_len, a.gen_len,
-                                    engine)
-                    samples[engine][0].append(p)
-                    samples[engine][1].append(d)
-            del peer
-            base_p = statistics.median(samples["llama.cpp"][0])
-            base_d = statistics.median(samples["llama.cpp"][1])
-            for engine in ["llama.cpp"] + modes:
-                p = statistics.median(samples[engine][0])
-                d = statistics.median(samples[engine][1])
-                label = engine if engine == "llama.cpp" else f"ours --matmul {engine}"
-                print(f"{name:<34} {threads:>3} {label:<16} {p:>13.1f} {d:>12.1f} "
-                      f"{p / base_p:>9.2f} {d / base_d:>8.2f}", flush=True)
-                results.append({"model": name, "threads": threads, "engine": label,
-                                 "prefill_tokens_per_second": p, "decode_tokens_per_second": d,
-                                 "prefill_ratio": p / base_p, "decode_ratio": d / base_d,
-                                 "prefill_runs": samples[engine][0],
-                                 "decode_runs": samples[engine][1]})
+            for model in models:
+                measure_single(a, model, threads, modes, out["single"])
+        saved = a.prefill
+        a.prefill = "16"
+        for model in a.decode_only:
+            for threads in [int(t) for t in a.threads.split(",")]:
+                measure_single(a, model, threads, modes, out["single"])
+        a.prefill = saved
+        threads = [int(t) for t in a.threads.split(",")]
+        bandwidth = measured_bandwidth(a.llm_bench, threads)
+        info["read_bandwidth_gb_s"] = {t: b / 1e9 for t, b in bandwidth.items()}
+        model_bytes = {os.path.basename(m): bytes_per_token(m) for m in models + a.decode_only}
+        print("# decode roofline: fraction of max(measured read bandwidth, every engine's "
+              "implied decode bandwidth)")
+        for line in roofline(out["single"], bandwidth, model_bytes):
+            print(line)
+    if a.serve:
+        if not a.llama_server:
+            sys.exit("--serve needs --llama-server (llama.cpp's server binary)")
+        measure_serving(a, out["serving"])
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"info": info, "results": results}, f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":
