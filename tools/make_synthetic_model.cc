@@ -6,7 +6,8 @@
 //
 // Hugging Face output is a directory (config.json, generation_config.json, model.safetensors or
 // shards of at most --shard-gib with model.safetensors.index.json); GGUF output is one file with
-// llama.* metadata. Tensors are produced one at a time while writing, so memory stays small.
+// llama.* metadata and a synthetic SentencePiece vocabulary (llama.cpp loads it too). Tensors are
+// produced one at a time while writing, so memory stays small.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -205,6 +206,36 @@ Status WriteSafetensors(const ModelShape& s, DType dtype, uint64_t seed, double 
   return OkStatus();
 }
 
+// A SentencePiece-style vocabulary of `vocab_size` pieces, so that llama.cpp (which needs one to
+// load a model) and our loader both take the file: <unk>, <s>, </s>, the 256 byte pieces
+// <0x00>..<0xFF>, then "▁t<i>" pieces with descending scores.
+void WriteSyntheticVocabulary(int vocab_size, io::GgufWriter& writer) {
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};  // llama.cpp: 1 normal, 2 unknown, 3 control, 6 byte
+  for (int b = 0; b < 256; ++b) {
+    char piece[8];
+    std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
+    tokens.push_back(piece);
+    types.push_back(6);
+  }
+  for (int i = static_cast<int>(tokens.size()); i < vocab_size; ++i) {
+    tokens.push_back("\xe2\x96\x81t" + std::to_string(i));
+    types.push_back(1);
+  }
+  tokens.resize(static_cast<size_t>(vocab_size));
+  types.resize(static_cast<size_t>(vocab_size));
+  std::vector<float> scores(tokens.size());
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = types[i] == 1 ? -static_cast<float>(i) : 0;
+  writer.SetString("tokenizer.ggml.model", "llama");
+  writer.SetStringArray("tokenizer.ggml.tokens", tokens);
+  writer.SetArray<float>("tokenizer.ggml.scores", scores);
+  writer.SetArray<int32_t>("tokenizer.ggml.token_type", types);
+  writer.Set<uint32_t>("tokenizer.ggml.unknown_token_id", 0);
+  writer.Set<uint32_t>("tokenizer.ggml.bos_token_id", 1);
+  writer.Set<uint32_t>("tokenizer.ggml.eos_token_id", 2);
+  writer.Set<bool>("tokenizer.ggml.add_bos_token", true);
+}
+
 Status WriteGguf(const ModelShape& s, DType dtype, uint64_t seed, const fs::path& path) {
   io::GgufWriter writer;
   writer.SetString("general.architecture", "llama");
@@ -218,6 +249,7 @@ Status WriteGguf(const ModelShape& s, DType dtype, uint64_t seed, const fs::path
   writer.Set<float>("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   writer.Set<float>("llama.rope.freq_base", s.rope_theta);
   writer.Set<uint32_t>("llama.vocab_size", s.vocab_size);
+  WriteSyntheticVocabulary(s.vocab_size, writer);
   const std::vector<TensorPlan> plan = Plan(s);
   for (size_t i = 0; i < plan.size(); ++i) {
     const DType t = plan[i].is_norm ? DType::kF32 : dtype;
