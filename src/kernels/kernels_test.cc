@@ -273,6 +273,37 @@ TEST_P(Avx2MatMulPathsTest, StreamingAndTiledMatchReference) {
   }
 }
 
+// The AVX-512 prefill MatMul gives avx2::MatMulTiled's bits (the same FMA chain per element) for
+// every m it is picked for and for partial tiles (n not a multiple of 32), across k blocks.
+TEST_P(Avx2MatMulPathsTest, Avx512TiledEqualsAvx2TiledBitForBit) {
+  if (!internal::CpuSupportsAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512";
+  const DType dtype = std::get<0>(GetParam());
+  ThreadPool pool(std::get<1>(GetParam()));
+  uint32_t seed = 300;
+  const int64_t k = DTypeBlockSize(dtype) == 256 ? 768 : DTypeIsQuantized(dtype) ? 544 : 580;
+  for (int64_t m : {9, 12, 13, 25, 64}) {
+    for (int64_t n : {37, 64, 161}) {
+      const Tensor x = RandomNormal({m, k}, seed++);
+      const Tensor w = RandomWeights({n, k}, dtype, seed++);
+      Tensor want = Tensor::Empty({m, n}, DType::kF32);
+      Tensor got = Tensor::Empty({m, n}, DType::kF32);
+      const MatMulArgs args{x.data<float>(),   m, k, w.row(0), w.dtype(), n, w.row_bytes(),
+                            want.data<float>()};
+      avx2::MatMulTiled(args, &pool);
+      MatMulArgs args512 = args;
+      args512.y = got.data<float>();
+      avx512::MatMulTiled(args512, &pool);
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0)
+          << "m=" << m << " n=" << n;
+      // And MatMul picks it: its result is the same.
+      Tensor picked = Tensor::Empty({m, n}, DType::kF32);
+      MatMul(x, w, picked, &pool);
+      EXPECT_EQ(std::memcmp(picked.raw(), want.raw(), static_cast<size_t>(got.nbytes())), 0)
+          << "MatMul m=" << m << " n=" << n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllDTypes, Avx2MatMulPathsTest,
                          ::testing::Combine(kAllWeightDTypes, ::testing::Values(1, 2)),
                          [](const ::testing::TestParamInfo<std::tuple<DType, int>>& info) {

@@ -136,6 +136,12 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     // The portable MatMul sums every row in one order for any m.
     UC_DISPATCH(MatMulBatchInvariant, args, pool);
   } else {
+#if defined(__x86_64__)
+    if (internal::UseAvx512Vnni() && args.m > avx2::kStreamingMaxRows) {
+      avx512::MatMulTiled(args, pool);
+      return;
+    }
+#endif
     UC_DISPATCH(MatMul, args, pool);
   }
 }

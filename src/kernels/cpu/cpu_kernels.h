@@ -162,9 +162,22 @@ void Softmax(float* x, int64_t m, int64_t n);
 void ConvertRow(DType dtype, const void* src, float* dst, int64_t n);
 double SumFloats(const float* data, int64_t n);
 
+// The tiled MatMul's packing, for the AVX-512 GEMM (decoders are AVX2 code): decodes weight rows
+// [j0, j0 + cols) x [k0, k0 + kc) of `a` into packed[kk * nr + c] (columns past `cols` zero).
+// `scratch` holds nr * kPackKc floats. REQUIRES: nr % 8 == 0, kc <= kPackKc, k0 and kc
+// multiples of the dtype's block size (or k0 + kc == k).
+inline constexpr int64_t kPackKc = 256;
+void PackTileF32(const MatMulArgs& a, int64_t j0, int cols, int64_t k0, int64_t kc, int nr,
+                 float* scratch, float* packed);
+
 }  // namespace avx2
 
 namespace avx512 {
+
+// The prefill MatMul (MatMulPrecision::kExact, m > kStreamingMaxRows) with 512-bit FMAs: tiles
+// of 32 output columns, a 12x32 micro-kernel, the same k blocks of kPackKc as avx2::MatMulTiled
+// and the same per-element order, so its results equal avx2::MatMulTiled's bit for bit.
+void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
 
 // Integer MatMul, bit-identical to cpu::MatMulInt8 for every m: tiles of sixteen weight rows
 // against panels of sixteen interleaved x rows (prefill) or single x rows (decode and the m % 16

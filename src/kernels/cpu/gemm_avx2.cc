@@ -14,13 +14,13 @@
 namespace uc::kernels::avx2 {
 namespace {
 
-constexpr int kNr = 16;       // output columns (weight rows) per tile: two vectors
-constexpr int kMr = 6;        // x rows per micro-kernel call
-constexpr int64_t kKc = 256;  // k per packed tile: 16 KiB of F32, a multiple of 32
+constexpr int kNr = 16;           // output columns (weight rows) per tile: two vectors
+constexpr int kMr = 6;            // x rows per micro-kernel call
+constexpr int64_t kKc = kPackKc;  // k per packed tile: 16 KiB of F32, a multiple of 32
 constexpr int64_t kTilesPerGroup = 8;
 
-// dst[i * 16 + c] = src[c * src_stride + i] for an 8x8 block (c < 8, i < 8).
-void Transpose8x8(const float* src, int64_t src_stride, float* dst) {
+// dst[i * dst_stride + c] = src[c * src_stride + i] for an 8x8 block (c < 8, i < 8).
+void Transpose8x8(const float* src, int64_t src_stride, float* dst, int64_t dst_stride) {
   __m256 r[8];
 #pragma GCC unroll 16
   for (int c = 0; c < 8; ++c) r[c] = _mm256_loadu_ps(src + c * src_stride);
@@ -40,31 +40,32 @@ void Transpose8x8(const float* src, int64_t src_stride, float* dst) {
   }
 #pragma GCC unroll 16
   for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * kNr, _mm256_permute2f128_ps(s[i], s[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * kNr, _mm256_permute2f128_ps(s[i], s[i + 4], 0x31));
+    _mm256_storeu_ps(dst + i * dst_stride, _mm256_permute2f128_ps(s[i], s[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * dst_stride, _mm256_permute2f128_ps(s[i], s[i + 4], 0x31));
   }
 }
 
-// Decodes weight rows [j0, j0 + cols) x [k0, k0 + kc) into packed[kk * 16 + c]; columns past
-// `cols` are zero. `rows` is scratch of kNr * kKc floats.
+// Decodes weight rows [j0, j0 + cols) x [k0, k0 + kc) into packed[kk * nr + c]; columns past
+// `cols` are zero. `rows` is scratch of nr * kPackKc floats. REQUIRES: nr % 8 == 0.
 template <typename D>
-void PackTile(const MatMulArgs& a, int64_t j0, int cols, int64_t k0, int64_t kc, float* rows,
-              float* packed) {
+void PackTile(const MatMulArgs& a, int64_t j0, int cols, int64_t k0, int64_t kc, int nr,
+              float* rows, float* packed) {
   const int64_t offset = DTypeRowBytes(a.w_dtype, k0);
-  for (int c = 0; c < kNr; ++c) {
+  for (int c = 0; c < nr; ++c) {
     if (c < cols) {
-      DecodeRow<D>(a.w + (j0 + c) * a.w_row_bytes + offset, kc, rows + c * kKc);
+      DecodeRow<D>(a.w + (j0 + c) * a.w_row_bytes + offset, kc, rows + c * kPackKc);
     } else {
-      std::fill_n(rows + c * kKc, kc, 0.0f);
+      std::fill_n(rows + c * kPackKc, kc, 0.0f);
     }
   }
   const int64_t kc8 = kc / 8 * 8;
   for (int64_t kk = 0; kk < kc8; kk += 8) {
-    Transpose8x8(rows + kk, kKc, packed + kk * kNr);
-    Transpose8x8(rows + 8 * kKc + kk, kKc, packed + kk * kNr + 8);
+    for (int c8 = 0; c8 < nr; c8 += 8) {
+      Transpose8x8(rows + c8 * kPackKc + kk, kPackKc, packed + kk * nr + c8, nr);
+    }
   }
   for (int64_t kk = kc8; kk < kc; ++kk) {
-    for (int c = 0; c < kNr; ++c) packed[kk * kNr + c] = rows[c * kKc + kk];
+    for (int c = 0; c < nr; ++c) packed[kk * nr + c] = rows[c * kPackKc + kk];
   }
 }
 
@@ -151,7 +152,7 @@ void PrefetchNextBlock(const MatMulArgs& a, int64_t g, int64_t tiles, int64_t k0
 template <typename D>
 void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
   thread_local Panels panels;
-  panels.rows.resize(kNr * kKc);
+  panels.rows.resize(kNr * kPackKc);
   panels.packed.resize(kTilesPerGroup * kKc * kNr + 8);
   for (int64_t g = t_begin; g < t_end; g += kTilesPerGroup) {
     const int64_t tiles = std::min(kTilesPerGroup, t_end - g);
@@ -160,7 +161,7 @@ void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
       for (int64_t t = 0; t < tiles; ++t) {
         const int64_t j0 = (g + t) * kNr;
         const int cols = static_cast<int>(std::min<int64_t>(kNr, a.n - j0));
-        PackTile<D>(a, j0, cols, k0, kc, panels.rows.data(), panels.tile(t));
+        PackTile<D>(a, j0, cols, k0, kc, kNr, panels.rows.data(), panels.tile(t));
       }
       PrefetchNextBlock(a, g, tiles, k0, t_end);
       for (int64_t i0 = 0; i0 < a.m; i0 += kMr) {
@@ -177,6 +178,13 @@ void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
 }
 
 }  // namespace
+
+void PackTileF32(const MatMulArgs& a, int64_t j0, int cols, int64_t k0, int64_t kc, int nr,
+                 float* scratch, float* packed) {
+  VisitDecoder(a.w_dtype, [&](auto decoder) {
+    PackTile<decltype(decoder)>(a, j0, cols, k0, kc, nr, scratch, packed);
+  });
+}
 
 void MatMulTiled(const MatMulArgs& args, ThreadPool* pool) {
   const int64_t num_tiles = (args.n + kNr - 1) / kNr;
