@@ -680,14 +680,37 @@ void PrefetchBytes(const std::byte* begin, const std::byte* end) {
   for (const std::byte* p = begin; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
 }
 
-// y rows [i0, i0 + 16) x columns [j0, j0 + cols) from acc[c] (lane i = row i0 + i, column
-// j0 + c).
-void StorePanel(const __m512* acc, int64_t cols, float* y, int64_t n) {
-  alignas(64) float t[kTileRows][kPanelRows];
-  for (int c = 0; c < kTileRows; ++c) _mm512_store_ps(t[c], acc[c]);
-  for (int i = 0; i < kPanelRows; ++i) {
-    for (int64_t c = 0; c < cols; ++c) y[i * n + c] = t[c][i];
+// v[i] lane c = v[c] lane i before (a 16x16 transpose in registers): at each stage s = 8, 4,
+// 2, 1, rows j and j + s ((j & s) == 0) swap their off-diagonal s x s blocks.
+void Transpose16x16(__m512* v) {
+#pragma GCC unroll 4
+  for (int s = 8; s >= 1; s /= 2) {
+    alignas(64) int32_t lo[16], hi[16];
+    for (int l = 0; l < 16; ++l) {
+      lo[l] = (l & s) == 0 ? l : 16 + (l - s);
+      hi[l] = (l & s) == 0 ? l + s : 16 + l;
+    }
+    const __m512i idx_lo = _mm512_load_si512(lo), idx_hi = _mm512_load_si512(hi);
+#pragma GCC unroll 16
+    for (int j = 0; j < 16; ++j) {
+      if ((j & s) != 0) continue;
+      const __m512 a = v[j], b = v[j + s];
+      v[j] = _mm512_permutex2var_ps(a, idx_lo, b);
+      v[j + s] = _mm512_permutex2var_ps(a, idx_hi, b);
+    }
   }
+}
+
+// y rows [i0, i0 + 16) x columns [j0, j0 + cols) from acc[c] (lane i = row i0 + i, column
+// j0 + c): transposed in registers (a transpose through memory stalls on store forwarding).
+void StorePanel(const __m512* acc, int64_t cols, float* y, int64_t n) {
+  __m512 v[kTileRows];
+#pragma GCC unroll 16
+  for (int c = 0; c < kTileRows; ++c) v[c] = acc[c];
+  Transpose16x16(v);
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+#pragma GCC unroll 16
+  for (int i = 0; i < kPanelRows; ++i) _mm512_mask_storeu_ps(y + i * n, mask, v[i]);
 }
 
 // Outputs of tiles [t_begin, t_end): columns [16 t, 16 t + 16) ∩ [0, n).
