@@ -252,6 +252,19 @@ TEST(QuantizeCliTest, Errors) {
   EXPECT_NE(output.find("LlamaForCausalLM"), std::string::npos) << output;
   EXPECT_FALSE(fs::exists(refused));
   EXPECT_FALSE(fs::exists(refused.string() + ".tmp"));
+
+  // A Llama directory without tokenizer.model (a tokenizer.json-only tokenizer): refused.
+  const fs::path no_spm = dir / "no_spm";
+  fs::create_directories(no_spm);
+  fs::copy_file(TestData("stories260K-hf/model.safetensors"), no_spm / "model.safetensors");
+  fs::copy_file(TestData("stories260K-hf/config.json"), no_spm / "config.json");
+  EXPECT_EQ(
+      testing::RunCommand(
+          cli + " quantize " + no_spm.string() + " " + refused.string() + " --type f16", &output),
+      1);
+  EXPECT_NE(output.find("tokenizer.model"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(refused));
+  EXPECT_FALSE(fs::exists(refused.string() + ".tmp"));
 }
 
 }  // namespace
