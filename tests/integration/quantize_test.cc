@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/quantize_digests.h"
 #include "common/test_util.h"
 #include "engine/generator.h"
 #include "io/gguf.h"
@@ -199,6 +200,24 @@ TEST(QuantizeStories260KTest, Q8AndQ4KMLoadAndGenerate) {
     if (c.type == convert::QuantizeType::kQ8_0) {
       EXPECT_EQ(exact_cases, 4);
     }
+  }
+}
+
+// Every tensor type and byte as llama.cpp's llama_model_quantize gives them on the f32 file
+// (tests/testdata/quantize/stories260K_llamacpp.json): here every row takes a fallback type.
+TEST(QuantizeStories260KTest, MatchesLlamaCppPerTensor) {
+  const nlohmann::json ref = LoadJson(TestData("quantize/stories260K_llamacpp.json"));
+  const fs::path dir = ScratchDir("quantize_hf_llamacpp");
+  const fs::path f32 = dir / "stories260K-f32.gguf";
+  Quantize(TestData("stories260K-hf"), f32, convert::QuantizeType::kF32);
+  testing::ExpectDigests(f32, ref["types"]["f32"], "f32");
+  for (const auto& [name, tensors] : ref["types"].items()) {
+    if (name == "f32") continue;
+    const StatusOr<convert::QuantizeType> type = convert::ParseQuantizeType(name);
+    ASSERT_TRUE(type.ok()) << name;
+    const fs::path out = dir / ("stories260K-" + name + ".gguf");
+    Quantize(f32, out, *type);
+    testing::ExpectDigests(out, tensors, name);
   }
 }
 
