@@ -203,8 +203,9 @@ TEST(QuantizeStories260KTest, Q8AndQ4KMLoadAndGenerate) {
   }
 }
 
-// Every tensor type and byte as llama.cpp's llama_model_quantize gives them on the f32 file
-// (tests/testdata/quantize/stories260K_llamacpp.json): here every row takes a fallback type.
+// Every tensor type and byte as llama.cpp's llama_model_quantize gives them on the f32 file, for
+// every --type (tests/testdata/quantize/stories260K_llamacpp.json): every K-quant row takes a
+// fallback type here.
 TEST(QuantizeStories260KTest, MatchesLlamaCppPerTensor) {
   const nlohmann::json ref = LoadJson(TestData("quantize/stories260K_llamacpp.json"));
   const fs::path dir = ScratchDir("quantize_hf_llamacpp");

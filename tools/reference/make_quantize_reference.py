@@ -6,7 +6,8 @@ Steps, per model:
   1. `UNDERCURRENT quantize IN model-f32.gguf --type f32` (a temporary directory): for SmolLM2
      our dequantization of the shipped Q4_1 file (itself checked against gguf-py elsewhere);
      for stories260K our conversion of tests/testdata/stories260K-hf.
-  2. llama.cpp quantizes that f32 file to each of TYPES with llama_cpp.llama_model_quantize
+  2. llama.cpp quantizes that f32 file with llama_cpp.llama_model_quantize to q4_k_m, q5_k_m,
+     q6_k and q8_0 (SmolLM2), and also to q4_0, q4_1, q5_0, q5_1, f16 and bf16 (stories260K)
      (llama_model_quantize_default_params(), ftype set; no imatrix, no overrides).
   3. Every file is read with gguf.GGUFReader: per tensor, in file order, its name, ggml type
      name and the sha256 of its data bytes.
@@ -41,8 +42,10 @@ import gguf  # noqa: E402
 import llama_cpp  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-# --type name -> llama_ftype
-TYPES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7}
+# --type name -> llama_ftype; SmolLM2 gets the first four, stories260K (tiny) all of them.
+TYPES = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q8_0": 7, "q4_0": 2, "q4_1": 3, "q5_0": 8,
+         "q5_1": 9, "f16": 1, "bf16": 32}
+SMOLLM2_TYPES = ["q4_k_m", "q5_k_m", "q6_k", "q8_0"]
 
 
 def digests(path):
@@ -55,7 +58,7 @@ def digests(path):
     return out
 
 
-def reference(undercurrent, model, out_path):
+def reference(undercurrent, model, out_path, types):
     result = {"meta": versions(), "source": {}, "ftypes": {"f32": 0}, "types": {}}
     result["meta"]["llama_cpp_python"] = llama_cpp.__version__
     if os.path.isdir(model):
@@ -72,7 +75,8 @@ def reference(undercurrent, model, out_path):
         f32 = os.path.join(tmp, "model-f32.gguf")
         subprocess.run([undercurrent, "quantize", model, f32, "--type", "f32"], check=True)
         result["types"]["f32"] = digests(f32)
-        for name, ftype in TYPES.items():
+        for name in types:
+            ftype = TYPES[name]
             out = os.path.join(tmp, f"model-{name}.gguf")
             params = llama_cpp.llama_model_quantize_default_params()
             params.ftype = ftype
@@ -97,8 +101,9 @@ def main():
     if not args.model:
         sys.exit("give the SmolLM2 GGUF path or set UC_SMOLLM2_GGUF")
     reference(args.undercurrent, os.path.join(REPO, "tests", "testdata", "stories260K-hf"),
-              os.path.join(args.out, "stories260K_llamacpp.json"))
-    reference(args.undercurrent, args.model, os.path.join(args.out, "smollm2_llamacpp.json"))
+              os.path.join(args.out, "stories260K_llamacpp.json"), list(TYPES))
+    reference(args.undercurrent, args.model, os.path.join(args.out, "smollm2_llamacpp.json"),
+              SMOLLM2_TYPES)
 
 
 if __name__ == "__main__":
