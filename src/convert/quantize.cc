@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "base/did_you_mean.h"
-#include "base/logging.h"
 #include "base/thread_pool.h"
 #include "io/gguf.h"
 #include "io/gguf_types.h"
@@ -508,11 +507,6 @@ StatusOr<QuantizeReport> QuantizeModel(const fs::path& in, const fs::path& out,
   TensorTypeChooser chooser(options.type, plan.facts);
   for (size_t i : SortLikeLlamaCpp(names)) {
     types[i] = chooser.Choose(plan.tensors[i].name, plan.tensors[i].shape, plan.tensors[i].dtype);
-  }
-  if (chooser.fallbacks() > 0) {
-    UC_LOG(WARNING) << chooser.fallbacks() << " of " << plan.tensors.size()
-                    << " tensors have rows that are not whole blocks of their type and took "
-                       "a fallback type (as llama.cpp does)";
   }
 
   const int threads = options.threads > 0 ? options.threads : ThreadPool::HardwareConcurrency();

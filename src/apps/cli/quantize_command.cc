@@ -46,6 +46,12 @@ int RunQuantize(const QuantizeCommandOptions& o) {
     std::fprintf(stderr, "error: %s\n", report.status().message().c_str());
     return kExitFailure;
   }
+  if (report->fallbacks > 0) {
+    std::fprintf(stderr,
+                 "warning: %d of %zu tensors have rows that are not whole blocks of their type "
+                 "and took a fallback type (as llama.cpp does)\n",
+                 report->fallbacks, report->tensors.size());
+  }
   std::map<std::string, std::pair<int, int64_t>> by_type;
   for (const convert::QuantizedTensor& t : report->tensors) {
     auto& [count, bytes] = by_type[std::string(DTypeName(t.dtype))];
@@ -55,9 +61,6 @@ int RunQuantize(const QuantizeCommandOptions& o) {
   for (const auto& [name, entry] : by_type) {
     std::printf("%-6s %4d tensors  %12lld bytes  %s\n", name.c_str(), entry.first,
                 static_cast<long long>(entry.second), Mib(entry.second).c_str());
-  }
-  if (report->fallbacks > 0) {
-    std::printf("%d tensors took a fallback type (rows not whole blocks)\n", report->fallbacks);
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
