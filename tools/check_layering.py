@@ -22,7 +22,8 @@ ALLOWED = {
     "worker": {"models", "distributed"},
     "engine": {"worker", "tokenizer"},
     "probe": {"engine", "models", "io"},
-    "apps": {"probe", "engine", "chat"},
+    "convert": {"models", "tokenizer"},
+    "apps": {"probe", "engine", "chat", "convert"},
 }
 
 

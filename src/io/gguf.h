@@ -64,6 +64,9 @@ class GgufValue {
   double FloatAt(uint64_t i) const;
   // Views of every element of an array of strings (REQUIRES: element_type() == kString).
   std::vector<std::string_view> StringViews() const;
+  // The encoded value as stored (scalar bytes, string bytes, or the first array element), for
+  // copying a value verbatim (GgufWriter::SetValue).
+  const std::byte* payload() const { return payload_; }
 
  private:
   GgufType type_;

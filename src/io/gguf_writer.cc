@@ -35,6 +35,25 @@ void GgufWriter::SetStringArray(std::string key, const std::vector<std::string>&
   SetRaw(std::move(key), static_cast<uint32_t>(GgufType::kArray), std::move(payload));
 }
 
+void GgufWriter::SetValue(std::string key, const GgufValue& value) {
+  std::string payload;
+  const auto* bytes = reinterpret_cast<const char*>(value.payload());
+  if (value.is_array()) {
+    payload = ArrayHeader(value.element_type(), value.count());
+    if (value.element_type() == GgufType::kString) {
+      for (std::string_view s : value.StringViews()) AppendString(&payload, s);
+    } else {
+      const uint64_t size = GgufTypeSize(static_cast<uint32_t>(value.element_type()));
+      payload.append(bytes, static_cast<size_t>(size * value.count()));
+    }
+  } else if (value.type() == GgufType::kString) {
+    AppendString(&payload, *value.AsString());
+  } else {
+    payload.append(bytes, GgufTypeSize(static_cast<uint32_t>(value.type())));
+  }
+  SetRaw(std::move(key), static_cast<uint32_t>(value.type()), std::move(payload));
+}
+
 std::string GgufWriter::ArrayHeader(GgufType element_type, uint64_t count) {
   std::string header;
   Append<uint32_t>(&header, static_cast<uint32_t>(element_type));

@@ -29,6 +29,7 @@
 
 #include "base/status.h"
 #include "io/file_sink.h"
+#include "io/gguf.h"
 #include "io/gguf_types.h"
 #include "tensor/tensor.h"
 
@@ -88,6 +89,8 @@ class GgufWriter {
     SetRaw(std::move(key), static_cast<uint32_t>(GgufType::kArray), std::move(payload));
   }
   void SetStringArray(std::string key, const std::vector<std::string>& values);
+  // A copy of `value` as read from a GgufFile: same type, same bytes.
+  void SetValue(std::string key, const GgufValue& value);
 
   // InvalidArgument for a duplicate name or a last dimension that is not whole blocks.
   Status Add(std::string name, Tensor tensor);

@@ -6,7 +6,8 @@
 // in the same order, never fused), which tests/testdata/quant checks. DequantizeRow
 // (tensor.h) calls these; the optimized kernels (kernels/cpu) are tested against them.
 //
-// Also the scalar reference quantizers of activations for the integer MatMul
+// Also the weight quantizers `undercurrent quantize` writes with (QuantizeRow dispatches), and
+// the scalar reference quantizers of activations for the integer MatMul
 // (kernels::MatMulPrecision::kInt8), which the optimized quantizers must match bit for bit.
 //
 // Stateless and thread-safe. dst receives num_blocks * block size floats (or blocks).
@@ -45,5 +46,23 @@ inline constexpr float kActivationTinyMax = 1e-30f;
 void QuantizeActivationsQ8_0(const float* x, int64_t num_blocks, BlockQ8_0* dst);
 void QuantizeActivationsQ8_1(const float* x, int64_t num_blocks, BlockQ8_1* dst);
 void QuantizeActivationsQ8_K(const float* x, int64_t num_blocks, BlockQ8_K* dst);
+
+// Weight quantizers: x[0, 32 * num_blocks) (256 * num_blocks for the K types) into blocks,
+// byte for byte what ggml's reference quantizers write without an importance matrix
+// (quantize_row_<type>_ref, which ggml_quantize_chunk and llama.cpp's llama-quantize use when
+// given no imatrix): the same F32 operations in the same order, never fused, and ggml's
+// round-half-to-even nearest_int. tests/testdata/quant/quantize holds ggml's bytes.
+//   Q5_0 / Q5_1: as Q4_0 / Q4_1 with 5-bit quants (d = max / -16; d = (max - min) / 31).
+//   Q4_K / Q5_K: per 32 values, a (scale, min) fit by make_qkx2_quants (weights
+//         sqrt(mean x^2) + |x|); both quantized to 6 bits against the super-block's largest,
+//         then every value requantized against the stored f16 d * scale and dmin * min.
+//   Q6_K: per 16 values a signed scale by make_qx_quants (rmse_type 1), quantized to int8
+//         against the largest, values requantized against f16 d * scale.
+// REQUIRES: x finite.
+void QuantizeQ5_0(const float* x, int64_t num_blocks, BlockQ5_0* dst);
+void QuantizeQ5_1(const float* x, int64_t num_blocks, BlockQ5_1* dst);
+void QuantizeQ4_K(const float* x, int64_t num_blocks, BlockQ4_K* dst);
+void QuantizeQ5_K(const float* x, int64_t num_blocks, BlockQ5_K* dst);
+void QuantizeQ6_K(const float* x, int64_t num_blocks, BlockQ6_K* dst);
 
 }  // namespace uc

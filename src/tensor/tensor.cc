@@ -263,15 +263,25 @@ void QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
       for (int64_t k = 0; k < n / 32; ++k)
         QuantizeQ4_1(src + 32 * k, static_cast<BlockQ4_1*>(dst) + k);
       return;
-    case DType::kI32:
     case DType::kQ5_0:
+      QuantizeQ5_0(src, n / 32, static_cast<BlockQ5_0*>(dst));
+      return;
     case DType::kQ5_1:
+      QuantizeQ5_1(src, n / 32, static_cast<BlockQ5_1*>(dst));
+      return;
+    case DType::kQ4_K:
+      QuantizeQ4_K(src, n / kQK_K, static_cast<BlockQ4_K*>(dst));
+      return;
+    case DType::kQ5_K:
+      QuantizeQ5_K(src, n / kQK_K, static_cast<BlockQ5_K*>(dst));
+      return;
+    case DType::kQ6_K:
+      QuantizeQ6_K(src, n / kQK_K, static_cast<BlockQ6_K*>(dst));
+      return;
+    case DType::kI32:
     case DType::kIQ4_NL:
     case DType::kQ2_K:
     case DType::kQ3_K:
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-    case DType::kQ6_K:
     case DType::kQ8_K:
       break;
   }

@@ -13,6 +13,7 @@
 #include "apps/cli/generate_command.h"
 #include "apps/cli/inspect_model_command.h"
 #include "apps/cli/perplexity_command.h"
+#include "apps/cli/quantize_command.h"
 #include "apps/cli/schema_command.h"
 #include "apps/cli/serve_command.h"
 #include "apps/cli/steer_vector_command.h"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   uc::cli::AddSteerVectorCommand(app);
   uc::cli::AddCalibrateCommand(app);
   uc::cli::AddPerplexityCommand(app);
+  uc::cli::AddQuantizeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {
