@@ -51,18 +51,22 @@ inline nlohmann::json RunPerplexity(const std::string& model_path, int context,
 }
 
 // Ours against llama.cpp: the same tokenization (token, chunk and scored-token counts) and a
-// perplexity within `relative` of llama.cpp's. Prints both.
+// perplexity within `relative` of llama.cpp's `key`: "ppl" (llama-cpp-python's build, through its
+// API) or "tool_ppl" (the llama-perplexity tool). Prints both.
 inline void ExpectPerplexityNear(const nlohmann::json& ours, const nlohmann::json& theirs,
-                                 double relative, const std::string& what) {
+                                 double relative, const std::string& what,
+                                 const std::string& key = "ppl") {
   ASSERT_FALSE(ours.is_null()) << what;
   ASSERT_FALSE(theirs.is_null()) << what;
+  ASSERT_TRUE(theirs.contains(key)) << what << ": the reference has no " << key;
   EXPECT_EQ(ours["tokens"], theirs["tokens"]) << what;
   EXPECT_EQ(ours["chunks"], theirs["chunks"]) << what;
   EXPECT_EQ(ours["scored_tokens"], theirs["scored_tokens"]) << what;
-  const double a = ours["ppl"].get<double>(), b = theirs["ppl"].get<double>();
-  std::cout << what << ": PPL " << a << " (llama.cpp " << b << ", ratio " << a / b << ")\n";
+  const double a = ours["ppl"].get<double>(), b = theirs[key].get<double>();
+  std::cout << what << ": PPL " << a << " (llama.cpp " << key << " " << b << ", ratio " << a / b
+            << ")\n";
   EXPECT_NEAR(a / b, 1.0, relative) << what;
-  EXPECT_NEAR(ours["ppl_stderr"].get<double>() / theirs["ppl_stderr"].get<double>(), 1.0,
+  EXPECT_NEAR(ours["ppl_stderr"].get<double>() / theirs[key + "_stderr"].get<double>(), 1.0,
               2 * relative)
       << what;
 }

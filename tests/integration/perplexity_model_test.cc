@@ -1,12 +1,12 @@
 // `undercurrent perplexity` on the real models (label `model`: UC_SMOLLM2_GGUF and
 // UC_GEMMA3_GGUF, from scripts/fetch-*.sh) against llama.cpp's perplexity of the same files
-// (tools/reference/make_perplexity_reference.py): the same tokenization, and PPL within 0.5%
-// with 8-bit activations (--matmul int8, llama.cpp's arithmetic).
+// (tools/reference/make_perplexity_reference.py): the same tokenization, and PPL within 0.5%.
 //
-// The exact path (float activations, what transformers computes) is a different arithmetic from
-// llama.cpp's: on SmolLM2 it lands within 0.05% of llama.cpp, on Gemma 3 1.0% below it (its
-// quantized activations move Gemma 3's logits more: see gemma3_test's
-// Int8PathDeviatesNoMoreThanLlamaCpp), so it is held to 1.5% there.
+// llama.cpp's number depends on its build: the PyPI package's repacks Q4_0 / Q4_K weights and
+// multiplies them with other kernels, and on Gemma 3 its perplexity is 1.1% above that of the
+// llama-perplexity tool built from the same sources. The exact path (float activations) is held
+// to the tool's number; the int8 path (8-bit activations, llama.cpp's arithmetic) to the
+// package's, whose kernels it shares.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -29,7 +29,8 @@ TEST(PerplexityModelTest, SmolLm2EqualsLlamaCpp) {
   const nlohmann::json theirs = testing::LlamaCppPerplexity("smollm2", 128);
   testing::ExpectPerplexityNear(testing::RunPerplexity(model, 128, "--matmul int8"), theirs, 0.005,
                                 "SmolLM2 int8");
-  testing::ExpectPerplexityNear(testing::RunPerplexity(model, 128), theirs, 0.005, "SmolLM2 exact");
+  testing::ExpectPerplexityNear(testing::RunPerplexity(model, 128), theirs, 0.005, "SmolLM2 exact",
+                                "tool_ppl");
 }
 
 TEST(PerplexityModelTest, Gemma3EqualsLlamaCpp) {
@@ -38,7 +39,8 @@ TEST(PerplexityModelTest, Gemma3EqualsLlamaCpp) {
   const nlohmann::json theirs = testing::LlamaCppPerplexity("gemma3", 128);
   testing::ExpectPerplexityNear(testing::RunPerplexity(model, 128, "--matmul int8"), theirs, 0.005,
                                 "Gemma 3 int8");
-  testing::ExpectPerplexityNear(testing::RunPerplexity(model, 128), theirs, 0.015, "Gemma 3 exact");
+  testing::ExpectPerplexityNear(testing::RunPerplexity(model, 128), theirs, 0.005, "Gemma 3 exact",
+                                "tool_ppl");
 }
 
 }  // namespace

@@ -10,21 +10,30 @@ its first token replaced by BOS (when added); the log-softmax of the next token 
 [ctx / 2, ctx - 1) of each chunk (max logit in float32, sum of exp in float64, as
 `log_softmax` in perplexity.cpp); PPL = exp(mean NLL) and its standard error as the tool prints.
 
+With --llama-perplexity BIN it also runs llama.cpp's perplexity tool itself (`BIN -m MODEL -f
+TEXT -c CTX -b CTX -t 2`, built from the llama.cpp sources the package vendors) and records
+its final estimate as `tool_ppl` / `tool_ppl_stderr`. The two builds need not agree: the
+package's repacks Q4_0 / Q4_K weights into interleaved rows and multiplies them with other
+kernels (its system_info lists REPACK), which moves Gemma 3's perplexity by about 1%.
+
 Output: tests/testdata/perplexity/reference.json, read by tests/integration/perplexity_test.cc:
 per model (the sha256 of its GGUF) and context, llama.cpp's token count, chunk count, scored
-tokens, PPL, its standard error and the running PPL after every chunk. llama.cpp's logits
-depend on the CPU paths it was built with: `meta.system_info` records them.
+tokens, PPL, its standard error and the running PPL after every chunk (and the tool's PPL).
+llama.cpp's logits depend on the CPU paths it was built with: `meta.system_info` and
+`meta.tool_system_info` record them.
 
 Models: tests/testdata/stories260K/stories260K.gguf (committed), SmolLM2-135M-Instruct Q4_1
 ($UC_SMOLLM2_GGUF or build/models/smollm2/, from scripts/fetch-smollm2.sh) and Gemma 3 270M
 Q4_K_M ($UC_GEMMA3_GGUF or build/models/gemma3/, from scripts/fetch-gemma3.sh); a model that is
 not there is left out with a note.
 
-Usage: python3 tools/reference/make_perplexity_reference.py     (~1 min on 2 cores)
+Usage: python3 tools/reference/make_perplexity_reference.py [--llama-perplexity BIN]  (~2 min)
 Requires: llama-cpp-python, numpy.
 """
 import math
 import os
+import re
+import subprocess
 import sys
 
 import numpy as np
@@ -86,8 +95,26 @@ def perplexity(llama_cpp, path, text, ctx):
             "scored_tokens": count, "ppl": ppl, "ppl_stderr": stderr, "running_ppl": running}
 
 
+def run_tool(binary, path, ctx):
+    """llama-perplexity's final estimate and system_info line."""
+    out = subprocess.run([binary, "-m", path, "-f", TEXT, "-c", str(ctx), "-b", str(ctx), "-t", "2"],
+                         capture_output=True, text=True, check=True)
+    text = out.stdout + out.stderr
+    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", text)
+    if m is None:
+        raise RuntimeError(f"{binary} printed no final estimate for {path}")
+    info = re.search(r"system_info: (.*)", text)
+    return float(m.group(1)), float(m.group(2)), info.group(1).strip() if info else ""
+
+
 def main():
+    import argparse
     import llama_cpp
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llama-perplexity", help="llama.cpp's perplexity tool")
+    args = ap.parse_args()
+    tool_info = ""
 
     with open(TEXT, encoding="utf-8") as f:
         text = f.read()
@@ -100,10 +127,14 @@ def main():
         models[name] = {"sha256": refutil.sha256_file(path), "file": os.path.basename(path),
                         "runs": [perplexity(llama_cpp, path, text, ctx) for ctx in contexts]}
         for r in models[name]["runs"]:
+            if args.llama_perplexity:
+                r["tool_ppl"], r["tool_ppl_stderr"], tool_info = run_tool(args.llama_perplexity,
+                                                                          path, r["context"])
             print(f"{name} ctx {r['context']}: {r['tokens']} tokens, PPL {r['ppl']:.4f} "
-                  f"+/- {r['ppl_stderr']:.5f}")
+                  f"+/- {r['ppl_stderr']:.5f}, tool {r.get('tool_ppl')}")
     meta = refutil.versions("llama_cpp_python")
     meta["system_info"] = llama_cpp.llama_print_system_info().decode()
+    meta["tool_system_info"] = tool_info
     meta["text_sha256"] = refutil.sha256_file(TEXT)
     meta["notes"] = notes
     refutil.dump_json({"meta": meta, "models": models}, OUT)
