@@ -344,7 +344,8 @@ def measure_serving(a, results):
     words = ("the cat dog sun tree house river small big happy sad ran jumped saw friend day "
              "little girl boy played park ball").split()
     prompts = [" ".join(rng.choice(words) for _ in range(a.serve_prompt_words)) for _ in range(64)]
-    ctx_per_slot = 2 * a.serve_prompt_words + a.serve_max_tokens + 64
+    # Room for a word of up to 8 tokens (a vocabulary without whole words falls back to bytes).
+    ctx_per_slot = 8 * a.serve_prompt_words + a.serve_max_tokens + 64
     servers = {
         "ours": lambda port: [a.undercurrent, "serve", "--model", a.serve, "--port", str(port),
                               "--threads", str(a.serve_threads), "--matmul", a.serve_matmul,
@@ -400,7 +401,7 @@ def main():
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--serve-seconds", type=float, default=60)
     ap.add_argument("--serve-max-tokens", type=int, default=64)
-    ap.add_argument("--serve-prompt-words", type=int, default=48)
+    ap.add_argument("--serve-prompt-words", type=int, default=32)
     ap.add_argument("--serve-threads", type=int, default=2)
     ap.add_argument("--serve-matmul", default="int8")
     ap.add_argument("--serve-kv-memory", default="2GiB")
