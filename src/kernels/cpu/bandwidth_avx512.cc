@@ -2,14 +2,11 @@
 // Everything but SumFloats is local, for the reason matmul_int8_avx512.cc gives.
 #if defined(__x86_64__)
 
-// GCC 12's AVX-512 headers start some intrinsics from `__m512i __Y = __Y;`, which
-// -Wuninitialized reports wherever they are inlined (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
+// clang-format off
+// First, before <immintrin.h> (see the header).
+#include "kernels/cpu/avx512_gcc_workaround.h"  // NOLINT(build/include_order)
 #include <immintrin.h>
+// clang-format on
 
 #include "kernels/cpu/cpu_kernels.h"
 

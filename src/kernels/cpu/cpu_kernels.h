@@ -169,6 +169,12 @@ double SumFloats(const float* data, int64_t n);
 inline constexpr int64_t kPackKc = 256;
 void PackTileF32(const MatMulArgs& a, int64_t j0, int cols, int64_t k0, int64_t kc, int nr,
                  float* scratch, float* packed);
+// Asks for the weights a tiled MatMul packs after block (tile group g of `tiles` tiles, k0) to be
+// brought into L2: the next k block of the same group, or the first block of the next group
+// (groups of tiles_per_group tiles of nr rows; tiles end at t_end). Packing walks each row in
+// short k blocks, a pattern the hardware prefetcher does not follow.
+void PrefetchNextPackBlock(const MatMulArgs& a, int64_t g, int64_t tiles, int64_t k0, int64_t t_end,
+                           int nr, int64_t tiles_per_group);
 
 }  // namespace avx2
 

@@ -135,19 +135,6 @@ struct Panels {
   }
 };
 
-// Prefetches the weights TiledRange packs after block (group g, k0): the next k block of the
-// same group, or the first block of the next group.
-void PrefetchNextBlock(const MatMulArgs& a, int64_t g, int64_t tiles, int64_t k0, int64_t t_end) {
-  if (k0 + kKc < a.k) {
-    const int64_t rows = std::min(tiles * kNr, a.n - g * kNr);
-    PrefetchWeights(a, g * kNr, rows, k0 + kKc, std::min(kKc, a.k - k0 - kKc));
-  } else if (g + kTilesPerGroup < t_end) {
-    const int64_t next = g + kTilesPerGroup;
-    const int64_t rows = std::min(std::min(kTilesPerGroup, t_end - next) * kNr, a.n - next * kNr);
-    PrefetchWeights(a, next * kNr, rows, 0, std::min(kKc, a.k));
-  }
-}
-
 // Computes output columns [t_begin * 16, t_end * 16) ∩ [0, n).
 template <typename D>
 void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
@@ -163,7 +150,7 @@ void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
         const int cols = static_cast<int>(std::min<int64_t>(kNr, a.n - j0));
         PackTile<D>(a, j0, cols, k0, kc, kNr, panels.rows.data(), panels.tile(t));
       }
-      PrefetchNextBlock(a, g, tiles, k0, t_end);
+      PrefetchNextPackBlock(a, g, tiles, k0, t_end, kNr, kTilesPerGroup);
       for (int64_t i0 = 0; i0 < a.m; i0 += kMr) {
         const int64_t rows = std::min<int64_t>(kMr, a.m - i0);
         for (int64_t t = 0; t < tiles; ++t) {
@@ -178,6 +165,18 @@ void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
 }
 
 }  // namespace
+
+void PrefetchNextPackBlock(const MatMulArgs& a, int64_t g, int64_t tiles, int64_t k0, int64_t t_end,
+                           int nr, int64_t tiles_per_group) {
+  if (k0 + kPackKc < a.k) {
+    const int64_t rows = std::min(tiles * nr, a.n - g * nr);
+    PrefetchWeights(a, g * nr, rows, k0 + kPackKc, std::min(kPackKc, a.k - k0 - kPackKc));
+  } else if (g + tiles_per_group < t_end) {
+    const int64_t next = g + tiles_per_group;
+    const int64_t rows = std::min(std::min(tiles_per_group, t_end - next) * nr, a.n - next * nr);
+    PrefetchWeights(a, next * nr, rows, 0, std::min(kPackKc, a.k));
+  }
+}
 
 void PackTileF32(const MatMulArgs& a, int64_t j0, int cols, int64_t k0, int64_t kc, int nr,
                  float* scratch, float* packed) {

@@ -12,14 +12,11 @@
 // matmul_int8_avx512.cc gives.
 #if defined(__x86_64__)
 
-// GCC 12's AVX-512 headers start some intrinsics from `__m512i __Y = __Y;`, which
-// -Wuninitialized reports wherever they are inlined (GCC bug 105593).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
+// clang-format off
+// First, before <immintrin.h> (see the header).
+#include "kernels/cpu/avx512_gcc_workaround.h"  // NOLINT(build/include_order)
 #include <immintrin.h>
+// clang-format on
 
 #include <algorithm>
 #include <cstdint>
@@ -102,31 +99,6 @@ class Panels {
   float* data_ = nullptr;
 };
 
-// Asks for weight rows [j0, j0 + rows) x [k0, k0 + kc) to be brought into L2 (packing walks
-// each row in short k blocks, which the hardware prefetcher does not follow).
-void PrefetchWeights(const MatMulArgs& a, int64_t j0, int64_t rows, int64_t k0, int64_t kc) {
-  const int64_t offset = DTypeRowBytes(a.w_dtype, k0);
-  const int64_t bytes = DTypeRowBytes(a.w_dtype, kc);
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* p = reinterpret_cast<const char*>(a.w + (j0 + r) * a.w_row_bytes + offset);
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
-    _mm_prefetch(p + bytes - 1, _MM_HINT_T1);
-  }
-}
-
-// The weights TiledRange packs after block (group g, k0): the next k block of the same group,
-// or the first block of the next group.
-void PrefetchNextBlock(const MatMulArgs& a, int64_t g, int64_t tiles, int64_t k0, int64_t t_end) {
-  if (k0 + kKc < a.k) {
-    const int64_t rows = std::min(tiles * kNr, a.n - g * kNr);
-    PrefetchWeights(a, g * kNr, rows, k0 + kKc, std::min(kKc, a.k - k0 - kKc));
-  } else if (g + kTilesPerGroup < t_end) {
-    const int64_t next = g + kTilesPerGroup;
-    const int64_t rows = std::min(std::min(kTilesPerGroup, t_end - next) * kNr, a.n - next * kNr);
-    PrefetchWeights(a, next * kNr, rows, 0, std::min(kKc, a.k));
-  }
-}
-
 // Computes output columns [t_begin * 32, t_end * 32) ∩ [0, n).
 void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
   thread_local Panels panels;
@@ -139,7 +111,7 @@ void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
         const int cols = static_cast<int>(std::min<int64_t>(kNr, a.n - j0));
         avx2::PackTileF32(a, j0, cols, k0, kc, kNr, panels.rows(), panels.tile(t));
       }
-      PrefetchNextBlock(a, g, tiles, k0, t_end);
+      avx2::PrefetchNextPackBlock(a, g, tiles, k0, t_end, kNr, kTilesPerGroup);
       for (int64_t i0 = 0; i0 < a.m; i0 += kMr) {
         const int64_t rows = std::min<int64_t>(kMr, a.m - i0);
         for (int64_t t = 0; t < tiles; ++t) {
