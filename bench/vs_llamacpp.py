@@ -22,9 +22,11 @@ Three parts, each optional:
 3. Serving (--serve MODEL --llama-server BIN): our `serve` and llama.cpp's `llama-server`
    (continuous batching, --parallel slots = the largest concurrency) on the same file and
    threads, one after the other; at each --concurrency N clients stream /v1/completions in a
-   closed loop (the same random word prompts, --serve-max-tokens tokens each with ignore_eos)
-   for --serve-seconds; output tokens/s (from each response's usage), requests/s and time to
-   first token p50 / p99.
+   closed loop (the same random word prompts, --serve-max-tokens tokens each with ignore_eos).
+   After --serve-warmup seconds of load a --serve-seconds window opens; output tokens/s counts
+   the tokens that arrived inside it (each response's usage, its tokens spread from its first
+   token to its end), so neither the ramp-up nor the tail of the last requests counts. Also
+   requests/s and time to first token p50 / p99 of the requests started in the window.
 
 Roofline: the read bandwidth `llm_bench --bandwidth-only` measures at each thread count (the
 best of its read loops) and the bandwidth each engine's decode implies (decode tokens/s times
@@ -281,16 +283,17 @@ def wait_ready(port, proc, timeout=300):
 
 
 def stream_completion(port, prompt, max_tokens):
-    """One streamed completion: (ttft seconds, completion tokens, total seconds)."""
+    """One streamed completion: (start, first token, end) as perf_counter times, and the
+    completion tokens of its usage."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True,
                        "stream_options": {"include_usage": True}}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
                                  headers={"Content-Type": "application/json"})
     start = time.perf_counter()
-    ttft = None
+    first = None
     tokens = 0
-    with urllib.request.urlopen(req, timeout=600) as r:
+    with urllib.request.urlopen(req, timeout=900) as r:
         for raw in r:
             line = raw.decode("utf-8", "replace").strip()
             if not line.startswith("data:"):
@@ -299,43 +302,60 @@ def stream_completion(port, prompt, max_tokens):
             if data == "[DONE]":
                 break
             j = json.loads(data)
-            if ttft is None and j.get("choices") and j["choices"][0].get("text"):
-                ttft = time.perf_counter() - start
+            if first is None and j.get("choices") and j["choices"][0].get("text"):
+                first = time.perf_counter()
             if j.get("usage"):
                 tokens = j["usage"]["completion_tokens"]
-    return ttft if ttft is not None else time.perf_counter() - start, tokens, \
-        time.perf_counter() - start
+    end = time.perf_counter()
+    return start, first if first is not None else end, end, tokens
 
 
-def load_level(port, clients, seconds, max_tokens, prompts):
-    stop_at = time.perf_counter() + seconds
+def tokens_in_window(record, w0, w1):
+    """The completion tokens of one request that arrived within [w0, w1]: the first at its first
+    token time, the rest spread evenly up to its end."""
+    _, first, end, n = record
+    if n <= 0:
+        return 0.0
+    count = 1.0 if w0 <= first <= w1 else 0.0
+    if n > 1 and end > first:
+        overlap = max(0.0, min(end, w1) - max(first, w0))
+        count += (n - 1) * overlap / (end - first)
+    return count
+
+
+def load_level(port, clients, seconds, warmup, max_tokens, prompts):
+    """`clients` closed-loop streaming clients. They start requests until warmup + seconds have
+    passed, then finish the ones in flight. Output tokens/s counts only the tokens that arrived
+    in the window [warmup, warmup + seconds] (steady state: no ramp-up, no tail of the last
+    requests); TTFT percentiles are over the requests that started in that window."""
     lock = threading.Lock()
-    ttfts, tokens, done = [], [0], [0]
+    records = []
+    t0 = time.perf_counter()
+    w0, w1 = t0 + warmup, t0 + warmup + seconds
 
     def client(i):
         k = i
-        while time.perf_counter() < stop_at:
-            ttft, n, _ = stream_completion(port, prompts[k % len(prompts)], max_tokens)
+        while time.perf_counter() < w1:
+            rec = stream_completion(port, prompts[k % len(prompts)], max_tokens)
             k += clients
             with lock:
-                ttfts.append(ttft)
-                tokens[0] += n
-                done[0] += 1
+                records.append(rec)
 
-    start = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall = time.perf_counter() - start
-    ttfts.sort()
+    tokens = sum(tokens_in_window(r, w0, w1) for r in records)
+    ttfts = sorted(r[1] - r[0] for r in records if w0 <= r[0] <= w1) or \
+        sorted(r[1] - r[0] for r in records)
+    ended = sum(1 for r in records if w0 <= r[2] <= w1)
 
     def pct(p):
         return ttfts[min(len(ttfts) - 1, int(round(p / 100 * (len(ttfts) - 1))))]
-    return {"clients": clients, "requests": done[0], "output_tokens": tokens[0], "seconds": wall,
-            "output_tokens_per_second": tokens[0] / wall, "requests_per_second": done[0] / wall,
-            "ttft_p50": pct(50), "ttft_p99": pct(99)}
+    return {"clients": clients, "requests": len(records), "output_tokens": tokens,
+            "seconds": seconds, "output_tokens_per_second": tokens / seconds,
+            "requests_per_second": ended / seconds, "ttft_p50": pct(50), "ttft_p99": pct(99)}
 
 
 def measure_serving(a, results):
@@ -364,7 +384,8 @@ def measure_serving(a, results):
             wait_ready(port, proc)
             stream_completion(port, prompts[0], 4)  # warm-up
             for clients in levels:
-                r = load_level(port, clients, a.serve_seconds, a.serve_max_tokens, prompts)
+                r = load_level(port, clients, a.serve_seconds, a.serve_warmup, a.serve_max_tokens,
+                               prompts)
                 r["engine"] = engine
                 by_engine.setdefault(engine, {})[clients] = r
                 print(f"serve {engine:<10} {clients:>3} clients: {r['output_tokens_per_second']:7.1f} "
@@ -399,7 +420,10 @@ def main():
     ap.add_argument("--serve", help="GGUF for the serving comparison")
     ap.add_argument("--llama-server", help="llama.cpp's llama-server binary")
     ap.add_argument("--concurrency", default="1,4,16,64")
-    ap.add_argument("--serve-seconds", type=float, default=60)
+    ap.add_argument("--serve-seconds", type=float, default=120,
+                    help="measured window per concurrency level (after --serve-warmup)")
+    ap.add_argument("--serve-warmup", type=float, default=30,
+                    help="seconds of load before the window opens (ramp-up not counted)")
     ap.add_argument("--serve-max-tokens", type=int, default=64)
     ap.add_argument("--serve-prompt-words", type=int, default=32)
     ap.add_argument("--serve-threads", type=int, default=2)

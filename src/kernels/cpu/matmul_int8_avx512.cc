@@ -1,13 +1,15 @@
 // AVX-512 VNNI integer MatMul (AVX-512 F/BW/VL/DQ + VNNI), bit-identical to cpu::MatMulInt8
 // and avx2::MatMulInt8. The design is matmul_int8_avx2.cc's at twice the width: the x rows are
 // quantized once per call (by avx2::QuantizeActivations); the weights, in ggml's block layout as
-// stored, are walked in tiles of sixteen rows, and each block of a tile is unpacked once for all
-// the x rows of a pass:
-//   - groups of sixteen x rows are interleaved into panels once per call, and each weight row of
-//     the tile is dotted with a whole panel (lane = x row; four-byte groups of the weight row are
-//     broadcast): the prefill shape. Every type has a panel kernel here;
-//   - the other x rows (the m % 16 left over, and every row of the decode shape) are dotted
-//     with the tile (lane = weight row), with a horizontal sum per block.
+// stored, are walked in tiles of sixteen rows:
+//   - with m >= 16 (prefill), every block of a tile is unpacked once, into a per-thread buffer
+//     (L2), for all the x rows. Groups of sixteen x rows are interleaved into panels once per
+//     call, and each weight row of the tile is dotted with a whole panel (lane = x row;
+//     four-byte groups of the weight row are broadcast), eight weight rows at a time with their
+//     accumulators in registers over all the blocks. Every type has a panel kernel here;
+//   - the other x rows (the m % 16 left over, and every row of the decode shape, where each
+//     block is unpacked into registers as it streams by) are dotted with the tile (lane =
+//     weight row), with a horizontal sum per block.
 //
 // Every weight quant is unpacked to an unsigned byte u = q + offset (Q4_0 8, Q5_0 16, Q3_K 4,
 // Q6_K 32, and 128 for the signed Q8_0, IQ4_NL and Q8_K), so that _mm512_dpbusd_epi32 (unsigned
@@ -37,6 +39,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -47,8 +50,6 @@ namespace {
 
 constexpr int kTileRows = 16;   // weight rows per tile: one per int32 / F32 lane
 constexpr int kPanelRows = 16;  // x rows per panel: one per lane
-// x rows per pass over a tile's blocks; their accumulators stay in L1 (4 KiB).
-constexpr int64_t kRowsPerPass = 64;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers.
@@ -159,8 +160,9 @@ class Scratch {
 //   K::Prepare(rows, b, prep) unpacks block b of the sixteen rows into `prep`;
 //   K::Term(prep, xb, x_sum) dots it with one activation block (x_sum: the sum of its quants):
 //     lane j = row j's block term;
-//   K::PanelTerms(prep, cols, panel, acc) adds row c's block terms for the sixteen x rows of a
-//     panel to acc[c] (lane i = x row i), c < cols.
+//   K::PanelTerms<kC0, kCols>(prep, panel, acc) adds row kC0 + c's block terms for the sixteen
+//     x rows of a panel to acc[c] (lane i = x row i), c < kCols; it is inlined into a loop over
+//     the blocks that keeps acc in registers (K::kPanelCols columns at a time).
 
 // Block b of sixteen Q8_0 / Q8_1 activation rows, interleaved: qs[g] holds elements [4g, 4g + 4)
 // of row i at bytes [4i, 4i + 4).
@@ -263,7 +265,11 @@ struct Blocks32 {
     return Scale(_mm512_load_ps(p.d), _mm512_set1_ps(Half(x.d)), sumi, mw, sx);
   }
 
-  static void PanelTerms(const Prep& p, int cols, const PanelQ8& x, __m512* acc) {
+  static constexpr int kPanelCols = 8;
+  static constexpr int64_t kChunkBlocks = 16;  // 10 KiB unpacked, 9 KiB of a panel
+
+  template <int kC0, int kCols>
+  [[gnu::always_inline]] static void PanelTerms(const Prep& p, const PanelQ8& x, __m512* acc) {
     __m512i xq[8];
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) xq[g] = Load(x.qs[g]);
@@ -274,8 +280,10 @@ struct Blocks32 {
     if constexpr (kHasMin) sx = _mm512_load_ps(x.s);
     const auto* lo_bytes = reinterpret_cast<const uint8_t*>(p.lo);
     const auto* hi_bytes = reinterpret_cast<const uint8_t*>(p.hi);
-    for (int c = 0; c < cols; ++c) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kCols; ++i) {
       // Row c = 4 L + q: lane L of lo[q], hi[q].
+      const int c = kC0 + i;
       const uint8_t* lo = lo_bytes + 64 * (c % 4) + 16 * (c / 4);
       const uint8_t* hi = hi_bytes + 64 * (c % 4) + 16 * (c / 4);
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
@@ -288,7 +296,7 @@ struct Blocks32 {
       if constexpr (kOffset != 0) sumi = _mm512_sub_epi32(sumi, offset);
       __m512 mw = _mm512_setzero_ps();
       if constexpr (kHasMin) mw = _mm512_set1_ps(p.m[c]);
-      acc[c] = _mm512_add_ps(acc[c], Scale(_mm512_set1_ps(p.d[c]), dx, sumi, mw, sx));
+      acc[i] = _mm512_add_ps(acc[i], Scale(_mm512_set1_ps(p.d[c]), dx, sumi, mw, sx));
     }
   }
 
@@ -412,14 +420,16 @@ __m512 KTerm(const KPrep& p, const BlockQ8_K& y) {
   }
 }
 
-// acc[j] += row j's block terms for the sixteen x rows of a panel (lanes), j < cols.
+// acc[i] += row kC0 + i's block terms for the sixteen x rows of a panel (lanes), i < kCols.
 // kGroupsPerSum four-byte groups are summed in int16 before the scale: each adds 2 products of
 // at most umax * 127, so four groups are fine up to 5-bit quants (31496) and Q6_K takes two
 // (32004). kUnitScale (Q8_K, u up to 255): dpbusd straight into int32.
-template <KMins kMins, int kShift, int kGroupsPerSum, bool kUnitScale>
-void KPanelTerms(const KPrep& p, int cols, const PanelQ8K& x, __m512* acc) {
+template <KMins kMins, int kShift, int kGroupsPerSum, bool kUnitScale, int kC0, int kCols>
+[[gnu::always_inline]] inline void KPanelTerms(const KPrep& p, const PanelQ8K& x, __m512* acc) {
   const __m512 dy = _mm512_load_ps(x.d);
-  for (int j = 0; j < cols; ++j) {
+#pragma GCC unroll 8
+  for (int i = 0; i < kCols; ++i) {
+    const int j = kC0 + i;
     // Two chains of sums (sub-blocks 2c and 2c + 1), so that each waits less on the last.
     __m512i sumi = _mm512_setzero_si512(), sumi2 = _mm512_setzero_si512();
     __m512i extra = _mm512_setzero_si512();
@@ -462,7 +472,7 @@ void KPanelTerms(const KPrep& p, int cols, const PanelQ8K& x, __m512* acc) {
       term = _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(sumi)),
                            _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(extra)));
     }
-    acc[j] = _mm512_add_ps(acc[j], term);
+    acc[i] = _mm512_add_ps(acc[i], term);
   }
 }
 
@@ -483,8 +493,11 @@ struct KBlocks {
   static __m512 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
     return KTerm<kMins, kShift, kUnitScale>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
   }
-  static void PanelTerms(const Prep& p, int cols, const PanelQ8K& x, __m512* acc) {
-    KPanelTerms<kMins, kShift, kGroupsPerSum, kUnitScale>(p, cols, x, acc);
+  static constexpr int kPanelCols = 16;
+  static constexpr int64_t kChunkBlocks = 1;  // 10 KiB unpacked, 5 KiB of a panel
+  template <int kC0, int kCols>
+  [[gnu::always_inline]] static void PanelTerms(const Prep& p, const PanelQ8K& x, __m512* acc) {
+    KPanelTerms<kMins, kShift, kGroupsPerSum, kUnitScale, kC0, kCols>(p, x, acc);
   }
 };
 
@@ -710,66 +723,139 @@ void StorePanel(const __m512* acc, int64_t cols, float* y, int64_t n) {
   for (int i = 0; i < kPanelRows; ++i) _mm512_mask_storeu_ps(y + i * n, mask, v[i]);
 }
 
-// Outputs of tiles [t_begin, t_end): columns [16 t, 16 t + 16) ∩ [0, n).
+// Adds the terms of `blocks` blocks, in block order, to columns [kC0, kC0 + K::kPanelCols) of
+// one panel's sums, io[kC0 ..], with the accumulators in registers over the blocks.
+template <typename K, int kC0>
+[[gnu::always_inline]] inline void PanelColumns(const typename K::Prep* preps, int64_t blocks,
+                                                const typename K::Panel* panels, __m512* io) {
+  constexpr int kCols = K::kPanelCols;
+  __m512 acc[kCols];
+#pragma GCC unroll 16
+  for (int c = 0; c < kCols; ++c) acc[c] = io[kC0 + c];
+  for (int64_t b = 0; b < blocks; ++b) {
+    K::template PanelTerms<kC0, kCols>(preps[b], panels[b], acc);
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < kCols; ++c) io[kC0 + c] = acc[c];
+}
+
+template <typename K, int... kPart>
+void PanelParts(const typename K::Prep* preps, int64_t blocks, const typename K::Panel* panels,
+                __m512* io, std::integer_sequence<int, kPart...> /*parts*/) {
+  (PanelColumns<K, kPart * K::kPanelCols>(preps, blocks, panels, io), ...);
+}
+
+// All sixteen columns of one panel (a column past n repeats the last row; StorePanel drops it).
 template <typename K>
-void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
-  using Panel = typename K::Panel;
-  alignas(64) typename K::Prep prep;
-  __m512 acc[kRowsPerPass];
-  const auto* panels = static_cast<const Panel*>(x.panels);
-  for (int64_t t = t_begin; t < t_end; ++t) {
+void PanelTile(const typename K::Prep* preps, int64_t blocks, const typename K::Panel* panels,
+               __m512* io) {
+  static_assert(kTileRows % K::kPanelCols == 0);
+  PanelParts<K>(preps, blocks, panels, io,
+                std::make_integer_sequence<int, kTileRows / K::kPanelCols>{});
+}
+
+// The sixteen weight rows of tile t (rows past n repeat the last row) and the bytes of the next
+// tile, to prefetch.
+struct TileRows {
+  const std::byte* rows[kTileRows];
+  const std::byte* next;
+  const std::byte* next_end;
+  int64_t share;  // bytes of the next tile to prefetch per block
+
+  TileRows(const MatMulArgs& a, int64_t blocks, int64_t t) {
     const int64_t j0 = t * kTileRows;
-    const int64_t cols = std::min<int64_t>(kTileRows, a.n - j0);
-    const __mmask16 col_mask = static_cast<__mmask16>((1u << cols) - 1);
-    // Lanes past n repeat the last row; their results are dropped.
-    const std::byte* rows[kTileRows];
     for (int c = 0; c < kTileRows; ++c) {
       rows[c] = a.w + std::min<int64_t>(j0 + c, a.n - 1) * a.w_row_bytes;
     }
     // The tile reads sixteen rows side by side, a pattern the hardware prefetcher does not
     // follow; the next tile (the next sixteen rows, contiguous) is requested a share per block.
-    const std::byte* next = a.w + std::min(j0 + kTileRows, a.n) * a.w_row_bytes;
-    const std::byte* next_end = a.w + std::min(j0 + 2 * kTileRows, a.n) * a.w_row_bytes;
-    const int64_t share = (kTileRows * a.w_row_bytes + x.blocks - 1) / x.blocks;
-    bool prefetched = false;
-    auto prepare = [&](int64_t b) {
-      if (!prefetched && next < next_end) {
-        PrefetchBytes(next + b * share, std::min(next + (b + 1) * share, next_end));
-      }
-      K::Prepare(rows, b, prep);
-    };
-    // Panels: acc[16 g + c] = column j0 + c of panel g's sixteen rows.
-    for (int64_t i0 = 0; i0 < x.panel_rows; i0 += kRowsPerPass) {
-      const int64_t groups = std::min(kRowsPerPass, x.panel_rows - i0) / kPanelRows;
-      for (int64_t r = 0; r < groups * kTileRows; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t b = 0; b < x.blocks; ++b) {
-        prepare(b);
-        for (int64_t g = 0; g < groups; ++g) {
-          const Panel& panel = panels[(i0 / kPanelRows + g) * x.blocks + b];
-          K::PanelTerms(prep, static_cast<int>(cols), panel, acc + g * kTileRows);
-        }
-      }
-      prefetched = true;
-      for (int64_t g = 0; g < groups; ++g) {
-        StorePanel(acc + g * kTileRows, cols, a.y + (i0 + g * kPanelRows) * a.n + j0, a.n);
+    next = a.w + std::min(j0 + kTileRows, a.n) * a.w_row_bytes;
+    next_end = a.w + std::min(j0 + 2 * kTileRows, a.n) * a.w_row_bytes;
+    share = (kTileRows * a.w_row_bytes + blocks - 1) / blocks;
+  }
+
+  void Prefetch(int64_t b) const {
+    if (next < next_end)
+      PrefetchBytes(next + b * share, std::min(next + (b + 1) * share, next_end));
+  }
+};
+
+// Tiles [t_begin, t_end) without panels (m < 16: decode): each block of a tile is unpacked into
+// registers and dotted with the x rows at once, weights streamed.
+template <typename K>
+void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  alignas(64) typename K::Prep prep;
+  __m512 acc[kPanelRows];
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const TileRows tile(a, x.blocks, t);
+    const int64_t j0 = t * kTileRows;
+    const __mmask16 col_mask =
+        static_cast<__mmask16>((1u << std::min<int64_t>(kTileRows, a.n - j0)) - 1);
+    for (int64_t r = 0; r < a.m; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < x.blocks; ++b) {
+      tile.Prefetch(b);
+      K::Prepare(tile.rows, b, prep);
+      const std::byte* xb = x.rows + b * x.block_bytes;
+      for (int64_t r = 0; r < a.m; ++r) {
+        const int32_t sum = K::kNeedsSums ? x.sums[r * x.blocks + b] : 0;
+        acc[r] = _mm512_add_ps(acc[r], K::Term(prep, xb + r * x.row_bytes, sum));
       }
     }
-    // Single rows: acc[r] = row i0 + r of columns j0..j0 + 15.
-    for (int64_t i0 = x.panel_rows; i0 < a.m; i0 += kRowsPerPass) {
-      const int64_t count = std::min(kRowsPerPass, a.m - i0);
-      for (int64_t r = 0; r < count; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t b = 0; b < x.blocks; ++b) {
-        prepare(b);
-        const std::byte* xb = x.rows + i0 * x.row_bytes + b * x.block_bytes;
+    for (int64_t r = 0; r < a.m; ++r) {
+      _mm512_mask_storeu_ps(a.y + r * a.n + j0, col_mask, acc[r]);
+    }
+  }
+}
+
+// Outputs of tiles [t_begin, t_end): columns [16 t, 16 t + 16) ∩ [0, n). Each tile's blocks
+// are unpacked once for all the x rows, K::kChunkBlocks at a time (the unpacked chunk and one
+// panel's chunk stay in L1 while every panel passes); each panel's sums wait in `sums` (this
+// thread's scratch) between chunks.
+template <typename K>
+void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  if (x.panel_rows == 0) return RowTileRange<K>(a, x, t_begin, t_end);
+  using Panel = typename K::Panel;
+  using Prep = typename K::Prep;
+  const int64_t groups = x.panel_rows / kPanelRows;
+  const int64_t count = a.m - x.panel_rows;  // rows past the panels, fewer than sixteen
+  thread_local Scratch prep_buffer, sums_buffer;
+  auto* const preps = reinterpret_cast<Prep*>(prep_buffer.Get(K::kChunkBlocks * sizeof(Prep)));
+  // sums[16 g + c]: panel g's column c (lane i = x row 16 g + i); then sums[16 groups + r]: row
+  // panel_rows + r's sixteen columns.
+  auto* const sums = reinterpret_cast<__m512*>(
+      sums_buffer.Get(static_cast<size_t>(groups * kTileRows + count) * sizeof(__m512)));
+  const auto* panels = static_cast<const Panel*>(x.panels);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t j0 = t * kTileRows;
+    const int64_t cols = std::min<int64_t>(kTileRows, a.n - j0);
+    const TileRows tile(a, x.blocks, t);
+    for (int64_t i = 0; i < groups * kTileRows + count; ++i) sums[i] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < x.blocks; b0 += K::kChunkBlocks) {
+      const int64_t chunk = std::min(K::kChunkBlocks, x.blocks - b0);
+      for (int64_t b = b0; b < b0 + chunk; ++b) {
+        tile.Prefetch(b);
+        K::Prepare(tile.rows, b, preps[b - b0]);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        PanelTile<K>(preps, chunk, panels + g * x.blocks + b0, sums + g * kTileRows);
+      }
+      __m512* const row_sums = sums + groups * kTileRows;
+      for (int64_t b = b0; b < b0 + chunk; ++b) {
+        const std::byte* xb = x.rows + x.panel_rows * x.row_bytes + b * x.block_bytes;
         for (int64_t r = 0; r < count; ++r) {
-          const int32_t sum = K::kNeedsSums ? x.sums[(i0 + r) * x.blocks + b] : 0;
-          acc[r] = _mm512_add_ps(acc[r], K::Term(prep, xb + r * x.row_bytes, sum));
+          const int32_t sum = K::kNeedsSums ? x.sums[(x.panel_rows + r) * x.blocks + b] : 0;
+          row_sums[r] =
+              _mm512_add_ps(row_sums[r], K::Term(preps[b - b0], xb + r * x.row_bytes, sum));
         }
       }
-      prefetched = true;
-      for (int64_t r = 0; r < count; ++r) {
-        _mm512_mask_storeu_ps(a.y + (i0 + r) * a.n + j0, col_mask, acc[r]);
-      }
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      StorePanel(sums + g * kTileRows, cols, a.y + g * kPanelRows * a.n + j0, a.n);
+    }
+    const __mmask16 col_mask = static_cast<__mmask16>((1u << cols) - 1);
+    for (int64_t r = 0; r < count; ++r) {
+      _mm512_mask_storeu_ps(a.y + (x.panel_rows + r) * a.n + j0, col_mask,
+                            sums[groups * kTileRows + r]);
     }
   }
 }
