@@ -2,11 +2,13 @@
 // and avx2::MatMulInt8. The design is matmul_int8_avx2.cc's at twice the width: the x rows are
 // quantized once per call (by avx2::QuantizeActivations); the weights, in ggml's block layout as
 // stored, are walked in tiles of sixteen rows:
-//   - with m >= 16 (prefill), every block of a tile is unpacked once, into a per-thread buffer
-//     (L2), for all the x rows. Groups of sixteen x rows are interleaved into panels once per
+//   - with m >= 16 (prefill), groups of sixteen x rows are interleaved into panels once per
 //     call, and each weight row of the tile is dotted with a whole panel (lane = x row;
-//     four-byte groups of the weight row are broadcast), eight weight rows at a time with their
-//     accumulators in registers over all the blocks. Every type has a panel kernel here;
+//     four-byte groups of the weight row are broadcast). The 32-element types unpack every
+//     block of a tile once for all the x rows, in L1-sized chunks, and run eight weight rows at
+//     a time with their accumulators in registers (ChunkTileRange); the K-quants unpack each
+//     block once per pass of 64 x rows, accumulators in L1 (PassTileRange). Every type has a
+//     panel kernel here;
 //   - the other x rows (the m % 16 left over, and every row of the decode shape, where each
 //     block is unpacked into registers as it streams by) are dotted with the tile (lane =
 //     weight row), with a horizontal sum per block.
@@ -161,8 +163,9 @@ class Scratch {
 //   K::Term(prep, xb, x_sum) dots it with one activation block (x_sum: the sum of its quants):
 //     lane j = row j's block term;
 //   K::PanelTerms<kC0, kCols>(prep, panel, acc) adds row kC0 + c's block terms for the sixteen
-//     x rows of a panel to acc[c] (lane i = x row i), c < kCols; it is inlined into a loop over
-//     the blocks that keeps acc in registers (K::kPanelCols columns at a time).
+//     x rows of a panel to acc[c] (lane i = x row i), c < kCols; with K::kRegisterPanels it is
+//     inlined into a loop over the blocks that keeps acc in registers (K::kPanelCols columns at
+//     a time).
 
 // Block b of sixteen Q8_0 / Q8_1 activation rows, interleaved: qs[g] holds elements [4g, 4g + 4)
 // of row i at bytes [4i, 4i + 4).
@@ -265,6 +268,7 @@ struct Blocks32 {
     return Scale(_mm512_load_ps(p.d), _mm512_set1_ps(Half(x.d)), sumi, mw, sx);
   }
 
+  static constexpr bool kRegisterPanels = true;
   static constexpr int kPanelCols = 8;
   static constexpr int64_t kChunkBlocks = 16;  // 10 KiB unpacked, 9 KiB of a panel
 
@@ -427,7 +431,6 @@ __m512 KTerm(const KPrep& p, const BlockQ8_K& y) {
 template <KMins kMins, int kShift, int kGroupsPerSum, bool kUnitScale, int kC0, int kCols>
 [[gnu::always_inline]] inline void KPanelTerms(const KPrep& p, const PanelQ8K& x, __m512* acc) {
   const __m512 dy = _mm512_load_ps(x.d);
-#pragma GCC unroll 8
   for (int i = 0; i < kCols; ++i) {
     const int j = kC0 + i;
     // Two chains of sums (sub-blocks 2c and 2c + 1), so that each waits less on the last.
@@ -493,8 +496,7 @@ struct KBlocks {
   static __m512 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
     return KTerm<kMins, kShift, kUnitScale>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
   }
-  static constexpr int kPanelCols = 16;
-  static constexpr int64_t kChunkBlocks = 1;  // 10 KiB unpacked, 5 KiB of a panel
+  static constexpr bool kRegisterPanels = false;
   template <int kC0, int kCols>
   [[gnu::always_inline]] static void PanelTerms(const Prep& p, const PanelQ8K& x, __m512* acc) {
     KPanelTerms<kMins, kShift, kGroupsPerSum, kUnitScale, kC0, kCols>(p, x, acc);
@@ -807,13 +809,12 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
   }
 }
 
-// Outputs of tiles [t_begin, t_end): columns [16 t, 16 t + 16) ∩ [0, n). Each tile's blocks
-// are unpacked once for all the x rows, K::kChunkBlocks at a time (the unpacked chunk and one
-// panel's chunk stay in L1 while every panel passes); each panel's sums wait in `sums` (this
-// thread's scratch) between chunks.
+// Tiles [t_begin, t_end) with panels, for kernels whose panel terms keep their accumulators in
+// registers (K::kRegisterPanels): each tile's blocks are unpacked once for all the x rows,
+// K::kChunkBlocks at a time (the unpacked chunk and one panel's chunk stay in L1 while every
+// panel passes); each panel's sums wait in `sums` (this thread's scratch) between chunks.
 template <typename K>
-void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
-  if (x.panel_rows == 0) return RowTileRange<K>(a, x, t_begin, t_end);
+void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
   using Panel = typename K::Panel;
   using Prep = typename K::Prep;
   const int64_t groups = x.panel_rows / kPanelRows;
@@ -857,6 +858,72 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
       _mm512_mask_storeu_ps(a.y + (x.panel_rows + r) * a.n + j0, col_mask,
                             sums[groups * kTileRows + r]);
     }
+  }
+}
+
+// Tiles [t_begin, t_end) with panels, for kernels whose panel terms are too long to keep many
+// accumulators in registers (the K-quants; measured: the chunked loop was slower for them at 2
+// threads): each block of a tile is unpacked once per pass of kRowsPerPass x rows and dotted
+// with the pass's panels, the accumulators in L1.
+template <typename K>
+void PassTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  constexpr int64_t kRowsPerPass = 64;
+  using Panel = typename K::Panel;
+  alignas(64) typename K::Prep prep;
+  __m512 acc[kRowsPerPass];
+  const auto* panels = static_cast<const Panel*>(x.panels);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t j0 = t * kTileRows;
+    const int64_t cols = std::min<int64_t>(kTileRows, a.n - j0);
+    const TileRows tile(a, x.blocks, t);
+    bool prefetched = false;
+    auto prepare = [&](int64_t b) {
+      if (!prefetched) tile.Prefetch(b);
+      K::Prepare(tile.rows, b, prep);
+    };
+    for (int64_t i0 = 0; i0 < x.panel_rows; i0 += kRowsPerPass) {
+      const int64_t groups = std::min(kRowsPerPass, x.panel_rows - i0) / kPanelRows;
+      for (int64_t r = 0; r < groups * kTileRows; ++r) acc[r] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < x.blocks; ++b) {
+        prepare(b);
+        for (int64_t g = 0; g < groups; ++g) {
+          const Panel& panel = panels[(i0 / kPanelRows + g) * x.blocks + b];
+          K::template PanelTerms<0, kTileRows>(prep, panel, acc + g * kTileRows);
+        }
+      }
+      prefetched = true;
+      for (int64_t g = 0; g < groups; ++g) {
+        StorePanel(acc + g * kTileRows, cols, a.y + (i0 + g * kPanelRows) * a.n + j0, a.n);
+      }
+    }
+    // The rows past the panels (fewer than sixteen): acc[r] = row panel_rows + r.
+    const int64_t i0 = x.panel_rows;
+    const int64_t count = a.m - i0;
+    if (count == 0) continue;
+    for (int64_t r = 0; r < count; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < x.blocks; ++b) {
+      prepare(b);
+      const std::byte* xb = x.rows + i0 * x.row_bytes + b * x.block_bytes;
+      for (int64_t r = 0; r < count; ++r) {
+        acc[r] = _mm512_add_ps(acc[r], K::Term(prep, xb + r * x.row_bytes, 0));
+      }
+    }
+    const __mmask16 col_mask = static_cast<__mmask16>((1u << cols) - 1);
+    for (int64_t r = 0; r < count; ++r) {
+      _mm512_mask_storeu_ps(a.y + (i0 + r) * a.n + j0, col_mask, acc[r]);
+    }
+  }
+}
+
+// Outputs of tiles [t_begin, t_end): columns [16 t, 16 t + 16) ∩ [0, n).
+template <typename K>
+void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  if (x.panel_rows == 0) return RowTileRange<K>(a, x, t_begin, t_end);
+  if constexpr (K::kRegisterPanels) {
+    ChunkTileRange<K>(a, x, t_begin, t_end);
+  } else {
+    static_assert(!K::kNeedsSums, "PassTileRange passes no activation block sums");
+    PassTileRange<K>(a, x, t_begin, t_end);
   }
 }
 
