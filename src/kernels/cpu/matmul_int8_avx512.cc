@@ -782,6 +782,24 @@ struct TileRows {
   }
 };
 
+// acc[r] += the term of block b of x row first + r against the unpacked block, r < count.
+template <typename K>
+void AddRowTerms(const typename K::Prep& prep, const QuantizedX& x, int64_t b, int64_t first,
+                 int64_t count, __m512* acc) {
+  const std::byte* xb = x.rows + first * x.row_bytes + b * x.block_bytes;
+  for (int64_t r = 0; r < count; ++r) {
+    const int32_t sum = K::kNeedsSums ? x.sums[(first + r) * x.blocks + b] : 0;
+    acc[r] = _mm512_add_ps(acc[r], K::Term(prep, xb + r * x.row_bytes, sum));
+  }
+}
+
+// y rows [first, first + count), columns [j0, j0 + cols), from acc[r] (lane c = column j0 + c).
+void StoreRows(const __m512* acc, int64_t first, int64_t count, int64_t j0, int64_t cols, float* y,
+               int64_t n) {
+  const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
+  for (int64_t r = 0; r < count; ++r) _mm512_mask_storeu_ps(y + (first + r) * n + j0, mask, acc[r]);
+}
+
 // Tiles [t_begin, t_end) without panels (m < 16: decode): each block of a tile is unpacked into
 // registers and dotted with the x rows at once, weights streamed.
 template <typename K>
@@ -791,21 +809,13 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
   for (int64_t t = t_begin; t < t_end; ++t) {
     const TileRows tile(a, x.blocks, t);
     const int64_t j0 = t * kTileRows;
-    const __mmask16 col_mask =
-        static_cast<__mmask16>((1u << std::min<int64_t>(kTileRows, a.n - j0)) - 1);
     for (int64_t r = 0; r < a.m; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < x.blocks; ++b) {
       tile.Prefetch(b);
       K::Prepare(tile.rows, b, prep);
-      const std::byte* xb = x.rows + b * x.block_bytes;
-      for (int64_t r = 0; r < a.m; ++r) {
-        const int32_t sum = K::kNeedsSums ? x.sums[r * x.blocks + b] : 0;
-        acc[r] = _mm512_add_ps(acc[r], K::Term(prep, xb + r * x.row_bytes, sum));
-      }
+      AddRowTerms<K>(prep, x, b, 0, a.m, acc);
     }
-    for (int64_t r = 0; r < a.m; ++r) {
-      _mm512_mask_storeu_ps(a.y + r * a.n + j0, col_mask, acc[r]);
-    }
+    StoreRows(acc, 0, a.m, j0, std::min<int64_t>(kTileRows, a.n - j0), a.y, a.n);
   }
 }
 
@@ -840,24 +850,14 @@ void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, i
       for (int64_t g = 0; g < groups; ++g) {
         PanelTile<K>(preps, chunk, panels + g * x.blocks + b0, sums + g * kTileRows);
       }
-      __m512* const row_sums = sums + groups * kTileRows;
       for (int64_t b = b0; b < b0 + chunk; ++b) {
-        const std::byte* xb = x.rows + x.panel_rows * x.row_bytes + b * x.block_bytes;
-        for (int64_t r = 0; r < count; ++r) {
-          const int32_t sum = K::kNeedsSums ? x.sums[(x.panel_rows + r) * x.blocks + b] : 0;
-          row_sums[r] =
-              _mm512_add_ps(row_sums[r], K::Term(preps[b - b0], xb + r * x.row_bytes, sum));
-        }
+        AddRowTerms<K>(preps[b - b0], x, b, x.panel_rows, count, sums + groups * kTileRows);
       }
     }
     for (int64_t g = 0; g < groups; ++g) {
       StorePanel(sums + g * kTileRows, cols, a.y + g * kPanelRows * a.n + j0, a.n);
     }
-    const __mmask16 col_mask = static_cast<__mmask16>((1u << cols) - 1);
-    for (int64_t r = 0; r < count; ++r) {
-      _mm512_mask_storeu_ps(a.y + (x.panel_rows + r) * a.n + j0, col_mask,
-                            sums[groups * kTileRows + r]);
-    }
+    StoreRows(sums + groups * kTileRows, x.panel_rows, count, j0, cols, a.y, a.n);
   }
 }
 
@@ -897,21 +897,14 @@ void PassTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
       }
     }
     // The rows past the panels (fewer than sixteen): acc[r] = row panel_rows + r.
-    const int64_t i0 = x.panel_rows;
-    const int64_t count = a.m - i0;
+    const int64_t count = a.m - x.panel_rows;
     if (count == 0) continue;
     for (int64_t r = 0; r < count; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < x.blocks; ++b) {
       prepare(b);
-      const std::byte* xb = x.rows + i0 * x.row_bytes + b * x.block_bytes;
-      for (int64_t r = 0; r < count; ++r) {
-        acc[r] = _mm512_add_ps(acc[r], K::Term(prep, xb + r * x.row_bytes, 0));
-      }
+      AddRowTerms<K>(prep, x, b, x.panel_rows, count, acc);
     }
-    const __mmask16 col_mask = static_cast<__mmask16>((1u << cols) - 1);
-    for (int64_t r = 0; r < count; ++r) {
-      _mm512_mask_storeu_ps(a.y + (i0 + r) * a.n + j0, col_mask, acc[r]);
-    }
+    StoreRows(acc, x.panel_rows, count, j0, cols, a.y, a.n);
   }
 }
 
@@ -922,7 +915,6 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
   if constexpr (K::kRegisterPanels) {
     ChunkTileRange<K>(a, x, t_begin, t_end);
   } else {
-    static_assert(!K::kNeedsSums, "PassTileRange passes no activation block sums");
     PassTileRange<K>(a, x, t_begin, t_end);
   }
 }
