@@ -3,22 +3,27 @@
 //
 //   make_synthetic_model --shape tinyllama-1.1b --format safetensors --dtype bf16 --out DIR
 //   make_synthetic_model --shape llama3-8b --format gguf --dtype f16 --out FILE.gguf
+//   make_synthetic_model --shape llama3-8b --format gguf --dtype q4_k_m --out FILE.gguf
 //
 // Hugging Face output is a directory (config.json, generation_config.json, model.safetensors or
 // shards of at most --shard-gib with model.safetensors.index.json); GGUF output is one file with
 // llama.* metadata and a synthetic SentencePiece vocabulary (llama.cpp loads it too). Tensors are
 // produced one at a time while writing, so memory stays small.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/status.h"
+#include "convert/quantize.h"
 #include "io/gguf_writer.h"
 #include "io/safetensors_writer.h"
 #include "tensor/tensor.h"
@@ -103,19 +108,30 @@ std::vector<TensorPlan> Plan(const ModelShape& s) {
   return plan;
 }
 
-// Produces tensor `index` of the plan in `dtype`.
+// Produces tensor `index` of the plan in `dtype`, its rows shared among the hardware threads
+// (the K-quants' reference quantizers take minutes for an 8B model on one thread).
 io::TensorProducer Producer(const TensorPlan& t, uint64_t seed, uint64_t index, DType dtype) {
   return [t, seed, index, dtype]() -> StatusOr<Tensor> {
     Tensor out = Tensor::Empty(t.shape, dtype);
     const int64_t cols = t.shape.back();
     const int64_t rows = ShapeNumel(t.shape) / cols;
-    std::vector<float> row(cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        row[c] = t.mean + t.stddev * RandomValue(seed, index, r * cols + c);
+    auto fill = [&](int64_t begin, int64_t end) {
+      std::vector<float> row(cols);
+      for (int64_t r = begin; r < end; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          row[c] = t.mean + t.stddev * RandomValue(seed, index, r * cols + c);
+        }
+        QuantizeRow(dtype, row.data(), out.row(r), cols);
       }
-      QuantizeRow(dtype, row.data(), out.row(r), cols);
+    };
+    const int64_t threads =
+        std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, rows));
+    std::vector<std::thread> workers;
+    for (int64_t i = 1; i < threads; ++i) {
+      workers.emplace_back(fill, rows * i / threads, rows * (i + 1) / threads);
     }
+    fill(0, rows / threads);
+    for (std::thread& w : workers) w.join();
     return out;
   };
 }
@@ -130,6 +146,49 @@ StatusOr<DType> ParseDType(const std::string& name) {
                                 "': expected f32, f16, bf16, q8_0, q4_0 or q4_1");
   }
   return it->second;
+}
+
+// The --dtype of every tensor: one plain type for all but the norms (F32), or a llama-quantize
+// mix (q4_k_m, q5_k_m, q6_k, ...: convert::TensorTypeChooser, as `undercurrent quantize` gives
+// them). GGUF names of `plan`.
+struct DTypeChoice {
+  std::optional<DType> plain;
+  std::optional<convert::QuantizeType> mix;
+};
+
+StatusOr<DTypeChoice> ParseDTypeChoice(const std::string& name) {
+  StatusOr<DType> plain = ParseDType(name);
+  if (plain.ok()) return DTypeChoice{*plain, std::nullopt};
+  StatusOr<convert::QuantizeType> mix = convert::ParseQuantizeType(name);
+  if (!mix.ok()) {
+    return InvalidArgumentError("--dtype '" + name +
+                                "': expected f32, f16, bf16, q8_0, q4_0, q4_1 or a quantize "
+                                "type (q4_k_m, q5_k_m, q6_k, q5_0, q5_1; GGUF only)");
+  }
+  return DTypeChoice{std::nullopt, *mix};
+}
+
+std::vector<DType> TensorDTypes(const ModelShape& s, const std::vector<TensorPlan>& plan,
+                                const DTypeChoice& choice) {
+  std::vector<DType> dtypes(plan.size(), DType::kF32);
+  if (choice.plain) {
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (!plan[i].is_norm) dtypes[i] = *choice.plain;
+    }
+    return dtypes;
+  }
+  convert::ModelFacts facts;
+  facts.arch = "llama";
+  facts.has_output = true;
+  facts.num_layers = s.num_hidden_layers;
+  facts.num_attention_wv = s.num_hidden_layers;
+  convert::TensorTypeChooser chooser(*choice.mix, facts);
+  std::vector<std::string> names;
+  for (const TensorPlan& t : plan) names.push_back(t.gguf_name);
+  for (size_t i : convert::SortLikeLlamaCpp(names)) {
+    dtypes[i] = chooser.Choose(plan[i].gguf_name, plan[i].shape, DType::kF32);
+  }
+  return dtypes;
 }
 
 nlohmann::json HfConfig(const ModelShape& s) {
@@ -236,10 +295,16 @@ void WriteSyntheticVocabulary(int vocab_size, io::GgufWriter& writer) {
   writer.Set<bool>("tokenizer.ggml.add_bos_token", true);
 }
 
-Status WriteGguf(const ModelShape& s, DType dtype, uint64_t seed, const fs::path& path) {
+Status WriteGguf(const ModelShape& s, const DTypeChoice& choice, uint64_t seed,
+                 const fs::path& path) {
   io::GgufWriter writer;
   writer.SetString("general.architecture", "llama");
   writer.SetString("general.name", "synthetic");
+  if (choice.mix) {
+    writer.Set<uint32_t>("general.file_type",
+                         static_cast<uint32_t>(convert::LlamaFtype(*choice.mix)));
+    writer.Set<uint32_t>("general.quantization_version", 2);
+  }
   writer.Set<uint32_t>("llama.block_count", s.num_hidden_layers);
   writer.Set<uint32_t>("llama.context_length", s.max_position_embeddings);
   writer.Set<uint32_t>("llama.embedding_length", s.hidden_size);
@@ -251,8 +316,9 @@ Status WriteGguf(const ModelShape& s, DType dtype, uint64_t seed, const fs::path
   writer.Set<uint32_t>("llama.vocab_size", s.vocab_size);
   WriteSyntheticVocabulary(s.vocab_size, writer);
   const std::vector<TensorPlan> plan = Plan(s);
+  const std::vector<DType> dtypes = TensorDTypes(s, plan, choice);
   for (size_t i = 0; i < plan.size(); ++i) {
-    const DType t = plan[i].is_norm ? DType::kF32 : dtype;
+    const DType t = dtypes[i];
     UC_RETURN_IF_ERROR(
         writer.AddLazy(plan[i].gguf_name, t, plan[i].shape, Producer(plan[i], seed, i, t)));
   }
@@ -275,7 +341,10 @@ int main(int argc, char** argv) {
   app.add_option("--format", format, "safetensors (a directory) or gguf (a file)")
       ->check(CLI::IsMember({"safetensors", "gguf"}))
       ->capture_default_str();
-  app.add_option("--dtype", dtype_name, "f32, f16, bf16, q8_0, q4_0, q4_1")->capture_default_str();
+  app.add_option("--dtype", dtype_name,
+                 "f32, f16, bf16, q8_0, q4_0, q4_1 (every tensor but the norms), or, for GGUF, "
+                 "a quantize type's per-tensor mix: q4_k_m, q5_k_m, q6_k, q5_0, q5_1")
+      ->capture_default_str();
   app.add_option("--seed", seed, "Random seed")->capture_default_str();
   app.add_option("--shard-gib", shard_gib, "Largest safetensors shard")->capture_default_str();
   app.add_option("--out", out, "Output directory (safetensors) or file (gguf)")->required();
@@ -286,14 +355,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: unknown --shape '%s'\n", shape_name.c_str());
     return 2;
   }
-  const uc::StatusOr<uc::DType> dtype = uc::tools::ParseDType(dtype_name);
+  const uc::StatusOr<uc::tools::DTypeChoice> dtype = uc::tools::ParseDTypeChoice(dtype_name);
   if (!dtype.ok()) {
     std::fprintf(stderr, "error: %s\n", dtype.status().message().c_str());
     return 2;
   }
-  const uc::Status status =
-      format == "gguf" ? uc::tools::WriteGguf(it->second, *dtype, seed, out)
-                       : uc::tools::WriteSafetensors(it->second, *dtype, seed, shard_gib, out);
+  if (format != "gguf" && !dtype->plain) {
+    std::fprintf(stderr, "error: --dtype '%s' writes GGUF only: add --format gguf\n",
+                 dtype_name.c_str());
+    return 2;
+  }
+  const uc::Status status = format == "gguf" ? uc::tools::WriteGguf(it->second, *dtype, seed, out)
+                                             : uc::tools::WriteSafetensors(
+                                                   it->second, *dtype->plain, seed, shard_gib, out);
   if (!status.ok()) {
     std::fprintf(stderr, "error: %s\n", status.message().c_str());
     return 1;

@@ -5,6 +5,7 @@
 // tensor a fallback type there: rows of 64 and 172) load, generate, and stay near the f32
 // logits. The CLI's errors: an unknown --type, an existing OUT without --force, an unsupported
 // architecture (and no OUT or OUT.tmp left behind).
+// make_synthetic_model's --dtype mixes give the types `quantize` gives.
 // The SmolLM2 comparison with llama.cpp is quantize_smollm2_test.cc (label model).
 #include "convert/quantize.h"
 
@@ -285,6 +286,56 @@ TEST(QuantizeCliTest, Errors) {
   EXPECT_NE(output.find("tokenizer.model"), std::string::npos) << output;
   EXPECT_FALSE(fs::exists(refused));
   EXPECT_FALSE(fs::exists(refused.string() + ".tmp"));
+}
+
+// make_synthetic_model --dtype q4_k_m writes the 8B benchmark shape without a 16 GB F16 source:
+// each tensor must get the type `undercurrent quantize --type q4_k_m` gives it (the smoke shape
+// has K-quant rows and, in ffn_down's 704 columns, a fallback), and the file must load and run.
+TEST(SyntheticModelTest, QuantizeMixGivesQuantizesTypes) {
+  const fs::path dir = ScratchDir("synthetic_mix");
+  const std::string tool = (testing::CliBinary().parent_path() / "make_synthetic_model").string();
+  const std::string cli = testing::CliBinary().string();
+  const fs::path f16 = dir / "f16.gguf", mix = dir / "mix.gguf", ref = dir / "ref.gguf";
+  std::string output;
+  ASSERT_EQ(testing::RunCommand(
+                tool + " --shape smoke --format gguf --dtype f16 --out " + f16.string(), &output),
+            0)
+      << output;
+  ASSERT_EQ(
+      testing::RunCommand(
+          tool + " --shape smoke --format gguf --dtype q4_k_m --out " + mix.string(), &output),
+      0)
+      << output;
+  ASSERT_EQ(testing::RunCommand(
+                cli + " quantize " + f16.string() + " " + ref.string() + " --type q4_k_m", &output),
+            0)
+      << output;
+  const auto ours = io::GgufFile::Open(mix);
+  const auto theirs = io::GgufFile::Open(ref);
+  ASSERT_TRUE(ours.ok() && theirs.ok());
+  std::map<std::string, uint32_t> types;
+  for (const io::GgufTensorInfo& info : (*theirs)->tensor_infos())
+    types[info.name] = info.ggml_type;
+  std::map<uint32_t, int> counts;
+  ASSERT_EQ((*ours)->tensor_infos().size(), types.size());
+  for (const io::GgufTensorInfo& info : (*ours)->tensor_infos()) {
+    EXPECT_EQ(info.ggml_type, types[info.name]) << info.name;
+    ++counts[info.ggml_type];
+  }
+  EXPECT_GE(counts.size(), 3u);  // F32 norms, Q4_K and at least one other type
+  EXPECT_EQ(*(*ours)->GetInt("general.file_type"), *(*theirs)->GetInt("general.file_type"));
+
+  auto gen = Open(mix);
+  ASSERT_NE(gen, nullptr);
+  const std::vector<float> logits = Logits(*gen, {1, 5, 9, 42});
+  ASSERT_FALSE(logits.empty());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+
+  // A mix is a GGUF thing.
+  EXPECT_EQ(testing::RunCommand(
+                tool + " --shape smoke --dtype q4_k_m --out " + (dir / "hf").string(), &output),
+            2);
+  EXPECT_NE(output.find("--format gguf"), std::string::npos) << output;
 }
 
 }  // namespace
