@@ -437,10 +437,14 @@ __m512 KTerm(const KPrep& p, const BlockQ8_K& y) {
 }
 
 // acc[i] += row kC0 + i's block terms for the sixteen x rows of a panel (lanes), i < kCols.
-// kGroupsPerSum four-byte groups are summed in int16 before the scale: each adds 2 products of
-// at most umax * 127, so four groups are fine up to 5-bit quants (31496) and Q6_K takes two
-// (32004). kUnitScale (Q8_K, u up to 255): dpbusd straight into int32.
-template <KMins kMins, int kShift, int kGroupsPerSum, bool kUnitScale, int kC0, int kCols>
+// With kDotGroups > 0, that many four-byte groups are dotted by chained dpbusd (4 products of
+// at most umax * 127 per group and lane) and the int32 sum, which must fit in int16 (Q4_K: four
+// groups, 30480; Q5_K: two, 31496), meets its scale in dpwssd: the low halves times the scale,
+// the high halves (the sum's sign) times 0. Otherwise (Q6_K, where one group per dpbusd would
+// cost as much) kGroupsPerSum groups are summed in int16 by maddubs before the scale: each adds
+// 2 products, so Q6_K takes two (32004). kUnitScale (Q8_K, u up to 255): dpbusd into int32.
+template <KMins kMins, int kShift, int kGroupsPerSum, int kDotGroups, bool kUnitScale, int kC0,
+          int kCols>
 [[gnu::always_inline]] inline void KPanelTerms(const KPrep& p, const PanelQ8K& x, __m512* acc) {
   const __m512 dy = _mm512_load_ps(x.d);
   for (int i = 0; i < kCols; ++i) {
@@ -456,6 +460,24 @@ template <KMins kMins, int kShift, int kGroupsPerSum, bool kUnitScale, int kC0, 
         for (int g = 0; g < 4; ++g) {
           sumi = _mm512_dpbusd_epi32(sumi, Broadcast4(q + 4 * g), Load(x.qs[c][g]));
           sumi2 = _mm512_dpbusd_epi32(sumi2, Broadcast4(q + 4 * g + 16), Load(x.qs[c][g + 4]));
+        }
+      } else if constexpr (kDotGroups > 0) {
+        static_assert(4 % kDotGroups == 0);
+#pragma GCC unroll 8
+        for (int g0 = 0; g0 < 8; g0 += kDotGroups) {
+          __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), Broadcast4(q + 4 * g0),
+                                          Load(x.qs[c][g0]));
+#pragma GCC unroll 4
+          for (int g = g0 + 1; g < g0 + kDotGroups; ++g) {
+            s = _mm512_dpbusd_epi32(s, Broadcast4(q + 4 * g), Load(x.qs[c][g]));
+          }
+          const __m512i scale =
+              _mm512_set1_epi32(static_cast<uint16_t>(p.sub_scale[j][2 * c + g0 / 4]));
+          if (g0 < 4) {
+            sumi = _mm512_dpwssd_epi32(sumi, s, scale);
+          } else {
+            sumi2 = _mm512_dpwssd_epi32(sumi2, s, scale);
+          }
         }
       } else {
 #pragma GCC unroll 8
@@ -494,7 +516,7 @@ template <KMins kMins, int kShift, int kGroupsPerSum, bool kUnitScale, int kC0, 
 // The kernel of a K-quant, from its Unpack(row bytes of the super-block, p, j) that fills row
 // j's q, sub_scale, sub_extra, d and dmin.
 template <typename Block, typename Unpacker, KMins kMins, int kShift, int kGroupsPerSum,
-          bool kUnitScale = false, typename Row = void>
+          int kDotGroups, bool kUnitScale = false, typename Row = void>
 struct KBlocks {
   static constexpr bool kNeedsSums = false;
   using Prep = KPrep;
@@ -513,7 +535,7 @@ struct KBlocks {
   static constexpr bool kRegisterPanels = false;
   template <int kC0, int kCols>
   [[gnu::always_inline]] static void PanelTerms(const Prep& p, const PanelQ8K& x, __m512* acc) {
-    KPanelTerms<kMins, kShift, kGroupsPerSum, kUnitScale, kC0, kCols>(p, x, acc);
+    KPanelTerms<kMins, kShift, kGroupsPerSum, kDotGroups, kUnitScale, kC0, kCols>(p, x, acc);
   }
 };
 
@@ -750,14 +772,14 @@ struct Q6KRow {
   }
 };
 
-using Q2KBlocks = KBlocks<BlockQ2_K, Q2KUnpacker, KMins::kMin, 0, 4>;
-using Q3KBlocks = KBlocks<BlockQ3_K, Q3KUnpacker, KMins::kOffset, 2, 4>;
-using Q4KBlocks = KBlocks<BlockQ4_K, KScaleMinUnpacker<BlockQ4_K, false>, KMins::kMin, 0, 4, false,
-                          KScaleMinRow<BlockQ4_K, false>>;
-using Q5KBlocks = KBlocks<BlockQ5_K, KScaleMinUnpacker<BlockQ5_K, true>, KMins::kMin, 0, 4, false,
-                          KScaleMinRow<BlockQ5_K, true>>;
-using Q6KBlocks = KBlocks<BlockQ6_K, Q6KUnpacker, KMins::kOffset, 5, 2, false, Q6KRow>;
-using Q8KBlocks = KBlocks<BlockQ8_K, Q8KUnpacker, KMins::kOffset, 7, 8, /*kUnitScale=*/true>;
+using Q2KBlocks = KBlocks<BlockQ2_K, Q2KUnpacker, KMins::kMin, 0, 4, 4>;
+using Q3KBlocks = KBlocks<BlockQ3_K, Q3KUnpacker, KMins::kOffset, 2, 4, 4>;
+using Q4KBlocks = KBlocks<BlockQ4_K, KScaleMinUnpacker<BlockQ4_K, false>, KMins::kMin, 0, 4, 4,
+                          false, KScaleMinRow<BlockQ4_K, false>>;
+using Q5KBlocks = KBlocks<BlockQ5_K, KScaleMinUnpacker<BlockQ5_K, true>, KMins::kMin, 0, 4, 2,
+                          false, KScaleMinRow<BlockQ5_K, true>>;
+using Q6KBlocks = KBlocks<BlockQ6_K, Q6KUnpacker, KMins::kOffset, 5, 2, 0, false, Q6KRow>;
+using Q8KBlocks = KBlocks<BlockQ8_K, Q8KUnpacker, KMins::kOffset, 7, 8, 0, /*kUnitScale=*/true>;
 
 // Fills panel `out` from super-block b of the sixteen Q8_K rows.
 void BuildPanelQ8K(const std::byte* const* rows, int64_t b, PanelQ8K& out) {
