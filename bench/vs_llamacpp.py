@@ -471,6 +471,9 @@ def main():
                 measure_single(a, model, threads, modes, out["single"])
         saved = a.prefill
         a.prefill = "16"
+        if a.decode_only:
+            print(f"{'model (decode only: a 16-token prompt)':<44} {'thr':>3} {'engine':<12} "
+                  f"{'prefill 16':>16} {'decode':>16}")
         for model in a.decode_only:
             for threads in [int(t) for t in a.threads.split(",")]:
                 measure_single(a, model, threads, modes, out["single"])
