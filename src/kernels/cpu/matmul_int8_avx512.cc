@@ -197,7 +197,6 @@ struct Blocks32 {
   static constexpr int kShift = kOffset == 0 ? 0 : __builtin_ctz(kOffset);
   static_assert(kOffset == 0 || kOffset == 1 << kShift);
   using Panel = PanelQ8;
-  using WeightBlock = Block;
   using RowKernel = void;
   using Activation = std::conditional_t<kHasMin, BlockQ8_1, BlockQ8_0>;
   struct Prep {
@@ -521,7 +520,6 @@ struct KBlocks {
   static constexpr bool kNeedsSums = false;
   using Prep = KPrep;
   using Panel = PanelQ8K;
-  using WeightBlock = Block;
   using RowKernel = Row;  // the m < 16 kernel (KRowTileRange), or void: RowTileRange
   static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
     for (int j = 0; j < kTileRows; ++j) {
@@ -670,7 +668,7 @@ struct Q8KUnpacker {
 // registers, in element order, with the scale of every int32 lane, and dotted with each x row
 // in turn; only the per-row integer sums go through memory. R::Unpack(bytes, row) fills:
 struct KRow {
-  __m512i q[4];      // elements [64 z, 64 z + 64) of q[z], as unsigned bytes
+  __m512i q[4];      // q[z]: elements [64 z, 64 z + 64), as unsigned bytes
   __m512i scale[4];  // int32 lane l of scale[z]: the scale of elements [64 z + 4 l, + 4) of
                      // q[z], as int16 in its low half (0 in the high half)
   __m256i extra;     // per 16-element sub-block, int16: the min (kMin), -(scale << shift)
@@ -696,7 +694,8 @@ template <KMins kMins>
   return acc;
 }
 
-// scale[z] lane l = lane kFirst[z] + l / kLanesPer of `scales` (int32 lanes).
+// out[z] lane l = lane (16 z + l) / kLanesPer of `scales` (int32 lanes): kLanesPer lanes per
+// scale, 16 / kLanesPer scales per register.
 template <int kLanesPer>
 void SpreadScales(__m512i scales, __m512i* out) {
 #pragma GCC unroll 4
