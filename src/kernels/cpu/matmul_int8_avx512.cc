@@ -86,11 +86,13 @@ __m512i Lanes(const void* a, const void* b, const void* c, const void* d) {
   return _mm512_inserti32x4(v, Load128(d), 3);
 }
 
-// The f16 at byte `offset` of each of the sixteen rows, as F32.
+// The f16 at byte `offset` of each of the sixteen rows, as F32, gathered in registers (sixteen
+// 2-byte stores read back by one 32-byte load stall store forwarding: Q4_0 decode 1.3x slower).
 void GatherF16(const std::byte* const* rows, int64_t offset, float* out) {
-  alignas(32) uint16_t h[kTileRows];
-  for (int j = 0; j < kTileRows; ++j) h[j] = LoadU16(rows[j] + offset);
-  _mm512_store_ps(out, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h))));
+  auto at = [&](int j) { return static_cast<short>(LoadU16(rows[j] + offset)); };
+  const __m128i lo = _mm_setr_epi16(at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7));
+  const __m128i hi = _mm_setr_epi16(at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15));
+  _mm512_store_ps(out, _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1)));
 }
 
 // Per 128-bit lane: [a 0+2, b 0+2, a 1+3, b 1+3] (int32 lanes).
@@ -980,6 +982,11 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
     const int64_t j0 = t * kTileRows;
     for (int64_t r = 0; r < a.m; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < x.blocks; ++b) {
+      // Sixteen rows read side by side are sixteen streams, which the hardware prefetchers of
+      // some CPUs do not follow (measured on an AMD EPYC with AVX-512: Q4_0 and Q8_0 decode
+      // 2-3x faster with this prefetch, ahead of the AVX2 path's eight-row tiles instead of
+      // 1.5-2x behind them; no change measured on an Intel Xeon).
+      tile.PrefetchNextToL2(b, x.blocks);
       K::Prepare(tile.rows, b, prep);
       AddRowTerms<K>(prep, x, b, 0, a.m, acc);
     }
@@ -1084,7 +1091,7 @@ void KRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
     for (int64_t r = 0; r < a.m; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < x.blocks; ++b) {
       // Measured on K-quant decode: each of the two prefetches is worth 5-10% (the L1 one more
-      // at first; the prefetch into L2 was not worth it for prefill or the 32-element formats).
+      // at first; the L1 one was not worth it for the 32-element formats).
       if (b + 1 < x.blocks) tile.PrefetchL1<kBlockBytes>((b + 1) * kBlockBytes);
       tile.PrefetchNextToL2(b, x.blocks);
       const std::byte* xb = x.rows + b * x.block_bytes;
