@@ -19,6 +19,11 @@ bool CpuSupportsAvx2();
 // thread-safe.
 bool CpuSupportsAvx512Vnni();
 
+// True on AMD CPUs (CPUID vendor "AuthenticAMD"). Kernels that stream many weight rows side by
+// side prefetch differently there (matmul_int8_avx512.cc); the arithmetic, and so the bits, do
+// not depend on it. Cached; thread-safe.
+bool CpuIsAmd();
+
 // The kernel levels, lowest first.
 enum class KernelLevel { kPortable, kAvx2, kAvx512 };
 

@@ -481,6 +481,10 @@ TEST(Int8MatMulApiTest, LevelsFollowTheCpu) {
   EXPECT_FALSE(internal::UseAvx512Vnni());
   internal::ForcePortableForTesting(false);
   EXPECT_EQ(internal::UseAvx512Vnni(), internal::CpuSupportsAvx512Vnni());
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  EXPECT_EQ(internal::CpuIsAmd(), __builtin_cpu_is("amd") != 0);
+#endif
   std::printf("[ NOTE     ] kernel levels on this CPU: AVX2 %s, AVX-512 VNNI %s\n",
               internal::CpuSupportsAvx2() ? "yes" : "no",
               internal::CpuSupportsAvx512Vnni() ? "yes" : "NO (its int8 MatMul is untested here)");

@@ -52,6 +52,17 @@ bool DetectAvx512Vnni() {
 #endif
 }
 
+bool DetectAmd() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  // The vendor string is EBX, EDX, ECX: "Auth" "enti" "cAMD".
+  return ebx == 0x68747541u && edx == 0x69746E65u && ecx == 0x444D4163u;
+#else
+  return false;
+#endif
+}
+
 KernelLevel MaxLevel() { return g_max_level.load(std::memory_order_relaxed); }
 
 }  // namespace
@@ -64,6 +75,11 @@ bool CpuSupportsAvx2() {
 bool CpuSupportsAvx512Vnni() {
   static const bool supported = DetectAvx512Vnni();
   return supported;
+}
+
+bool CpuIsAmd() {
+  static const bool amd = DetectAmd();
+  return amd;
 }
 
 bool UseAvx2() { return CpuSupportsAvx2() && MaxLevel() >= KernelLevel::kAvx2; }
