@@ -984,8 +984,8 @@ void StoreRows(const __m512* acc, int64_t first, int64_t count, int64_t j0, int6
 // Tiles [t_begin, t_end) without panels (m < 16: decode): each block of a tile is unpacked into
 // registers and dotted with the x rows at once, weights streamed. Prepare, Term and AddRowTerms
 // are forced inline: GCC at -O2 called them, passing the unpacked block through memory (Q4_0 and
-// Q8_0 decode 1.35-1.5x slower on an AMD EPYC).
-template <typename K>
+// Q8_0 decode 1.35-1.5x slower on an AMD EPYC). kLinearPrefetch: as KRowTileRange's.
+template <typename K, bool kLinearPrefetch>
 void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
   alignas(64) typename K::Prep prep;
   __m512 acc[kPanelRows];
@@ -995,10 +995,11 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
     for (int64_t r = 0; r < a.m; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < x.blocks; ++b) {
       // Sixteen rows read side by side are sixteen streams, which the hardware prefetchers of
-      // some CPUs do not follow (measured on an AMD EPYC with AVX-512: Q4_0 and Q8_0 decode
-      // 2-3x faster with this prefetch, ahead of the AVX2 path's eight-row tiles instead of
-      // 1.5-2x behind them; no change measured on an Intel Xeon).
-      tile.PrefetchNextToL2(b, x.blocks);
+      // an AMD EPYC do not follow: there Q4_0 and Q8_0 decode are 2-3x faster with the next
+      // tile prefetched in address order (ahead of the AVX2 path's eight-row tiles instead of
+      // 1.5-2x behind them; into L1 or L2 made no difference). On an Intel Xeon a prefetch
+      // into L2 gained nothing or cost a little.
+      if constexpr (kLinearPrefetch) tile.PrefetchNextToL1(b, x.blocks);
       K::Prepare(tile.rows, b, prep);
       AddRowTerms<K>(prep, x, b, 0, a.m, acc);
     }
@@ -1090,8 +1091,8 @@ void PassTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
 // Tiles [t_begin, t_end) of a K-quant without panels (m < 16: decode), with its row kernel R:
 // each weight row's super-block is unpacked into registers and dotted with every x row; the
 // sixteen rows' sums then give one term per x row (lane = weight row), as KTerm's.
-// kLinearPrefetch (AMD): only the next tile, in address order, into L1; otherwise (Intel) the
-// next tile into L2 and the next block of each row into L1.
+// kLinearPrefetch (internal::CpuIsAmd()): only the next tile, in address order, into L1;
+// otherwise the next tile into L2 and the next block of each row into L1.
 template <typename R, bool kLinearPrefetch>
 void KRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
   __m512 acc[kPanelRows];
@@ -1139,13 +1140,13 @@ void KRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
 template <typename K>
 void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
   if (x.panel_rows == 0) {
+    const bool amd = internal::CpuIsAmd();
     if constexpr (!std::is_void_v<typename K::RowKernel>) {
-      if (internal::CpuIsAmd()) {
-        return KRowTileRange<typename K::RowKernel, true>(a, x, t_begin, t_end);
-      }
-      return KRowTileRange<typename K::RowKernel, false>(a, x, t_begin, t_end);
+      return amd ? KRowTileRange<typename K::RowKernel, true>(a, x, t_begin, t_end)
+                 : KRowTileRange<typename K::RowKernel, false>(a, x, t_begin, t_end);
     }
-    return RowTileRange<K>(a, x, t_begin, t_end);
+    return amd ? RowTileRange<K, true>(a, x, t_begin, t_end)
+               : RowTileRange<K, false>(a, x, t_begin, t_end);
   }
   if constexpr (K::kRegisterPanels) {
     ChunkTileRange<K>(a, x, t_begin, t_end);
