@@ -194,9 +194,10 @@ BENCHMARK(BM_MatMulDecode)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
 
 // kExact against kInt8 on TinyLlama's MLP shape (w: [5632, 2048]). Args: dtype (index into
-// kPrecisionDTypes), tokens (1: decode, weights cold as in BM_MatMulDecode; else prefill, weights
-// warm), precision (0: kExact, 1: kInt8), threads, level (the highest kernel level allowed:
-// 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul has an AVX-512 version).
+// kPrecisionDTypes), tokens (1: decode; 16: the batched decode of sixteen sequences; both with the
+// weights cold as in BM_MatMulDecode; 128: prefill, weights warm), precision (0: kExact, 1: kInt8),
+// threads, level (the highest kernel level allowed: 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul
+// has an AVX-512 version).
 constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0,
                                       DType::kQ5_K, DType::kQ4_1, DType::kQ5_0, DType::kQ3_K};
 void BM_MatMulPrecision(benchmark::State& state) {
@@ -213,7 +214,7 @@ void BM_MatMulPrecision(benchmark::State& state) {
                                         : internal::KernelLevel::kAvx2);
   std::vector<Tensor> copies = {BenchWeights(kIntermediate, kHidden, dtype, 1)};
   const int64_t copies_needed =
-      tokens == 1 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
+      tokens <= 16 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
   while (static_cast<int64_t>(copies.size()) < copies_needed) copies.push_back(copies[0].Clone());
   const Tensor x = RandomF32({tokens, kHidden}, 2);
   Tensor y = Tensor::Empty({tokens, kIntermediate}, DType::kF32);
@@ -237,7 +238,7 @@ void BM_MatMulPrecision(benchmark::State& state) {
 void PrecisionArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "tokens", "int8", "threads", "level"});
   for (int64_t d = 0; d < static_cast<int64_t>(std::size(kPrecisionDTypes)); ++d) {
-    for (int64_t tokens : {1, 128}) {
+    for (int64_t tokens : {1, 16, 128}) {
       for (int64_t threads : {1, 2}) {
         b->Args({d, tokens, 0, threads, 2});
         b->Args({d, tokens, 1, threads, 1});

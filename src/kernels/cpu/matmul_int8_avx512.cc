@@ -1011,7 +1011,9 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
 // registers (K::kRegisterPanels): each tile's blocks are unpacked once for all the x rows,
 // K::kChunkBlocks at a time (the unpacked chunk and one panel's chunk stay in L1 while every
 // panel passes); each panel's sums wait in `sums` (this thread's scratch) between chunks.
-template <typename K>
+// kLinearPrefetch: as RowTileRange's (with sixteen x rows, the batched decode of sixteen
+// sequences, the weights stream as in decode).
+template <typename K, bool kLinearPrefetch>
 void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
   using Panel = typename K::Panel;
   using Prep = typename K::Prep;
@@ -1031,7 +1033,10 @@ void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, i
     for (int64_t i = 0; i < groups * kTileRows + count; ++i) sums[i] = _mm512_setzero_ps();
     for (int64_t b0 = 0; b0 < x.blocks; b0 += K::kChunkBlocks) {
       const int64_t chunk = std::min(K::kChunkBlocks, x.blocks - b0);
-      for (int64_t b = b0; b < b0 + chunk; ++b) K::Prepare(tile.rows, b, preps[b - b0]);
+      for (int64_t b = b0; b < b0 + chunk; ++b) {
+        if constexpr (kLinearPrefetch) tile.PrefetchNextToL1(b, x.blocks);
+        K::Prepare(tile.rows, b, preps[b - b0]);
+      }
       for (int64_t g = 0; g < groups; ++g) {
         PanelTile<K>(preps, chunk, panels + g * x.blocks + b0, sums + g * kTileRows);
       }
@@ -1139,8 +1144,8 @@ void KRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
 // Outputs of tiles [t_begin, t_end): columns [16 t, 16 t + 16) ∩ [0, n).
 template <typename K>
 void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  const bool amd = internal::CpuIsAmd();
   if (x.panel_rows == 0) {
-    const bool amd = internal::CpuIsAmd();
     if constexpr (!std::is_void_v<typename K::RowKernel>) {
       return amd ? KRowTileRange<typename K::RowKernel, true>(a, x, t_begin, t_end)
                  : KRowTileRange<typename K::RowKernel, false>(a, x, t_begin, t_end);
@@ -1149,7 +1154,8 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
                : RowTileRange<K, false>(a, x, t_begin, t_end);
   }
   if constexpr (K::kRegisterPanels) {
-    ChunkTileRange<K>(a, x, t_begin, t_end);
+    amd ? ChunkTileRange<K, true>(a, x, t_begin, t_end)
+        : ChunkTileRange<K, false>(a, x, t_begin, t_end);
   } else {
     PassTileRange<K>(a, x, t_begin, t_end);
   }
