@@ -933,19 +933,20 @@ struct TileRows {
     next_end = a.w + std::min(j0 + 2 * kTileRows, a.n) * a.w_row_bytes;
   }
 
-  // Asks for share `part` of `parts` of the next tile (contiguous) to be brought into L2: a
-  // whole tile ahead (up to 34 KiB at k = 2048) would crowd the current one out of L1.
-  void PrefetchNextToL2(int64_t part, int64_t parts) const {
+  // Asks for share `part` of `parts` of the next tile (contiguous) to be brought into L1
+  // (kToL1) or L2. Into L2 on Intel: a whole tile ahead (up to 34 KiB at k = 2048) would crowd
+  // the current one out of L1 there.
+  template <bool kToL1>
+  void PrefetchNext(int64_t part, int64_t parts) const {
     const int64_t share = (next_end - next + parts - 1) / parts;
     const std::byte* end = next + std::min((part + 1) * share, next_end - next);
-    for (const std::byte* p = next + part * share; p < end; p += 64) PrefetchToL2(p);
-  }
-
-  // Asks for share `part` of `parts` of the next tile to be brought into L1.
-  void PrefetchNextToL1(int64_t part, int64_t parts) const {
-    const int64_t share = (next_end - next + parts - 1) / parts;
-    const std::byte* end = next + std::min((part + 1) * share, next_end - next);
-    for (const std::byte* p = next + part * share; p < end; p += 64) PrefetchToL1(p);
+    for (const std::byte* p = next + part * share; p < end; p += 64) {
+      if constexpr (kToL1) {
+        PrefetchToL1(p);
+      } else {
+        PrefetchToL2(p);
+      }
+    }
   }
 
   // Asks for bytes [begin, begin + kBytes) of each of the sixteen rows to be brought into L1:
@@ -999,7 +1000,7 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
       // tile prefetched in address order (ahead of the AVX2 path's eight-row tiles instead of
       // 1.5-2x behind them; into L1 or L2 made no difference). On an Intel Xeon a prefetch
       // into L2 gained nothing or cost a little.
-      if constexpr (kLinearPrefetch) tile.PrefetchNextToL1(b, x.blocks);
+      if constexpr (kLinearPrefetch) tile.PrefetchNext<true>(b, x.blocks);
       K::Prepare(tile.rows, b, prep);
       AddRowTerms<K>(prep, x, b, 0, a.m, acc);
     }
@@ -1034,7 +1035,7 @@ void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, i
     for (int64_t b0 = 0; b0 < x.blocks; b0 += K::kChunkBlocks) {
       const int64_t chunk = std::min(K::kChunkBlocks, x.blocks - b0);
       for (int64_t b = b0; b < b0 + chunk; ++b) {
-        if constexpr (kLinearPrefetch) tile.PrefetchNextToL1(b, x.blocks);
+        if constexpr (kLinearPrefetch) tile.PrefetchNext<true>(b, x.blocks);
         K::Prepare(tile.rows, b, preps[b - b0]);
       }
       for (int64_t g = 0; g < groups; ++g) {
@@ -1114,10 +1115,10 @@ void KRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
       // L1 one more at first). AMD EPYC: the linear prefetch alone is 1.1-1.2x faster for Q4_K
       // at 1 and 2 threads (level for Q6_K) than these two.
       if constexpr (kLinearPrefetch) {
-        tile.PrefetchNextToL1(b, x.blocks);
+        tile.PrefetchNext<true>(b, x.blocks);
       } else {
         if (b + 1 < x.blocks) tile.PrefetchL1<kBlockBytes>((b + 1) * kBlockBytes);
-        tile.PrefetchNextToL2(b, x.blocks);
+        tile.PrefetchNext<false>(b, x.blocks);
       }
       const std::byte* xb = x.rows + b * x.block_bytes;
       for (int j = 0; j < kTileRows; ++j) {
