@@ -166,8 +166,9 @@ class Scratch {
 };
 
 // v[i] lane c = v[c] lane i before (a 16x16 transpose in registers): at each stage s = 8, 4,
-// 2, 1, rows j and j + s ((j & s) == 0) swap their off-diagonal s x s blocks.
-void Transpose16x16(__m512* v) {
+// 2, 1, rows j and j + s ((j & s) == 0) swap their off-diagonal s x s blocks. Inlined: called,
+// it passes v through memory (ToLanes, and so the K-quants at 16 x rows, 1.1-1.2x slower).
+[[gnu::always_inline]] inline void Transpose16x16(__m512* v) {
 #pragma GCC unroll 4
   for (int s = 8; s >= 1; s /= 2) {
     alignas(64) int32_t lo[16], hi[16];
@@ -464,6 +465,10 @@ struct alignas(64) KLanes {
   int32_t extra[8][16];   // [c][row]: sub_extra 2c (low half) and 2c + 1 (high half)
   float d[kTileRows], dmin[kTileRows];
 };
+
+// Transpose16x16 as a call, as StorePanel had it (ChunkTileRange measured level or slower with
+// the transpose inlined).
+[[gnu::noinline]] void TransposeOutOfLine(__m512* v) { Transpose16x16(v); }
 
 // Writes the 16 x 16 int32 transpose of v_in[0..16) to out: 64-byte row i of out (i < count)
 // holds int32 i of every v_in[j], in lane j.
@@ -936,7 +941,7 @@ void StorePanel(const __m512* acc, int64_t cols, float* y, int64_t n) {
   __m512 v[kTileRows];
 #pragma GCC unroll 16
   for (int c = 0; c < kTileRows; ++c) v[c] = acc[c];
-  Transpose16x16(v);
+  TransposeOutOfLine(v);
   const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1);
 #pragma GCC unroll 16
   for (int i = 0; i < kPanelRows; ++i) _mm512_mask_storeu_ps(y + i * n, mask, v[i]);
