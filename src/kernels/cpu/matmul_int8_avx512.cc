@@ -558,7 +558,7 @@ template <KMins kMins, int kShift>
   *acc = _mm512_add_ps(*acc, term);
 }
 
-// acc[r] += the block terms of x rows r < kR (at most 6; Q8_K super-blocks at xb + r * x_stride)
+// acc[r] += the block terms of x rows r < kR (at most 4; Q8_K super-blocks at xb + r * x_stride)
 // against the sixteen weight rows of w (lanes): each weight vector is loaded once for the kR
 // rows, and each x group is broadcast from memory. The rows' sums are named variables, not an
 // array: GCC at -O2 kept an array of them in memory, a store and a load per update (the kernel
@@ -571,14 +571,13 @@ template <KMins kMins, int kShift>
 template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo, int kR>
 [[gnu::always_inline]] inline void KLaneTerms(const KLanes& w, const std::byte* xb,
                                               int64_t x_stride, __m512* acc) {
-  static_assert(kR >= 1 && kR <= 6);
+  static_assert(kR >= 1 && kR <= 4);
   auto row = [&](int r) {
     return reinterpret_cast<const BlockQ8_K*>(xb + std::min(r, kR - 1) * x_stride);
   };
-  const BlockQ8_K *y0 = row(0), *y1 = row(1), *y2 = row(2), *y3 = row(3), *y4 = row(4),
-                  *y5 = row(5);
+  const BlockQ8_K *y0 = row(0), *y1 = row(1), *y2 = row(2), *y3 = row(3);
   LaneSums s0{_mm512_setzero_si512(), _mm512_setzero_si512()};
-  LaneSums s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
+  LaneSums s1 = s0, s2 = s0, s3 = s0;
 #pragma GCC unroll 1
   for (int c = 0; c < 8; ++c) {
     __m512i wv[8];
@@ -591,15 +590,11 @@ template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo,
     if constexpr (kR > 1) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y1, c, s1);
     if constexpr (kR > 2) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y2, c, s2);
     if constexpr (kR > 3) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y3, c, s3);
-    if constexpr (kR > 4) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y4, c, s4);
-    if constexpr (kR > 5) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y5, c, s5);
   }
   LaneFinish<kMins, kShift>(w, y0, s0, acc);
   if constexpr (kR > 1) LaneFinish<kMins, kShift>(w, y1, s1, acc + 1);
   if constexpr (kR > 2) LaneFinish<kMins, kShift>(w, y2, s2, acc + 2);
   if constexpr (kR > 3) LaneFinish<kMins, kShift>(w, y3, s3, acc + 3);
-  if constexpr (kR > 4) LaneFinish<kMins, kShift>(w, y4, s4, acc + 4);
-  if constexpr (kR > 5) LaneFinish<kMins, kShift>(w, y5, s5, acc + 5);
 }
 
 // The kernel of a K-quant, from its Unpack(row bytes of the super-block, p, j) that fills row
@@ -1142,12 +1137,6 @@ void LaneTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
         }
         const std::byte* xr = xb + r * x.row_bytes;
         switch (rows - r) {
-          case 5:
-            K::template LaneTerms<5>(lanes, xr, x.row_bytes, acc + r);
-            break;
-          case 4:
-            K::template LaneTerms<4>(lanes, xr, x.row_bytes, acc + r);
-            break;
           case 3:
             K::template LaneTerms<3>(lanes, xr, x.row_bytes, acc + r);
             break;
