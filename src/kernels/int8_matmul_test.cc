@@ -258,6 +258,16 @@ void ExpectBitExact(const Tensor& got, const Tensor& want, const std::string& wh
   EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << want.numel() << " elements differ";
 }
 
+// Where this path packs w (PackedWeight), MatMul from the packed copy gives `want`'s bits too.
+void ExpectPackedBitExact(const Tensor& x, const Tensor& w, const Tensor& want, ThreadPool* pool,
+                          const std::string& what) {
+  const auto packed = PackedWeight::Pack(w, {.precision = MatMulPrecision::kInt8}, pool);
+  if (packed == nullptr) return;
+  Tensor got = Tensor::Empty(want.shape(), DType::kF32);
+  MatMul(x, *packed, got, pool);
+  ExpectBitExact(got, want, what + " packed");
+}
+
 // The a-priori error of 8-bit activations (ops.h): each x element is off by at most
 // 0.57 * amax / 127 of its activation block (0.51 for Q8_K's F32 scale) plus what an f16 scale
 // can lose when subnormal; Q8_1's f16 s adds |m| * 2^-10 * sum |x| per block; the F32 sums add
@@ -349,9 +359,10 @@ TEST_P(Int8MatMulTest, MatchesInt8ReferenceOverShapes) {
         Tensor want = Tensor::Empty({m, n}, DType::kF32);
         MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
         reference::MatMulInt8(x, w, want);
-        ExpectBitExact(
-            got, want,
-            "m=" + std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n));
+        const std::string what =
+            "m=" + std::to_string(m) + " k=" + std::to_string(k) + " n=" + std::to_string(n);
+        ExpectBitExact(got, want, what);
+        ExpectPackedBitExact(x, w, want, &pool, what);
       }
     }
   }
@@ -421,6 +432,7 @@ TEST_P(Int8MatMulTest, ExtremeBlocksMatchInt8ReferenceExactly) {
   MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
   reference::MatMulInt8(x, w, want);
   ExpectBitExact(got, want, "extreme");
+  ExpectPackedBitExact(x, w, want, &pool, "extreme");
   for (int64_t i = 0; i < 6; ++i) {
     Tensor alone = Tensor::Empty({1, n}, DType::kF32);
     MatMul(x.Slice(i, i + 1), w, alone, &pool, MatMulPrecision::kInt8);
@@ -462,6 +474,47 @@ TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
       MatMul(x, w, got, &pool, MatMulPrecision::kInt8);
       ExpectBitExact(got, portable, std::string(DTypeName(dtype)) + " " + PathName(path));
     }
+  }
+}
+
+// Pack makes a copy exactly where a kernel reads one (kInt8, AVX-512 VNNI, Q4_K / Q5_K / Q6_K),
+// MatMul reads that copy (the stored bytes may change after packing), and a lower kernel level
+// forced after packing multiplies the stored rows.
+TEST(PackedWeightTest, PacksTheKQuantsForTheAvx512KernelAndReadsTheCopy) {
+  ThreadPool pool(2);
+  const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
+  const int64_t m = 5, k = 512, n = 21;
+  const Tensor x = RandomX(m, k, 41);
+  for (DType dtype : kQuantizedDTypes) {
+    const std::string name(DTypeName(dtype));
+    const bool packs = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
+    Tensor w = RandomWeights(n, k, dtype, 42);
+    EXPECT_EQ(PackedWeight::Pack(w, MatMulOptions{}, &pool), nullptr) << name << " kExact";
+    {
+      ScopedPath avx2(Path::kAvx2);
+      EXPECT_EQ(PackedWeight::Pack(w, int8, &pool), nullptr) << name << " AVX2";
+    }
+    const auto packed = PackedWeight::Pack(w, int8, &pool);
+    if (!internal::CpuSupportsAvx512Vnni() || !packs) {
+      EXPECT_EQ(packed, nullptr) << name;
+      continue;
+    }
+    ASSERT_NE(packed, nullptr) << name;
+    EXPECT_EQ(packed->packed_bytes(), 32 * w.row_bytes()) << name << ": n rounded up to 16";
+    Tensor want = Tensor::Empty({m, n}, DType::kF32);
+    reference::MatMulInt8(x, w, want);
+    // Forced down to AVX2 after packing: the stored rows, the same bits.
+    {
+      ScopedPath avx2(Path::kAvx2);
+      Tensor got = Tensor::Empty({m, n}, DType::kF32);
+      MatMul(x, *packed, got, &pool);
+      ExpectBitExact(got, want, name + " packed, AVX2 forced");
+    }
+    // The stored bytes zeroed: the packed copy still gives the original product.
+    std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
+    Tensor got = Tensor::Empty({m, n}, DType::kF32);
+    MatMul(x, *packed, got, &pool);
+    ExpectBitExact(got, want, name + " packed, stored bytes zeroed");
   }
 }
 

@@ -197,7 +197,7 @@ BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
 // kPrecisionDTypes), tokens (1: decode; 16: the batched decode of sixteen sequences; both with the
 // weights cold as in BM_MatMulDecode; 128: prefill, weights warm), precision (0: kExact, 1: kInt8),
 // threads, level (the highest kernel level allowed: 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul
-// has an AVX-512 version).
+// has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight).
 constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0,
                                       DType::kQ5_K, DType::kQ4_1, DType::kQ5_0, DType::kQ3_K};
 void BM_MatMulPrecision(benchmark::State& state) {
@@ -205,7 +205,8 @@ void BM_MatMulPrecision(benchmark::State& state) {
   const int64_t tokens = state.range(1);
   const auto precision = state.range(2) != 0 ? MatMulPrecision::kInt8 : MatMulPrecision::kExact;
   const int threads = static_cast<int>(state.range(3));
-  const bool avx512 = state.range(4) == 2;
+  const bool avx512 = state.range(4) >= 2;
+  const bool pack = state.range(4) == 3;
   SetPath(false, state);
   if (avx512 && !internal::CpuSupportsAvx512Vnni()) {
     state.SkipWithError("CPU lacks AVX-512 VNNI");
@@ -216,11 +217,22 @@ void BM_MatMulPrecision(benchmark::State& state) {
   const int64_t copies_needed =
       tokens <= 16 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
   while (static_cast<int64_t>(copies.size()) < copies_needed) copies.push_back(copies[0].Clone());
+  std::vector<std::shared_ptr<const PackedWeight>> packed;
+  if (pack) {
+    for (const Tensor& w : copies) {
+      packed.push_back(PackedWeight::Pack(w, {.precision = precision}, Pool(threads)));
+      if (packed.back() == nullptr) state.SkipWithError("no packed layout for this dtype");
+    }
+  }
   const Tensor x = RandomF32({tokens, kHidden}, 2);
   Tensor y = Tensor::Empty({tokens, kIntermediate}, DType::kF32);
   size_t next = 0;
   for (auto _ : state) {
-    MatMul(x, copies[next], y, Pool(threads), precision);
+    if (pack) {
+      MatMul(x, *packed[next], y, Pool(threads));
+    } else {
+      MatMul(x, copies[next], y, Pool(threads), precision);
+    }
     next = (next + 1) % copies.size();
     benchmark::DoNotOptimize(y.raw());
   }
@@ -229,6 +241,7 @@ void BM_MatMulPrecision(benchmark::State& state) {
   state.counters["FLOP/s"] = benchmark::Counter(
       2.0 * tokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
   state.SetLabel(std::string(DTypeName(dtype)) + (precision == MatMulPrecision::kExact ? " exact"
+                                                  : pack   ? " int8 avx512 packed"
                                                   : avx512 ? " int8 avx512"
                                                            : " int8 avx2"));
   internal::ForceLevelForTesting(internal::KernelLevel::kAvx512);
@@ -243,6 +256,10 @@ void PrecisionArgs(benchmark::internal::Benchmark* b) {
         b->Args({d, tokens, 0, threads, 2});
         b->Args({d, tokens, 1, threads, 1});
         b->Args({d, tokens, 1, threads, 2});
+        const DType dtype = kPrecisionDTypes[d];
+        if (dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K) {
+          b->Args({d, tokens, 1, threads, 3});
+        }
       }
     }
   }

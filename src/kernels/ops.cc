@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <utility>
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -121,8 +124,11 @@ void CheckF32Matrix(const Tensor& t, const char* op, const char* what) {
 
 }  // namespace
 
-void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
-            const MatMulOptions& options) {
+namespace {
+
+// MatMul, reading `packed` (PackedWeight::packed(), or null) where its kernel is in use.
+void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
+                const MatMulOptions& options, const std::byte* packed) {
   CheckF32Matrix(x, "MatMul", "x");
   CheckF32Matrix(y, "MatMul", "y");
   UC_CHECK(w.defined() && w.rank() == 2 && IsWeightDType(w.dtype()),
@@ -138,11 +144,12 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     std::fill_n(y.data<float>(), y.numel(), 0.0f);
     return;
   }
-  const MatMulArgs args{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
-                        w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
+  MatMulArgs args{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
+                  w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
   if (options.precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
 #if defined(__x86_64__)
     if (internal::UseAvx512Vnni()) {
+      args.w_packed = packed;
       avx512::MatMulInt8(args, pool);
       return;
     }
@@ -160,6 +167,51 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
 #endif
     UC_DISPATCH(MatMul, args, pool);
   }
+}
+
+}  // namespace
+
+void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
+            const MatMulOptions& options) {
+  MatMulImpl(x, w, y, pool, options, nullptr);
+}
+
+void PackedWeight::Free::operator()(std::byte* p) const { std::free(p); }
+
+PackedWeight::PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes)
+    : source_(std::move(source)), options_(options), bytes_(bytes) {
+  // Rounded up to the alignment, as aligned_alloc requires.
+  data_.reset(
+      static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(bytes + 63) / 64 * 64)));
+  UC_CHECK(data_ != nullptr, "PackedWeight: out of memory for %lld bytes",
+           static_cast<long long>(bytes));
+}
+
+std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
+                                                       const MatMulOptions& options,
+                                                       ThreadPool* pool) {
+#if defined(__x86_64__)
+  if (options.precision != MatMulPrecision::kInt8 || !internal::UseAvx512Vnni() || !w.defined() ||
+      w.rank() != 2 || w.numel() == 0) {
+    return nullptr;
+  }
+  const int64_t bytes = avx512::PackedInt8Bytes(w.dtype(), w.dim(0), w.dim(1));
+  if (bytes == 0) return nullptr;
+  std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes));
+  const MatMulArgs args{nullptr,   0,        w.dim(1),      w.row(0),
+                        w.dtype(), w.dim(0), w.row_bytes(), nullptr};
+  avx512::PackInt8(args, packed->data_.get(), pool);
+  return packed;
+#else
+  (void)w;
+  (void)options;
+  (void)pool;
+  return nullptr;
+#endif
+}
+
+void MatMul(const Tensor& x, const PackedWeight& w, Tensor& y, ThreadPool* pool) {
+  MatMulImpl(x, w.source(), y, pool, w.options(), w.packed());
 }
 
 void AddBias(const Tensor& bias, Tensor& y) {

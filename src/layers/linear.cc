@@ -14,8 +14,17 @@ Linear::Linear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(s
   }
 }
 
+void Linear::set_matmul(const kernels::MatMulOptions& options) {
+  matmul_ = options;
+  packed_ = weight_.defined() ? kernels::PackedWeight::Pack(weight_, options) : nullptr;
+}
+
 void Linear::Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const {
-  kernels::MatMul(x, weight_, y, pool, matmul_);
+  if (packed_ != nullptr) {
+    kernels::MatMul(x, *packed_, y, pool);
+  } else {
+    kernels::MatMul(x, weight_, y, pool, matmul_);
+  }
   if (has_bias()) kernels::AddBias(bias_, y);
 }
 

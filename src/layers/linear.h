@@ -6,6 +6,8 @@
 // is cheap. Immutable after construction, so Forward may run concurrently on distinct outputs.
 #pragma once
 
+#include <memory>
+
 #include "base/thread_pool.h"
 #include "kernels/ops.h"
 #include "tensor/tensor.h"
@@ -23,9 +25,12 @@ class Linear {
   const Tensor& weight() const { return weight_; }
   bool has_bias() const { return bias_.numel() > 0 && bias_.raw() != nullptr; }
   // How Forward multiplies (precision for a quantized weight, batch invariance); kExact and
-  // fastest by default. Set before Forward runs.
+  // fastest by default. Set before Forward runs: where the CPU's kernel for `options` has a
+  // layout of its own (kernels::PackedWeight), the weight is packed into it here, once.
   const kernels::MatMulOptions& matmul() const { return matmul_; }
-  void set_matmul(const kernels::MatMulOptions& options) { matmul_ = options; }
+  void set_matmul(const kernels::MatMulOptions& options);
+  // The packed copy Forward reads, or null (it reads weight()).
+  const kernels::PackedWeight* packed() const { return packed_.get(); }
 
   // x: [m, input_size] F32 -> y: [m, output_size] F32 (preallocated).
   void Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const;
@@ -34,6 +39,7 @@ class Linear {
   Tensor weight_;  // [output_size, input_size]
   Tensor bias_;    // [output_size] or undefined
   kernels::MatMulOptions matmul_;
+  std::shared_ptr<const kernels::PackedWeight> packed_;  // shared by copies of the layer
 };
 
 }  // namespace uc::layers

@@ -87,10 +87,23 @@ bool ParallelLmHead::has_logits() const {
   return use_all_gather_ || tp_group_->rank_in_group() == 0;
 }
 
+void ParallelLmHead::set_matmul(const kernels::MatMulOptions& options) {
+  matmul_ = options;
+  packed_ = weight_.defined() ? kernels::PackedWeight::Pack(weight_, options) : nullptr;
+}
+
+void ParallelLmHead::MultiplyShard(const Tensor& x, Tensor& out, ThreadPool* pool) const {
+  if (packed_ != nullptr) {
+    kernels::MatMul(x, *packed_, out, pool);
+  } else {
+    kernels::MatMul(x, weight_, out, pool, matmul_);
+  }
+}
+
 void ParallelLmHead::Forward(const Tensor& x, Tensor& logits, ThreadPool* pool) const {
   const int tp = tp_group_->world_size();
   if (tp == 1) {
-    kernels::MatMul(x, weight_, logits, pool, matmul_);
+    MultiplyShard(x, logits, pool);
     return;
   }
   const int64_t m = x.dim(0);
@@ -100,10 +113,10 @@ void ParallelLmHead::Forward(const Tensor& x, Tensor& logits, ThreadPool* pool) 
   // padded with zeros that are dropped below.
   Tensor shard = Tensor::Empty({m, part}, DType::kF32);
   if (owned == part) {
-    kernels::MatMul(x, weight_, shard, pool, matmul_);
+    MultiplyShard(x, shard, pool);
   } else {
     Tensor local = Tensor::Empty({m, owned}, DType::kF32);
-    kernels::MatMul(x, weight_, local, pool, matmul_);
+    MultiplyShard(x, local, pool);
     std::memset(shard.raw(), 0, static_cast<size_t>(shard.nbytes()));
     for (int64_t i = 0; i < m; ++i) {
       std::memcpy(shard.data<float>() + i * part, local.data<float>() + i * owned,

@@ -16,6 +16,7 @@
 // The GroupCoordinator must outlive the layer; calls on one group come from one thread.
 #pragma once
 
+#include <memory>
 #include <span>
 
 #include "base/status.h"
@@ -75,8 +76,9 @@ class ParallelLmHead {
   int64_t hidden_size() const { return weight_.dim(1); }
   const VocabShard& shard() const { return shard_; }
   bool use_all_gather() const { return use_all_gather_; }
-  // How Forward multiplies (kernels::MatMulOptions); kExact and fastest by default.
-  void set_matmul(const kernels::MatMulOptions& options) { matmul_ = options; }
+  // How Forward multiplies (kernels::MatMulOptions); kExact and fastest by default. Packs this
+  // rank's shard where the kernel for `options` has a layout of its own (kernels::PackedWeight).
+  void set_matmul(const kernels::MatMulOptions& options);
   // True when Forward writes the full logits on this rank.
   bool has_logits() const;
 
@@ -90,7 +92,11 @@ class ParallelLmHead {
   int64_t vocab_size_ = 0;
   VocabShard shard_;
   bool use_all_gather_ = true;
+  // out = x . this rank's shardᵀ, from the packed copy where there is one.
+  void MultiplyShard(const Tensor& x, Tensor& out, ThreadPool* pool) const;
+
   kernels::MatMulOptions matmul_;
+  std::shared_ptr<const kernels::PackedWeight> packed_;  // of weight_, or null
   distributed::GroupCoordinator* tp_group_ = nullptr;
 };
 

@@ -34,6 +34,9 @@ struct MatMulArgs {
   int64_t n;
   int64_t w_row_bytes;
   float* y;
+  // avx512::MatMulInt8 only: w as avx512::PackInt8 wrote it (w still names the stored rows), or
+  // null.
+  const std::byte* w_packed = nullptr;
 };
 
 // The block format activations are quantized into for the integer MatMul
@@ -189,6 +192,15 @@ void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
 // against panels of sixteen interleaved x rows (prefill) or single x rows (decode and the m % 16
 // left over), with VNNI dot products. See matmul_int8_avx512.cc.
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
+
+// Bytes of w[n, k] of `dtype` in MatMulInt8's packed layout (MatMulArgs::w_packed), or 0 for a
+// dtype without one. The K-quants Q4_K, Q5_K and Q6_K have one: each tile of sixteen weight rows
+// with every super-block's fields interleaved across the rows, the layout the kernel otherwise
+// builds for every call; as many bytes as the stored rows (n rounded up to 16).
+int64_t PackedInt8Bytes(DType dtype, int64_t n, int64_t k);
+// Writes args' weights (w, w_dtype, n, k, w_row_bytes) in the packed layout to out
+// (PackedInt8Bytes bytes, 64-byte aligned). REQUIRES: PackedInt8Bytes(...) > 0.
+void PackInt8(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 
 // Sum of n floats: the bandwidth probe's widest read loop (16 ZMM loads in flight, prefetch).
 double SumFloats(const float* data, int64_t n);
