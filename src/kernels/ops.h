@@ -67,7 +67,7 @@ inline void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool
 // weights in it, so that no call rearranges them again. Today that is kInt8 on AVX-512 VNNI for
 // Q4_K, Q5_K and Q6_K: tiles of sixteen rows with each super-block's fields interleaved across
 // the rows (decode 1.5-1.9x faster than from the stored rows at one thread, batches of 16
-// 1.2-1.4x; see matmul_int8_avx512.cc). As many bytes as the stored weights. Results are
+// 1.0-1.4x; see matmul_int8_avx512.cc). As many bytes as the stored weights. Results are
 // bit-identical to MatMul on the stored weights. Immutable after Pack; safe to share between
 // threads.
 class PackedWeight {
