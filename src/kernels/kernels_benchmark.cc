@@ -257,7 +257,7 @@ void PrecisionArgs(benchmark::internal::Benchmark* b) {
         b->Args({d, tokens, 1, threads, 1});
         b->Args({d, tokens, 1, threads, 2});
         const DType dtype = kPrecisionDTypes[d];
-        if (dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K) {
+        if (dtype != DType::kQ3_K) {  // the types with a packed layout
           b->Args({d, tokens, 1, threads, 3});
         }
       }

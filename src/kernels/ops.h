@@ -65,11 +65,11 @@ inline void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool
 // A weight matrix prepared once for repeated MatMuls with fixed options (a model's linear
 // layers): where the CPU's kernel for those options reads a layout of its own, a copy of the
 // weights in it, so that no call rearranges them again. Today that is kInt8 on AVX-512 VNNI for
-// Q4_K, Q5_K and Q6_K: tiles of sixteen rows with each super-block's fields interleaved across
-// the rows (decode 1.5-1.9x faster than from the stored rows at one thread, batches of 16
-// 1.0-1.4x; see matmul_int8_avx512.cc). As many bytes as the stored weights. Results are
-// bit-identical to MatMul on the stored weights. Immutable after Pack; safe to share between
-// threads.
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K: tiles of sixteen rows with each
+// block's fields interleaved across the rows (decode of the 4-bit types 1.4-1.9x faster than
+// from the stored rows, batches of 16 1.0-1.4x; see matmul_int8_avx512.cc). As many bytes as the
+// stored weights. Results are bit-identical to MatMul on the stored weights. Immutable after
+// Pack; safe to share between threads.
 class PackedWeight {
  public:
   // A packed copy of w for MatMuls with `options` on this CPU, or null where the kernel reads

@@ -194,9 +194,10 @@ void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
 
 // Bytes of w[n, k] of `dtype` in MatMulInt8's packed layout (MatMulArgs::w_packed), or 0 for a
-// dtype without one. The K-quants Q4_K, Q5_K and Q6_K have one: each tile of sixteen weight rows
-// with every super-block's fields interleaved across the rows, the layout the kernel otherwise
-// builds for every call; as many bytes as the stored rows (n rounded up to 16).
+// dtype without one. Every quantized type but Q2_K, Q3_K and Q8_K has one: each tile of sixteen
+// weight rows with every block's fields interleaved across the rows (the weight rows as lanes,
+// as the kernel otherwise builds them for every call); as many bytes as the stored rows (n
+// rounded up to 16).
 int64_t PackedInt8Bytes(DType dtype, int64_t n, int64_t k);
 // Writes args' weights (w, w_dtype, n, k, w_row_bytes) in the packed layout to out
 // (PackedInt8Bytes bytes, 64-byte aligned). REQUIRES: PackedInt8Bytes(...) > 0.

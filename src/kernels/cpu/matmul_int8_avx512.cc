@@ -16,12 +16,17 @@
 //     dotted with the tile (lane = weight row), with a horizontal sum per block. In the decode
 //     shape Q4_K, Q5_K and Q6_K unpack each row's super-block into registers in element order,
 //     with a scale per int32 lane, and prefetch the tile's next block into L1 (KRowTileRange);
-//   - weights packed once at load (PackInt8, kernels::PackedWeight: Q4_K, Q5_K, Q6_K) hold each
-//     tile's super-blocks with their fields interleaved across the sixteen rows, so the lanes
-//     layout is a few shifts and masks away: up to four x rows take each super-block straight
-//     from its bytes in registers (PackedLaneTerms; decode streams one contiguous run per
-//     thread, 1.5-1.9x faster than KRowTileRange at one thread), more build KLanes from it
-//     without the transpose (LaneTileRange with PackedTile).
+//   - weights packed once at load (PackInt8, kernels::PackedWeight: every type here but Q2_K,
+//     Q3_K and Q8_K) hold each tile's blocks with their fields interleaved across the sixteen
+//     rows (each four-byte group of the rows one vector), so the weight rows as lanes are a few
+//     shifts and masks away, and each thread reads one contiguous stream. The K-quants: up to
+//     four x rows take each super-block straight from its bytes in registers (PackedLaneTerms;
+//     decode 1.5-1.9x faster than KRowTileRange at one thread), more build KLanes from it
+//     without the transpose (LaneTileRange with PackedTile). The 32-element types: below
+//     sixteen x rows, four at a time take each block straight from its bytes (PackedRowTileRange:
+//     Q4_0 and Q4_1 decode 1.4-1.9x faster than RowTileRange, Q8_0 level at one thread and 1.2x
+//     at two), with sixteen or more a 4x4 transpose in 128-bit lanes gives Prepare's layout for
+//     the panels (ChunkTileRange with PackedTile).
 //
 // Every weight quant is unpacked to an unsigned byte u = q + offset (Q4_0 8, Q5_0 16, Q3_K 4,
 // Q6_K 32, and 128 for the signed Q8_0, IQ4_NL and Q8_K), so that _mm512_dpbusd_epi32 (unsigned
@@ -78,6 +83,20 @@ uint16_t LoadU16(const std::byte* p) {
   uint16_t v;
   std::memcpy(&v, p, sizeof(v));
   return v;
+}
+
+// Sixteen f16 at p, as F32.
+__m512 HalvesAt(const std::byte* p) { return _mm512_cvtph_ps(Load256(p)); }
+
+// Interleaves field [offset, offset + bytes) of the sixteen blocks src[j] into dst: four-byte
+// groups (bytes % 4 == 0) as vectors, or a two-byte field as an array of sixteen.
+void InterleaveField(const std::byte* const* src, size_t offset, size_t bytes, std::byte* dst) {
+  const size_t unit = bytes == 2 ? 2 : 4;
+  for (size_t i = 0; i < bytes / unit; ++i) {
+    for (int j = 0; j < kTileRows; ++j) {
+      std::memcpy(dst + (i * kTileRows + j) * unit, src[j] + offset + i * unit, unit);
+    }
+  }
 }
 
 // The four bytes at p in every int32 lane.
@@ -224,6 +243,39 @@ enum class Quants {
 alignas(16) constexpr uint8_t kIq4NlUnsigned[16] = {1,   24,  45,  63,  79,  93,  106, 118,
                                                     129, 141, 153, 166, 181, 197, 217, 241};
 
+// The packed layout of a 32-element block type (PackInt8), for Blocks32: block b of a tile's
+// sixteen rows at (t * blocks + b) * kBytes, each four-byte group of qs one 64-byte vector (lane
+// j: row j's four bytes), qh (Q5_0, Q5_1) one vector (lane j: row j's 32 bits), d and m arrays
+// of the sixteen rows' f16. As many bytes as sixteen blocks.
+template <typename B, bool kQh, bool kMin>
+struct Pack32 {
+  static constexpr bool kPacked = true;
+  using Block = B;
+  static constexpr size_t kQsBytes = sizeof(B::qs);  // 16 (nibbles) or 32 (Q8_0)
+  static constexpr size_t kQhOffset = kQsBytes * kTileRows;
+  static constexpr size_t kDOffset = kQhOffset + (kQh ? 4 * kTileRows : 0);
+  static constexpr size_t kMOffset = kDOffset + 2 * kTileRows;
+  static constexpr size_t kBytes = kTileRows * sizeof(B);
+  static_assert(kMOffset + (kMin ? 2 * kTileRows : 0) == kBytes);
+  static void Interleave(const std::byte* const* src, std::byte* dst) {
+    InterleaveField(src, offsetof(B, qs), kQsBytes, dst);
+    if constexpr (kQh) InterleaveField(src, offsetof(B, qh), 4, dst + kQhOffset);
+    InterleaveField(src, offsetof(B, d), 2, dst + kDOffset);
+    if constexpr (kMin) InterleaveField(src, offsetof(B, m), 2, dst + kMOffset);
+  }
+};
+
+// v[q] lane 4 L + i = v[i] lane 4 L + q before, for q, i < 4 (a 4x4 transpose of the int32
+// lanes within each 128-bit lane).
+[[gnu::always_inline]] inline void Transpose4x4InLanes(__m512i* v) {
+  const __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+  v[0] = _mm512_unpacklo_epi64(t0, t2);
+  v[1] = _mm512_unpackhi_epi64(t0, t2);
+  v[2] = _mm512_unpacklo_epi64(t1, t3);
+  v[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
 // x = d * (u - kOffset) (+ m with kHasMin; Q8_1 activations then, else Q8_0).
 template <typename Block, Quants kQuants, int kOffset, bool kHasMin>
 struct Blocks32 {
@@ -232,6 +284,7 @@ struct Blocks32 {
   static_assert(kOffset == 0 || kOffset == 1 << kShift);
   using Panel = PanelQ8;
   using RowKernel = void;
+  using Pack = Pack32<Block, kQuants == Quants::kNibblesFifthBit, kHasMin>;
   using Activation = std::conditional_t<kHasMin, BlockQ8_1, BlockQ8_0>;
   struct Prep {
     // 128-bit lane L of lo[q]: elements 0-15 of row 4 L + q, as unsigned bytes; hi: 16-31.
@@ -305,6 +358,51 @@ struct Blocks32 {
     return Scale(_mm512_load_ps(p.d), _mm512_set1_ps(Half(x.d)), sumi, mw, sx);
   }
 
+  // Block `packed` of a packed tile (Pack) as Prepare would leave it: its lanes transposed
+  // within 128-bit lanes.
+  [[gnu::always_inline]] static void PreparePacked(const std::byte* packed, Prep& p) {
+    PackedLanes w = UnpackPacked(packed);
+    Transpose4x4InLanes(w.lo);
+    Transpose4x4InLanes(w.hi);
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      p.lo[q] = w.lo[q];
+      p.hi[q] = w.hi[q];
+    }
+    _mm512_store_ps(p.d, HalvesAt(packed + Pack::kDOffset));
+    if constexpr (kHasMin) _mm512_store_ps(p.m, HalvesAt(packed + Pack::kMOffset));
+  }
+
+  // acc[r] += the terms of x rows r < kR (blocks at xb + r * x_stride, their quants' sums at
+  // sums[r * sums_stride]) against block `packed` of a packed tile, lane j = row j's term: the
+  // weight rows are the lanes, so each x group is broadcast and no horizontal sum is left.
+  template <int kR>
+  [[gnu::always_inline]] static void PackedLaneTerms(const std::byte* packed, const std::byte* xb,
+                                                     int64_t x_stride, const int32_t* sums,
+                                                     int64_t sums_stride, __m512* acc) {
+    const PackedLanes w = UnpackPacked(packed);
+    const __m512 dw = HalvesAt(packed + Pack::kDOffset);
+    __m512 mw = _mm512_setzero_ps();
+    if constexpr (kHasMin) mw = HalvesAt(packed + Pack::kMOffset);
+#pragma GCC unroll 4
+    for (int r = 0; r < kR; ++r) {
+      const Activation& x = *reinterpret_cast<const Activation*>(xb + r * x_stride);
+      __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        s0 = _mm512_dpbusd_epi32(s0, w.lo[g], Broadcast4(x.qs + 4 * g));
+        s1 = _mm512_dpbusd_epi32(s1, w.hi[g], Broadcast4(x.qs + 16 + 4 * g));
+      }
+      __m512i sumi = _mm512_add_epi32(s0, s1);
+      if constexpr (kOffset != 0) {
+        sumi = _mm512_sub_epi32(sumi, _mm512_set1_epi32(kOffset * sums[r * sums_stride]));
+      }
+      __m512 sx = _mm512_setzero_ps();
+      if constexpr (kHasMin) sx = _mm512_set1_ps(Half(x.s));
+      acc[r] = _mm512_add_ps(acc[r], Scale(dw, _mm512_set1_ps(Half(x.d)), sumi, mw, sx));
+    }
+  }
+
   static constexpr bool kUsesPanels = true;
   static constexpr int kPanelCols = 8;
   static constexpr int64_t kChunkBlocks = 16;  // 10 KiB unpacked, 9 KiB of a panel
@@ -342,6 +440,61 @@ struct Blocks32 {
   }
 
  private:
+  // A packed block's quants as unsigned bytes with the weight rows as lanes: lo[g] lane j holds
+  // row j's elements [4 g, 4 g + 4), hi[g] elements [16 + 4 g, 20 + 4 g).
+  struct PackedLanes {
+    __m512i lo[4], hi[4];
+  };
+  [[gnu::always_inline]] static PackedLanes UnpackPacked(const std::byte* packed) {
+    PackedLanes w;
+    if constexpr (kQuants == Quants::kBytes) {
+      const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        w.lo[g] = _mm512_xor_si512(Load(packed + 64 * g), flip);
+        w.hi[g] = _mm512_xor_si512(Load(packed + 64 * (4 + g)), flip);
+      }
+      return w;
+    }
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) {
+      const __m512i bytes = Load(packed + 64 * g);
+      w.lo[g] = _mm512_and_si512(bytes, low4);
+      w.hi[g] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
+    }
+    if constexpr (kQuants == Quants::kIq4Nl) {
+      const __m512i table = _mm512_broadcast_i32x4(Load128(kIq4NlUnsigned));
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) {
+        w.lo[g] = _mm512_shuffle_epi8(table, w.lo[g]);
+        w.hi[g] = _mm512_shuffle_epi8(table, w.hi[g]);
+      }
+    }
+    if constexpr (kQuants == Quants::kNibblesFifthBit) {
+      // Element e's fifth bit is bit e % 8 of byte e / 8 of the row's qh: copy that byte to the
+      // four bytes of each lane, and test byte t for bit (4 g + t) % 8.
+      const __m512i qh = Load(packed + Pack::kQhOffset);
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      const __m512i bit[2] = {_mm512_set1_epi32(0x08040201), _mm512_set1_epi32(0x80402010)};
+      // Byte k of each int32 lane of `within` is the lane's first byte index in its 128 bits.
+      const __m512i within = _mm512_set4_epi32(0x0C0C0C0C, 0x08080808, 0x04040404, 0);
+#pragma GCC unroll 4
+      for (int byte = 0; byte < 4; ++byte) {
+        const __m512i spread =
+            _mm512_shuffle_epi8(qh, _mm512_add_epi8(within, _mm512_set1_epi8(byte)));
+#pragma GCC unroll 2
+        for (int half = 0; half < 2; ++half) {
+          // Elements [8 byte + 4 half, + 4): group 2 (byte % 2) + half of lo (byte < 2) or hi.
+          const int g = 2 * (byte % 2) + half;
+          __m512i& q = byte < 2 ? w.lo[g] : w.hi[g];
+          q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(spread, bit[half]), q, sixteen);
+        }
+      }
+    }
+    return w;
+  }
+
   // (dw * dx) * float(sumi), plus mw * sx with a min (the reference's term).
   static __m512 Scale(__m512 dw, __m512 dx, __m512i sumi, __m512 mw, __m512 sx) {
     __m512 term = _mm512_mul_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(sumi));
@@ -622,8 +775,6 @@ struct LanesChunk {
 // groups becomes one 64-byte vector per group (lane j: row j's four bytes) and each f16 an array
 // of the sixteen rows' values, so KLanes comes from it without the transpose: what ToLanes does
 // for every call and every pass, done once at load. The sizes equal sixteen blocks'.
-// Sixteen f16 at p, as F32.
-__m512 HalvesAt(const std::byte* p) { return _mm512_cvtph_ps(Load256(p)); }
 
 struct PackedQ4K {
   uint8_t qs[32][64];      // [i][4 j + t]: row j's qs[4 i + t]
@@ -645,17 +796,6 @@ struct PackedQ6K {
 static_assert(sizeof(PackedQ4K) == 16 * sizeof(BlockQ4_K));
 static_assert(sizeof(PackedQ5K) == 16 * sizeof(BlockQ5_K));
 static_assert(sizeof(PackedQ6K) == 16 * sizeof(BlockQ6_K));
-
-// Interleaves field [offset, offset + bytes) of the sixteen blocks src[j] into dst: four-byte
-// groups (bytes % 4 == 0) as vectors, or a two-byte field as an array of sixteen.
-void InterleaveField(const std::byte* const* src, size_t offset, size_t bytes, std::byte* dst) {
-  const size_t unit = bytes == 2 ? 2 : 4;
-  for (size_t i = 0; i < bytes / unit; ++i) {
-    for (int j = 0; j < kTileRows; ++j) {
-      std::memcpy(dst + (i * kTileRows + j) * unit, src[j] + offset + i * unit, unit);
-    }
-  }
-}
 
 // Q4_K and Q5_K scales and mins of chunk c (0..7) for the sixteen rows (int32 lanes), from the
 // rows' three four-byte groups of packed scales (ScalesMins's arithmetic, lane-wise).
@@ -1293,50 +1433,6 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
   }
 }
 
-// Tiles [t_begin, t_end) with panels, for kernels whose panel terms keep their accumulators in
-// registers (K::kUsesPanels): each tile's blocks are unpacked once for all the x rows,
-// K::kChunkBlocks at a time (the unpacked chunk and one panel's chunk stay in L1 while every
-// panel passes); each panel's sums wait in `sums` (this thread's scratch) between chunks.
-// kLinearPrefetch: as RowTileRange's (with sixteen x rows, the batched decode of sixteen
-// sequences, the weights stream as in decode).
-template <typename K, bool kLinearPrefetch>
-void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
-  using Panel = typename K::Panel;
-  using Prep = typename K::Prep;
-  const int64_t groups = x.panel_rows / kPanelRows;
-  const int64_t count = a.m - x.panel_rows;  // rows past the panels, fewer than sixteen
-  thread_local Scratch prep_buffer, sums_buffer;
-  auto* const preps = reinterpret_cast<Prep*>(prep_buffer.Get(K::kChunkBlocks * sizeof(Prep)));
-  // sums[16 g + c]: panel g's column c (lane i = x row 16 g + i); then sums[16 groups + r]: row
-  // panel_rows + r's sixteen columns.
-  auto* const sums = reinterpret_cast<__m512*>(
-      sums_buffer.Get(static_cast<size_t>(groups * kTileRows + count) * sizeof(__m512)));
-  const auto* panels = static_cast<const Panel*>(x.panels);
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    const int64_t j0 = t * kTileRows;
-    const int64_t cols = std::min<int64_t>(kTileRows, a.n - j0);
-    const TileRows tile(a, t);
-    for (int64_t i = 0; i < groups * kTileRows + count; ++i) sums[i] = _mm512_setzero_ps();
-    for (int64_t b0 = 0; b0 < x.blocks; b0 += K::kChunkBlocks) {
-      const int64_t chunk = std::min(K::kChunkBlocks, x.blocks - b0);
-      for (int64_t b = b0; b < b0 + chunk; ++b) {
-        if constexpr (kLinearPrefetch) tile.PrefetchNext<true>(b, x.blocks);
-        K::Prepare(tile.rows, b, preps[b - b0]);
-      }
-      for (int64_t g = 0; g < groups; ++g) {
-        PanelTile<K>(preps, chunk, panels + g * x.blocks + b0, sums + g * kTileRows);
-      }
-      for (int64_t b = b0; b < b0 + chunk; ++b) {
-        AddRowTerms<K>(preps[b - b0], x, b, x.panel_rows, count, sums + groups * kTileRows);
-      }
-    }
-    for (int64_t g = 0; g < groups; ++g) {
-      StorePanel(sums + g * kTileRows, cols, a.y + g * kPanelRows * a.n + j0, a.n);
-    }
-    StoreRows(sums + groups * kTileRows, x.panel_rows, count, j0, cols, a.y, a.n);
-  }
-}
-
 // The packed layout of kernel K (K::Pack), or NoPack.
 template <typename K, typename = void>
 struct PackOf {
@@ -1357,6 +1453,7 @@ struct StoredTile {
   void Lanes(int64_t b, KPrep& prep, KLanes& lanes) const {
     K::PrepareLanes(tile.rows, b, prep, lanes);
   }
+  void Prepare(int64_t b, typename K::Prep& prep) const { K::Prepare(tile.rows, b, prep); }
   // kLinearPrefetch (AMD): share `part` of the next tile into L1; otherwise none (measured level).
   template <bool kLinearPrefetch>
   void Prefetch(int64_t part, int64_t parts) const {
@@ -1381,6 +1478,7 @@ struct PackedTile {
   static constexpr bool kDirect = true;  // K::PackedLaneTerms reads block(b) itself
   const std::byte* block(int64_t b) const { return tile + b * static_cast<int64_t>(P::kBytes); }
   void Lanes(int64_t b, KPrep& /*prep*/, KLanes& lanes) const { K::PackedLanes(block(b), lanes); }
+  void Prepare(int64_t b, typename K::Prep& prep) const { K::PreparePacked(block(b), prep); }
   // Share `part` of the next tile into L1 (AMD) or L2.
   template <bool kLinearPrefetch>
   void Prefetch(int64_t part, int64_t parts) const {
@@ -1395,6 +1493,50 @@ struct PackedTile {
     }
   }
 };
+
+// Tiles [t_begin, t_end) with panels, for kernels whose panel terms keep their accumulators in
+// registers (K::kUsesPanels): each tile's blocks are unpacked once for all the x rows,
+// K::kChunkBlocks at a time (the unpacked chunk and one panel's chunk stay in L1 while every
+// panel passes); each panel's sums wait in `sums` (this thread's scratch) between chunks.
+// kLinearPrefetch: as RowTileRange's (with sixteen x rows, the batched decode of sixteen
+// sequences, the weights stream as in decode).
+template <typename K, template <typename> class Source, bool kLinearPrefetch>
+void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  using Panel = typename K::Panel;
+  using Prep = typename K::Prep;
+  const int64_t groups = x.panel_rows / kPanelRows;
+  const int64_t count = a.m - x.panel_rows;  // rows past the panels, fewer than sixteen
+  thread_local Scratch prep_buffer, sums_buffer;
+  auto* const preps = reinterpret_cast<Prep*>(prep_buffer.Get(K::kChunkBlocks * sizeof(Prep)));
+  // sums[16 g + c]: panel g's column c (lane i = x row 16 g + i); then sums[16 groups + r]: row
+  // panel_rows + r's sixteen columns.
+  auto* const sums = reinterpret_cast<__m512*>(
+      sums_buffer.Get(static_cast<size_t>(groups * kTileRows + count) * sizeof(__m512)));
+  const auto* panels = static_cast<const Panel*>(x.panels);
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const int64_t j0 = t * kTileRows;
+    const int64_t cols = std::min<int64_t>(kTileRows, a.n - j0);
+    const Source<K> tile(a, t, x.blocks);
+    for (int64_t i = 0; i < groups * kTileRows + count; ++i) sums[i] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < x.blocks; b0 += K::kChunkBlocks) {
+      const int64_t chunk = std::min(K::kChunkBlocks, x.blocks - b0);
+      for (int64_t b = b0; b < b0 + chunk; ++b) {
+        tile.template Prefetch<kLinearPrefetch>(b, x.blocks);
+        tile.Prepare(b, preps[b - b0]);
+      }
+      for (int64_t g = 0; g < groups; ++g) {
+        PanelTile<K>(preps, chunk, panels + g * x.blocks + b0, sums + g * kTileRows);
+      }
+      for (int64_t b = b0; b < b0 + chunk; ++b) {
+        AddRowTerms<K>(preps[b - b0], x, b, x.panel_rows, count, sums + groups * kTileRows);
+      }
+    }
+    for (int64_t g = 0; g < groups; ++g) {
+      StorePanel(sums + g * kTileRows, cols, a.y + g * kPanelRows * a.n + j0, a.n);
+    }
+    StoreRows(sums + groups * kTileRows, x.panel_rows, count, j0, cols, a.y, a.n);
+  }
+}
 
 // Tiles [t_begin, t_end) of a K-quant for m >= 16, or for any m when the weights are packed:
 // each super-block of a tile is brought into lanes (KLanes) once per pass of kRowsPerPass x
@@ -1470,6 +1612,49 @@ void LaneTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
   }
 }
 
+// Tiles [t_begin, t_end) of a packed 32-element type without panels (m < 16: decode): each
+// block is unpacked into registers with the weight rows as lanes and meets the x rows four at a
+// time (K::PackedLaneTerms), one contiguous stream of weights per thread. kLinearPrefetch: as
+// PackedTile::Prefetch's.
+template <typename K, bool kLinearPrefetch>
+void PackedRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
+  __m512 acc[kPanelRows];
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    const PackedTile<K> tile(a, t, x.blocks);
+    const int64_t j0 = t * kTileRows;
+    for (int64_t r = 0; r < a.m; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < x.blocks; ++b) {
+      tile.template Prefetch<kLinearPrefetch>(b, x.blocks);
+      const std::byte* block = tile.block(b);
+      const std::byte* xb = x.rows + b * x.block_bytes;
+      const int32_t* sums = x.sums + b;
+      int64_t r = 0;
+      for (; r + 4 <= a.m; r += 4) {
+        K::template PackedLaneTerms<4>(block, xb + r * x.row_bytes, x.row_bytes,
+                                       sums + r * x.blocks, x.blocks, acc + r);
+      }
+      const std::byte* xr = xb + r * x.row_bytes;
+      switch (a.m - r) {
+        case 3:
+          K::template PackedLaneTerms<3>(block, xr, x.row_bytes, sums + r * x.blocks, x.blocks,
+                                         acc + r);
+          break;
+        case 2:
+          K::template PackedLaneTerms<2>(block, xr, x.row_bytes, sums + r * x.blocks, x.blocks,
+                                         acc + r);
+          break;
+        case 1:
+          K::template PackedLaneTerms<1>(block, xr, x.row_bytes, sums + r * x.blocks, x.blocks,
+                                         acc + r);
+          break;
+        default:
+          break;
+      }
+    }
+    StoreRows(acc, 0, a.m, j0, std::min<int64_t>(kTileRows, a.n - j0), a.y, a.n);
+  }
+}
+
 // Tiles [t_begin, t_end) of a K-quant without panels (m < 16: decode), with its row kernel R:
 // each weight row's super-block is unpacked into registers and dotted with every x row; the
 // sixteen rows' sums then give one term per x row (lane = weight row), as KTerm's.
@@ -1523,7 +1708,14 @@ template <typename K>
 void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
   const bool amd = internal::CpuIsAmd();
   if (a.w_packed != nullptr) {
-    if constexpr (PackOf<K>::type::kPacked) {
+    if constexpr (K::kUsesPanels) {
+      if (a.m < kPanelRows) {
+        return amd ? PackedRowTileRange<K, true>(a, x, t_begin, t_end)
+                   : PackedRowTileRange<K, false>(a, x, t_begin, t_end);
+      }
+      return amd ? ChunkTileRange<K, PackedTile, true>(a, x, t_begin, t_end)
+                 : ChunkTileRange<K, PackedTile, false>(a, x, t_begin, t_end);
+    } else if constexpr (PackOf<K>::type::kPacked) {
       return amd ? LaneTileRange<K, PackedTile, true>(a, x, t_begin, t_end)
                  : LaneTileRange<K, PackedTile, false>(a, x, t_begin, t_end);
     }
@@ -1538,8 +1730,8 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
                : RowTileRange<K, false>(a, x, t_begin, t_end);
   }
   if constexpr (K::kUsesPanels) {
-    amd ? ChunkTileRange<K, true>(a, x, t_begin, t_end)
-        : ChunkTileRange<K, false>(a, x, t_begin, t_end);
+    amd ? ChunkTileRange<K, StoredTile, true>(a, x, t_begin, t_end)
+        : ChunkTileRange<K, StoredTile, false>(a, x, t_begin, t_end);
   } else {
     amd ? LaneTileRange<K, StoredTile, true>(a, x, t_begin, t_end)
         : LaneTileRange<K, StoredTile, false>(a, x, t_begin, t_end);
