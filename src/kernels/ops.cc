@@ -284,7 +284,7 @@ void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
            ShapeToString(gate.shape()).c_str(), Name(up.dtype()), ShapeToString(up.shape()).c_str(),
            Name(out.dtype()), ShapeToString(out.shape()).c_str());
   if (out.numel() == 0) return;
-  cpu::GeluTanhAndMul(gate.data<float>(), up.data<float>(), out.numel(), out.data<float>());
+  UC_DISPATCH(GeluTanhAndMul, gate.data<float>(), up.data<float>(), out.numel(), out.data<float>());
 }
 
 void SoftCap(float cap, Tensor& x) {

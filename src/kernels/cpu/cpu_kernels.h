@@ -161,6 +161,9 @@ void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, int64_t h,
              float eps, float* out);
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out);
+// As z * sigmoid(2 v) (= 0.5 z (1 + tanh v)), with the vectorized Exp: no libm tanh per element
+// (it was a quarter of Gemma 3 270M's prefill time), no cancellation where tanh v nears -1.
+void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* out);
 void Softmax(float* x, int64_t m, int64_t n);
 void ConvertRow(DType dtype, const void* src, float* dst, int64_t n);
 double SumFloats(const float* data, int64_t n);

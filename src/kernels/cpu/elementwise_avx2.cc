@@ -1,5 +1,5 @@
-// AVX2 row-wise and elementwise kernels: RmsNorm, SiluAndMul, Softmax, row conversion and the
-// streaming sum used to measure read bandwidth.
+// AVX2 row-wise and elementwise kernels: RmsNorm, SiluAndMul, GeluTanhAndMul, Softmax, row
+// conversion and the streaming sum used to measure read bandwidth.
 #if defined(__x86_64__)
 
 #include <algorithm>
@@ -59,6 +59,16 @@ __m256 SiluTimes(__m256 g, __m256 u) {
   const __m256 one = _mm256_set1_ps(1.0f);
   const __m256 denom = _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), g)));
   return _mm256_mul_ps(_mm256_div_ps(g, denom), u);
+}
+
+// gelu_tanh(z) * u = z * sigmoid(2 v) * u, v = sqrt(2 / pi) (z + 0.044715 z^3).
+__m256 GeluTanhTimes(__m256 z, __m256 u) {
+  const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(z, z), z);
+  const __m256 v = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), cube, z));
+  const __m256 minus_two_v = _mm256_mul_ps(_mm256_set1_ps(-2.0f), v);
+  const __m256 denom = _mm256_add_ps(_mm256_set1_ps(1.0f), Exp(minus_two_v));
+  return _mm256_mul_ps(_mm256_div_ps(z, denom), u);
 }
 
 // Adds the eight lanes of v to *sum in double (softmax sums tens of thousands of terms).
@@ -126,6 +136,19 @@ void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, 
   for (int64_t i = 0; i < m; ++i) {
     const float mean = SumOfSquares(x + i * h, h) / static_cast<float>(h);
     ScaleRow(x + i * h, w, 1.0f / std::sqrt(mean + eps), h, out + i * h);
+  }
+}
+
+void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(out + i, GeluTanhTimes(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  }
+  if (i < count) {
+    const __m256i mask = TailMask(count - i);
+    const __m256 r =
+        GeluTanhTimes(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask));
+    _mm256_maskstore_ps(out + i, mask, r);
   }
 }
 
