@@ -798,8 +798,10 @@ static_assert(sizeof(PackedQ5K) == 16 * sizeof(BlockQ5_K));
 static_assert(sizeof(PackedQ6K) == 16 * sizeof(BlockQ6_K));
 
 // Q4_K and Q5_K scales and mins of chunk c (0..7) for the sixteen rows (int32 lanes), from the
-// rows' three four-byte groups of packed scales (ScalesMins's arithmetic, lane-wise).
-void ScaleMinLanes(const uint32_t (*scales)[16], int c, __m512i& scale, __m512i& min) {
+// rows' three four-byte groups of packed scales (ScalesMins's arithmetic, lane-wise). Inlined:
+// called, it was 6% of a Q4_K_M decode profile (Q5_K decode 1.15-1.2x faster inlined).
+[[gnu::always_inline]] inline void ScaleMinLanes(const uint32_t (*scales)[16], int c,
+                                                 __m512i& scale, __m512i& min) {
   const __m512i a0 = _mm512_load_si512(scales[0]);
   const __m512i a1 = _mm512_load_si512(scales[1]);
   const __m512i low6 = _mm512_set1_epi32(63), low4 = _mm512_set1_epi32(15);
