@@ -34,8 +34,9 @@ void DotRows(const float* x, int64_t k, const std::byte* row, float* out) {
     for (int c = 0; c < kChains; ++c) acc[r][c] = _mm256_setzero_ps();
   }
   const int64_t k32 = k / 32 * 32;
+  const int64_t ahead = PrefetchBytes<D>();
   for (int64_t i = 0; i < k32; i += 32) {
-    PrefetchAhead<D>(row, i);
+    PrefetchAhead<D>(row, i, ahead);
     __m256 w[4];
     D::Load32(row, i, w);
 #pragma GCC unroll 16

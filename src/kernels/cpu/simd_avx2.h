@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "kernels/cpu/quant_decoders_avx2.h"
+#include "kernels/dispatch.h"
 #include "tensor/dtype.h"
 
 namespace uc::kernels::avx2 {
@@ -214,24 +215,30 @@ struct DecodeQ4_1Order {
 };
 using DecodeQ4_1 = DecodeQ4_1Order<false>;
 
-// Requests the weight bytes PrefetchBytes<D>() past chunk i (elements [i, i + 32)) of a row
-// that is being streamed. With only the hardware prefetcher, one core leaves ~5-10% of the read
-// bandwidth unused (measured on Zen 3); prefetches past the row's end fetch the next row. Float
-// rows stream two to four times as many bytes per FMA as quantized ones and need a longer
-// distance: 2 KiB read 10-15% faster than 1 KiB on F16 and BF16 decode (Xeon with AVX-512,
-// kernels_benchmark BM_MatMulDecode, medians of 5 interleaved rounds), while the quantized
-// decoders, bound by their unpacking, showed no gain.
+// Requests the weight bytes `ahead` (PrefetchBytes<D>()) past chunk i (elements [i, i + 32)) of
+// a row that is being streamed. With only the hardware prefetcher, one core leaves ~5-10% of the
+// read bandwidth unused (measured on Zen 3); prefetches past the row's end fetch the next row.
+// Float rows stream two to four times as many bytes per FMA as quantized ones and need a longer
+// distance: 2 KiB read 10-15% faster than 1 KiB on F16 and BF16 decode on a Xeon with AVX-512,
+// and on an AMD EPYC (Zen 5) 6 KiB 1.3x faster than 2 KiB at one thread and 1.13-1.16x at two
+// (4 and 8 KiB in between; kernels_benchmark BM_MatMulDecode, medians of 5 interleaved rounds),
+// while the quantized decoders, bound by their unpacking, showed no gain.
 template <typename D>
-constexpr int PrefetchBytes() {
-  return D::kQuantized ? 1024 : 2048;
+inline int64_t PrefetchBytes() {
+  if constexpr (D::kQuantized) {
+    return 1024;
+  } else {
+    static const int64_t bytes = internal::CpuIsAmd() ? 6144 : 2048;
+    return bytes;
+  }
 }
 template <typename D>
-inline void PrefetchAhead(const std::byte* row, int64_t i) {
+inline void PrefetchAhead(const std::byte* row, int64_t i, int64_t ahead) {
   // The bytes of elements [i, i + 32): a share of a super-block for the K-quants.
   constexpr int kChunkBytes = (D::kBlockBytes * 32 + D::kBlockElems - 1) / D::kBlockElems;
   const int64_t offset =
       i / D::kBlockElems * D::kBlockBytes + i % D::kBlockElems * D::kBlockBytes / D::kBlockElems;
-  const char* p = reinterpret_cast<const char*>(row) + offset + PrefetchBytes<D>();
+  const char* p = reinterpret_cast<const char*>(row) + offset + ahead;
 #pragma GCC unroll 16
   for (int byte = 0; byte < kChunkBytes; byte += 64) _mm_prefetch(p + byte, _MM_HINT_T0);
 }
