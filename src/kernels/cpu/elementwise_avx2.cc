@@ -71,6 +71,20 @@ __m256 GeluTanhTimes(__m256 z, __m256 u) {
   return _mm256_mul_ps(_mm256_div_ps(z, denom), u);
 }
 
+// out[i] = fn(gate[i], up[i]) for i < count, eight lanes at a time (the tail masked).
+template <typename Fn>
+void GatedMap(const float* gate, const float* up, int64_t count, float* out, Fn fn) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    _mm256_storeu_ps(out + i, fn(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
+  }
+  if (i < count) {
+    const __m256i mask = TailMask(count - i);
+    const __m256 r = fn(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask));
+    _mm256_maskstore_ps(out + i, mask, r);
+  }
+}
+
 // Adds the eight lanes of v to *sum in double (softmax sums tens of thousands of terms).
 void AccumulateDouble(__m256 v, __m256d* sum) {
   *sum = _mm256_add_pd(*sum, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
@@ -140,29 +154,11 @@ void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, 
 }
 
 void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    _mm256_storeu_ps(out + i, GeluTanhTimes(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
-  }
-  if (i < count) {
-    const __m256i mask = TailMask(count - i);
-    const __m256 r =
-        GeluTanhTimes(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask));
-    _mm256_maskstore_ps(out + i, mask, r);
-  }
+  GatedMap(gate, up, count, out, GeluTanhTimes);
 }
 
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out) {
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    _mm256_storeu_ps(out + i, SiluTimes(_mm256_loadu_ps(gate + i), _mm256_loadu_ps(up + i)));
-  }
-  if (i < count) {
-    const __m256i mask = TailMask(count - i);
-    const __m256 r =
-        SiluTimes(_mm256_maskload_ps(gate + i, mask), _mm256_maskload_ps(up + i, mask));
-    _mm256_maskstore_ps(out + i, mask, r);
-  }
+  GatedMap(gate, up, count, out, SiluTimes);
 }
 
 void Softmax(float* x, int64_t m, int64_t n) {
