@@ -1634,25 +1634,25 @@ void PackedRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begi
       tile.template Prefetch<kLinearPrefetch>(b, x.blocks);
       const std::byte* block = tile.block(b);
       const std::byte* xb = x.rows + b * x.block_bytes;
-      const int32_t* sums = x.sums + b;
+      // Row r's block sums; only the types with an offset have them (x.sums is null otherwise).
+      auto sums = [&](int64_t r) -> const int32_t* {
+        return K::kNeedsSums ? x.sums + r * x.blocks + b : nullptr;
+      };
       int64_t r = 0;
       for (; r + 4 <= a.m; r += 4) {
-        K::template PackedLaneTerms<4>(block, xb + r * x.row_bytes, x.row_bytes,
-                                       sums + r * x.blocks, x.blocks, acc + r);
+        K::template PackedLaneTerms<4>(block, xb + r * x.row_bytes, x.row_bytes, sums(r), x.blocks,
+                                       acc + r);
       }
       const std::byte* xr = xb + r * x.row_bytes;
       switch (a.m - r) {
         case 3:
-          K::template PackedLaneTerms<3>(block, xr, x.row_bytes, sums + r * x.blocks, x.blocks,
-                                         acc + r);
+          K::template PackedLaneTerms<3>(block, xr, x.row_bytes, sums(r), x.blocks, acc + r);
           break;
         case 2:
-          K::template PackedLaneTerms<2>(block, xr, x.row_bytes, sums + r * x.blocks, x.blocks,
-                                         acc + r);
+          K::template PackedLaneTerms<2>(block, xr, x.row_bytes, sums(r), x.blocks, acc + r);
           break;
         case 1:
-          K::template PackedLaneTerms<1>(block, xr, x.row_bytes, sums + r * x.blocks, x.blocks,
-                                         acc + r);
+          K::template PackedLaneTerms<1>(block, xr, x.row_bytes, sums(r), x.blocks, acc + r);
           break;
         default:
           break;
