@@ -1,6 +1,6 @@
 # Declarative build helpers (abseil style):
 #   uc_library(NAME layers SRCS a.cc b.cc DEPS kernels distributed [AVX2_SRCS cpu/x.cc]
-#              [AVX512_SRCS cpu/y_avx512.cc])
+#              [AVX512_SRCS cpu/y_avx512.cc] [AVX512_BF16_SRCS cpu/z_bf16_avx512.cc])
 #   uc_test(NAME linear_test SRCS linear_test.cc DEPS layers LABELS unit [TIMEOUT 60])
 # (one label per uc_test: gtest_discover_tests cannot pass a list of labels through).
 # A library NAME is target `uc_NAME` with alias `uc::NAME`; its include root is src/, so code
@@ -44,14 +44,16 @@ if(UC_BUILD_FUZZ)
 endif()
 
 function(uc_library)
-  cmake_parse_arguments(UC "" "NAME" "SRCS;DEPS;AVX2_SRCS;AVX512_SRCS" ${ARGN})
-  add_library(uc_${UC_NAME} STATIC ${UC_SRCS} ${UC_AVX2_SRCS} ${UC_AVX512_SRCS})
+  cmake_parse_arguments(UC "" "NAME" "SRCS;DEPS;AVX2_SRCS;AVX512_SRCS;AVX512_BF16_SRCS" ${ARGN})
+  add_library(uc_${UC_NAME} STATIC ${UC_SRCS} ${UC_AVX2_SRCS} ${UC_AVX512_SRCS}
+              ${UC_AVX512_BF16_SRCS})
   add_library(uc::${UC_NAME} ALIAS uc_${UC_NAME})
   target_include_directories(uc_${UC_NAME} PUBLIC ${UC_SRC_ROOT})
   target_link_libraries(uc_${UC_NAME} PUBLIC ${UC_DEPS})
   # Kernels with explicit x86 SIMD are compiled for AVX2+FMA+F16C (AVX2_SRCS) or for AVX-512
-  # F/BW/VL/DQ + VNNI (AVX512_SRCS) and dispatched at run time, so the binary still runs (on
-  # the next level down, at worst scalar code) on CPUs without them.
+  # F/BW/VL/DQ + VNNI (AVX512_SRCS; AVX512_BF16_SRCS adds AVX512_BF16) and dispatched at run
+  # time, so the binary still runs (on the next level down, at worst scalar code) on CPUs
+  # without them.
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     if(UC_AVX2_SRCS)
       set_source_files_properties(${UC_AVX2_SRCS} PROPERTIES COMPILE_OPTIONS
@@ -60,6 +62,10 @@ function(uc_library)
     if(UC_AVX512_SRCS)
       set_source_files_properties(${UC_AVX512_SRCS} PROPERTIES COMPILE_OPTIONS
         "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx2;-mfma;-mf16c")
+    endif()
+    if(UC_AVX512_BF16_SRCS)
+      set_source_files_properties(${UC_AVX512_BF16_SRCS} PROPERTIES COMPILE_OPTIONS
+        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx2;-mfma;-mf16c")
     endif()
   endif()
   uc_apply_warnings(uc_${UC_NAME})

@@ -1,10 +1,10 @@
 // File: dispatch.h
 // -----------------------------------------------------------------------------
 // Run-time choice between the kernel levels: AVX-512 (F/BW/VL/DQ + VNNI, kernels/cpu/*_avx512.cc;
-// so far only the integer MatMul), AVX2+FMA+F16C (kernels/cpu/*_avx2.cc) and portable
-// (kernels/cpu/*.cc). The CPU is asked once; the answers are cached. Tests force lower levels
-// to check them on machines that have the higher ones, so every path is compared with the
-// reference.
+// so far only MatMul, whose BF16 kernel also needs AVX512_BF16), AVX2+FMA+F16C
+// (kernels/cpu/*_avx2.cc) and portable (kernels/cpu/*.cc). The CPU is asked once; the answers
+// are cached. Tests force lower levels to check them on machines that have the higher ones, so
+// every path is compared with the reference.
 //
 // Internal to kernels/ and its tests; layers call the ops in kernels/ops.h.
 #pragma once
@@ -18,6 +18,10 @@ bool CpuSupportsAvx2();
 // AVX-512 kernels: AVX-512 F, BW, VL, DQ and VNNI, besides CpuSupportsAvx2(). Cached;
 // thread-safe.
 bool CpuSupportsAvx512Vnni();
+
+// True when CpuSupportsAvx512Vnni() and the CPU has AVX512_BF16 (vdpbf16ps; CPUID leaf 7
+// subleaf 1, EAX bit 5). Cached; thread-safe.
+bool CpuSupportsAvx512Bf16();
 
 // True on AMD CPUs (CPUID vendor "AuthenticAMD"). Kernels that stream many weight rows side by
 // side prefetch differently there (matmul_int8_avx512.cc); the arithmetic, and so the bits, do
@@ -34,6 +38,10 @@ bool UseAvx2();
 // True when the ops that have an AVX-512 version use it: CpuSupportsAvx512Vnni() and no level
 // below kAvx512 is forced.
 bool UseAvx512Vnni();
+
+// True when BF16 weights at MatMulPrecision::kInt8 use avx512::MatMulBf16:
+// CpuSupportsAvx512Bf16() and no level below kAvx512 is forced.
+bool UseAvx512Bf16();
 
 // Caps the level ops use at `level` (they still never use one the CPU lacks), until the next
 // call; ForceLevelForTesting(KernelLevel::kAvx512) restores the best available. For tests and

@@ -535,18 +535,30 @@ TEST(Int8MatMulApiTest, LevelsFollowTheCpu) {
   EXPECT_FALSE(internal::UseAvx512Vnni());
   internal::ForcePortableForTesting(false);
   EXPECT_EQ(internal::UseAvx512Vnni(), internal::CpuSupportsAvx512Vnni());
+  EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuSupportsAvx512Bf16());
+  {
+    ScopedPath scoped(Path::kAvx2);
+    EXPECT_FALSE(internal::UseAvx512Bf16());
+  }
 #if defined(__x86_64__)
   __builtin_cpu_init();
   EXPECT_EQ(internal::CpuIsAmd(), __builtin_cpu_is("amd") != 0);
+  if (internal::CpuSupportsAvx512Vnni()) {
+    EXPECT_EQ(internal::CpuSupportsAvx512Bf16(), __builtin_cpu_supports("avx512bf16") != 0);
+  }
 #endif
-  std::printf("[ NOTE     ] kernel levels on this CPU: AVX2 %s, AVX-512 VNNI %s\n",
+  std::printf("[ NOTE     ] kernel levels on this CPU: AVX2 %s, AVX-512 VNNI %s, AVX512_BF16 %s\n",
               internal::CpuSupportsAvx2() ? "yes" : "no",
-              internal::CpuSupportsAvx512Vnni() ? "yes" : "NO (its int8 MatMul is untested here)");
+              internal::CpuSupportsAvx512Vnni() ? "yes" : "NO (its int8 MatMul is untested here)",
+              internal::CpuSupportsAvx512Bf16() ? "yes" : "NO (its BF16 MatMul is untested here)");
 }
 
+// F32 and F16 weights ignore kInt8; so does BF16 where avx512::MatMulBf16 does not run
+// (bf16_matmul_test checks that kernel).
 TEST(Int8MatMulApiTest, FloatWeightsIgnoreThePrecision) {
   const Tensor x = RandomX(3, 64, 41);
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    if (dtype == DType::kBF16 && internal::UseAvx512Bf16()) continue;
     Tensor w = Tensor::Empty({5, 64}, dtype);
     const Tensor source = RandomX(5, 64, 42);
     for (int64_t r = 0; r < 5; ++r) {

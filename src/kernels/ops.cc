@@ -55,6 +55,18 @@ bool DetectAvx512Vnni() {
 #endif
 }
 
+bool DetectAvx512Bf16() {
+#if defined(__x86_64__)
+  if (!CpuSupportsAvx512Vnni()) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || eax < 1) return false;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (eax & (1u << 5)) != 0;
+#else
+  return false;
+#endif
+}
+
 bool DetectAmd() {
 #if defined(__x86_64__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -80,6 +92,11 @@ bool CpuSupportsAvx512Vnni() {
   return supported;
 }
 
+bool CpuSupportsAvx512Bf16() {
+  static const bool supported = DetectAvx512Bf16();
+  return supported;
+}
+
 bool CpuIsAmd() {
   static const bool amd = DetectAmd();
   return amd;
@@ -88,6 +105,8 @@ bool CpuIsAmd() {
 bool UseAvx2() { return CpuSupportsAvx2() && MaxLevel() >= KernelLevel::kAvx2; }
 
 bool UseAvx512Vnni() { return CpuSupportsAvx512Vnni() && MaxLevel() >= KernelLevel::kAvx512; }
+
+bool UseAvx512Bf16() { return CpuSupportsAvx512Bf16() && MaxLevel() >= KernelLevel::kAvx512; }
 
 void ForceLevelForTesting(KernelLevel level) { g_max_level.store(level); }
 
@@ -155,6 +174,12 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     }
 #endif
     UC_DISPATCH(MatMulInt8, args, pool);
+#if defined(__x86_64__)
+  } else if (options.precision == MatMulPrecision::kInt8 && w.dtype() == DType::kBF16 &&
+             internal::UseAvx512Bf16()) {
+    args.w_packed = packed;
+    avx512::MatMulBf16(args, pool);
+#endif
   } else if (options.batch_invariant) {
     // The portable MatMul sums every row in one order for any m.
     UC_DISPATCH(MatMulBatchInvariant, args, pool);
@@ -195,12 +220,18 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
       w.rank() != 2 || w.numel() == 0) {
     return nullptr;
   }
-  const int64_t bytes = avx512::PackedInt8Bytes(w.dtype(), w.dim(0), w.dim(1));
+  const bool bf16 = w.dtype() == DType::kBF16 && internal::UseAvx512Bf16();
+  const int64_t bytes = bf16 ? avx512::PackedBf16Bytes(w.dim(0), w.dim(1))
+                             : avx512::PackedInt8Bytes(w.dtype(), w.dim(0), w.dim(1));
   if (bytes == 0) return nullptr;
   std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes));
   const MatMulArgs args{nullptr,   0,        w.dim(1),      w.row(0),
                         w.dtype(), w.dim(0), w.row_bytes(), nullptr};
-  avx512::PackInt8(args, packed->data_.get(), pool);
+  if (bf16) {
+    avx512::PackBf16(args, packed->data_.get(), pool);
+  } else {
+    avx512::PackInt8(args, packed->data_.get(), pool);
+  }
   return packed;
 #else
   (void)w;

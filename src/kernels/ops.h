@@ -22,7 +22,7 @@
 
 namespace uc::kernels {
 
-// How MatMul multiplies quantized weights (F32, F16 and BF16 weights ignore it: always exact).
+// How MatMul multiplies quantized and BF16 weights (F32 and F16 weights ignore it: always exact).
 //   kExact: weights are converted to F32 and multiplied with the F32 activations; within 1e-5 of
 //     reference::MatMul. The oracle path.
 //   kInt8: as llama.cpp's CPU backend. Each x row is quantized once per call, per block, to 8
@@ -36,6 +36,11 @@ namespace uc::kernels {
 //     at most 0.57 d (d = the block's max |x| / 127; 0.5 d for Q8_K), so
 //     |y_int8 - y_exact| <= sum_l |w_l| * 0.57 d_l plus F32 rounding, typically ~0.5% of |y|.
 //     REQUIRES: x finite and, for the Q8_0 / Q8_1 formats, every |x| < 65504 * 127.
+//     BF16 weights on CPUs with AVX512_BF16: each x element rounded to BF16 (llama.cpp's
+//     vec_dot_type for BF16; relative error at most 2^-9 per element) and multiplied with
+//     vdpbf16ps in the fixed order reference::MatMulBf16 defines, bit-identical for every m and
+//     thread count, packed or not (twice the F32 FMA rate: prefill ~1.9x kExact's). Elsewhere
+//     BF16 weights ignore kInt8 (kExact).
 enum class MatMulPrecision { kExact, kInt8 };
 
 // How MatMul multiplies.
@@ -43,8 +48,9 @@ struct MatMulOptions {
   MatMulPrecision precision = MatMulPrecision::kExact;
   // Every row of y is summed in one order whatever m is, so a row's bits never depend on the
   // rows beside it (the other requests of a batch, the prefill chunk it falls in). kInt8 (for
-  // quantized w) and the portable kernels always are; with AVX2 kExact costs prefill speed,
-  // since the tiled GEMM's order differs from the decode path's (see the README's numbers).
+  // quantized w, and BF16 w with AVX512_BF16) and the portable kernels always are; with AVX2 kExact
+  // costs prefill speed, since the tiled GEMM's order differs from the decode path's (see the
+  // README's numbers).
   bool batch_invariant = false;
 };
 
@@ -67,9 +73,11 @@ inline void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool
 // weights in it, so that no call rearranges them again. Today that is kInt8 on AVX-512 VNNI for
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K: tiles of sixteen rows with each
 // block's fields interleaved across the rows (decode of the 4-bit types 1.4-1.9x faster than
-// from the stored rows, batches of 16 1.0-1.4x; see matmul_int8_avx512.cc). As many bytes as the
-// stored weights. Results are bit-identical to MatMul on the stored weights. Immutable after
-// Pack; safe to share between threads.
+// from the stored rows, batches of 16 1.0-1.4x; see matmul_int8_avx512.cc); and kInt8 on
+// AVX512_BF16 for BF16: tiles of 32 rows with k in pairs, pair p of the 32 rows one 128-byte run
+// (matmul_bf16_avx512.cc). As many bytes as the stored weights (n rounded up to the tile). Results
+// are bit-identical to MatMul on the stored weights. Immutable after Pack; safe to share between
+// threads.
 class PackedWeight {
  public:
   // A packed copy of w for MatMuls with `options` on this CPU, or null where the kernel reads

@@ -171,6 +171,30 @@ float Int8Term(DType dtype, const std::byte* wb, const std::byte* xb) {
 
 }  // namespace
 
+void MatMulBf16(const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  UC_CHECK(w.dim(1) == k && y.dim(0) == m && y.dim(1) == n && w.dtype() == DType::kBF16,
+           "reference::MatMulBf16: bad shapes or dtype");
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x.data<float>() + i * k;
+    for (int64_t j = 0; j < n; ++j) {
+      const auto* wj = reinterpret_cast<const uint16_t*>(w.row(j));
+      // Element c's exact product, 0 past k. (Computed in place: GCC 12's loop vectorizer
+      // miscompiled this loop reading from vectors filled with the rounded rows.)
+      auto product = [&](int64_t c) {
+        return c < k ? Bf16ToF32(F32ToBf16(xi[c])) * Bf16ToF32(wj[c]) : 0.0f;
+      };
+      float acc = 0.0f;
+      for (int64_t p = 0; p < (k + 1) / 2; ++p) {
+        const float odd = product(2 * p + 1);
+        const float even = product(2 * p);
+        acc = (acc + odd) + even;
+      }
+      y.data<float>()[i * n + j] = acc;
+    }
+  }
+}
+
 void MatMulInt8(const Tensor& x, const Tensor& w, Tensor& y) {
   const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
   UC_CHECK(w.dim(1) == k && y.dim(0) == m && y.dim(1) == n && DTypeIsQuantized(w.dtype()),

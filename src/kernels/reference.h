@@ -33,6 +33,13 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y);
 //   y = (((0 + term_0) + term_1) + ...) over the blocks in order.
 // Every MatMulInt8 path gives exactly these bits.
 void MatMulInt8(const Tensor& x, const Tensor& w, Tensor& y);
+// MatMul(..., MatMulPrecision::kInt8) for a BF16 w on CPUs with AVX512_BF16, and the definition
+// of its bits: each x element is rounded to BF16 (F32ToBf16, round to nearest even), then for
+// each output acc = 0 and, for the pairs p = 0, 1, ... of the row (an element past k counts 0),
+// acc = (acc + x[2p + 1] * w[2p + 1]) + x[2p] * w[2p] in F32, the products exact: vdpbf16ps's
+// definition, which the instruction meets for operands and sums of normal range (it flushes
+// denormals to zero).
+void MatMulBf16(const Tensor& x, const Tensor& w, Tensor& y);
 void AddBias(const Tensor& bias, Tensor& y);
 void AddInPlace(const Tensor& x, Tensor& y);
 void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);

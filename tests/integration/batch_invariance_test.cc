@@ -4,8 +4,9 @@
 // preempt, then alone again at another prefill chunking: every row of every request is compared
 // bit for bit at every tap (each block's attn_out, mlp_out and residual stream, and the final
 // norm, which is the LM head's input), and the generated ids must be equal. Over the F32
-// checkpoint and GGUF F16, Q8_0, Q4_0 and Q4_1, with exact and int8 matmuls, on the path the CPU
-// has (AVX2 or portable).
+// checkpoint and GGUF F16, Q8_0, Q4_0, Q4_1 and BF16, with exact and int8 matmuls, on the path the
+// CPU has (portable, AVX2 or AVX-512; BF16 at int8 is the vdpbf16ps kernel where the CPU has
+// AVX512_BF16).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -93,6 +94,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"Q4_1_exact", "tests/testdata/gguf/q4_1/tiny-gqa2-Q4_1.gguf",
                               kernels::MatMulPrecision::kExact},
                       Variant{"Q4_0_int8", "tests/testdata/gguf/q4_0/tiny-gqa2-Q4_0.gguf",
+                              kernels::MatMulPrecision::kInt8},
+                      Variant{"BF16_int8", "tests/testdata/gguf/bf16/tiny-gqa2-BF16.gguf",
                               kernels::MatMulPrecision::kInt8}),
     [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
 

@@ -30,7 +30,7 @@ inline constexpr int kMaxFlagThreads = 1024;
 inline CLI::Range Threads() { return CLI::Range(0, kMaxFlagThreads); }
 
 // How the commands that load a model build it (models::LoadOptions), the same flags everywhere:
-//   --matmul exact|int8          how quantized weights are multiplied (kernels::MatMulPrecision)
+//   --matmul exact|int8          how quantized and BF16 weights are multiplied (MatMulPrecision)
 //   --batch-invariant            rows' bits independent of the batch (LoadOptions::batch_invariant)
 //   --control-vector FILE        add FILE's directions to the residual stream (repeatable)
 //   --control-vector-scaled FILE SCALE   the same, times SCALE (repeatable)
@@ -40,8 +40,9 @@ inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
   static const std::map<std::string, kernels::MatMulPrecision> kNames = {
       {"exact", kernels::MatMulPrecision::kExact}, {"int8", kernels::MatMulPrecision::kInt8}};
   cmd->add_option("--matmul", load->matmul_precision,
-                  "Quantized weights: exact (F32 activations, matches transformers) or int8 "
-                  "(8-bit activations and integer dot products, as llama.cpp; faster)")
+                  "Quantized and BF16 weights: exact (F32 activations, matches transformers) or "
+                  "int8 (as llama.cpp; faster: 8-bit activations and integer dot products, BF16 "
+                  "activations and vdpbf16ps for BF16 weights on CPUs with AVX512_BF16)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
       ->default_str("exact");
   cmd->add_flag("--batch-invariant", load->batch_invariant,

@@ -2,10 +2,10 @@
 // -----------------------------------------------------------------------------
 // Raw-pointer CPU kernels behind kernels/ops.h. ops.cc checks shapes and dtypes and then calls
 // one of the implementations with the same signature: uc::kernels::cpu (portable C++, any CPU),
-// uc::kernels::avx2 (AVX2+FMA+F16C, only called when internal::UseAvx2()) or, for the integer
-// MatMul only, uc::kernels::avx512 (AVX-512 F/BW/VL/DQ + VNNI, only called when
-// internal::UseAvx512Vnni()). Rope, AddInPlace and AddBias are cheap and have only the portable
-// version.
+// uc::kernels::avx2 (AVX2+FMA+F16C, only called when internal::UseAvx2()) or, for MatMul only,
+// uc::kernels::avx512 (AVX-512 F/BW/VL/DQ + VNNI, only called when internal::UseAvx512Vnni();
+// MatMulBf16 also needs AVX512_BF16, internal::UseAvx512Bf16()). Rope, AddInPlace and AddBias are
+// cheap and have only the portable version.
 //
 // All pointers are to row-major, densely packed data; F32 unless a DType says otherwise.
 // Outputs must not alias inputs unless noted. Functions taking a ThreadPool accept null (run
@@ -34,8 +34,8 @@ struct MatMulArgs {
   int64_t n;
   int64_t w_row_bytes;
   float* y;
-  // avx512::MatMulInt8 only: w as avx512::PackInt8 wrote it (w still names the stored rows), or
-  // null.
+  // avx512::MatMulInt8 and avx512::MatMulBf16 only: w as avx512::PackInt8 or avx512::PackBf16
+  // wrote it (w still names the stored rows), or null.
   const std::byte* w_packed = nullptr;
 };
 
@@ -205,6 +205,20 @@ int64_t PackedInt8Bytes(DType dtype, int64_t n, int64_t k);
 // Writes args' weights (w, w_dtype, n, k, w_row_bytes) in the packed layout to out
 // (PackedInt8Bytes bytes, 64-byte aligned). REQUIRES: PackedInt8Bytes(...) > 0.
 void PackInt8(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
+
+// BF16 weights at MatMulPrecision::kInt8 on CPUs with AVX512_BF16 (internal::UseAvx512Bf16()):
+// each x row rounded to BF16 (round to nearest even, zero past k), then for every output one F32
+// lane takes the weight row's element pairs (2p, 2p + 1) in order, p = 0, 1, ..., one vdpbf16ps
+// each (two exact products added to the lane). That order holds for every m, tile and thread
+// count, so results are bit-identical whatever the batch (batch invariant), packed or not. Reads
+// args.w_packed (PackBf16's layout) when set, else the stored rows. See matmul_bf16_avx512.cc.
+void MatMulBf16(const MatMulArgs& args, ThreadPool* pool);
+// Bytes of BF16 w[n, k] in MatMulBf16's packed layout: tiles of 32 rows (n rounded up), each
+// tile's k in pairs, pair p of the 32 rows as 32 dwords (128 bytes).
+int64_t PackedBf16Bytes(int64_t n, int64_t k);
+// Writes args' BF16 weights (w, n, k, w_row_bytes) in that layout to out (PackedBf16Bytes bytes,
+// 64-byte aligned).
+void PackBf16(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 
 // Sum of n floats: the bandwidth probe's widest read loop (16 ZMM loads in flight, prefetch).
 double SumFloats(const float* data, int64_t n);

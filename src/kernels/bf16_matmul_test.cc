@@ -1,0 +1,160 @@
+// BF16 weights at MatMulPrecision::kInt8. On CPUs with AVX512_BF16 that is avx512::MatMulBf16,
+// whose bits reference::MatMulBf16 defines (x rounded to BF16, vdpbf16ps's order): every check
+// against it is exact, for m from 1 to past a k block, odd k, partial tiles, packed and stored
+// weights, one to three threads. Rows must not depend on the batch they are in. Elsewhere kInt8
+// on BF16 is the exact F32 MatMul, checked here against the double-precision reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/ops.h"
+#include "kernels/reference.h"
+
+namespace uc::kernels {
+namespace {
+
+constexpr MatMulOptions kInt8{.precision = MatMulPrecision::kInt8};
+
+Tensor RandomX(int64_t m, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Tensor x = Tensor::Empty({m, k}, DType::kF32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
+  return x;
+}
+
+Tensor RandomBf16(int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.05f);
+  Tensor w = Tensor::Empty({n, k}, DType::kBF16);
+  for (int64_t j = 0; j < n; ++j) {
+    auto* row = reinterpret_cast<uint16_t*>(w.row(j));
+    for (int64_t c = 0; c < k; ++c) row[c] = F32ToBf16(dist(rng));
+  }
+  return w;
+}
+
+void ExpectBitExact(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  int64_t mismatches = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i], w = want.data<float>()[i];
+    if (std::memcmp(&g, &w, sizeof(float)) != 0 && ++mismatches <= 3) {
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
+    }
+  }
+  EXPECT_EQ(mismatches, 0) << what;
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+// Single rows, decode widths, one x block and past it (12 rows), partial tiles (n % 32), odd k,
+// k one pair past a 512-element block, and a prefill-sized product.
+const Shape kShapes[] = {{1, 1, 1},     {1, 33, 64},   {2, 70, 31},    {5, 32, 513},
+                         {12, 64, 130}, {13, 97, 514}, {40, 65, 1026}, {70, 130, 600}};
+
+TEST(Bf16MatMulTest, MatchesTheReferenceOnEveryShape) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (const Shape& s : kShapes) {
+      const std::string what = "m " + std::to_string(s.m) + " n " + std::to_string(s.n) + " k " +
+                               std::to_string(s.k) + ", " + std::to_string(threads) + " threads";
+      const Tensor x = RandomX(s.m, s.k, 7);
+      Tensor w = RandomBf16(s.n, s.k, 8);
+      Tensor want = Tensor::Empty({s.m, s.n}, DType::kF32);
+      Tensor got = Tensor::Empty({s.m, s.n}, DType::kF32);
+      MatMul(x, w, got, &pool, kInt8);
+      if (internal::UseAvx512Bf16()) {
+        reference::MatMulBf16(x, w, want);
+        ExpectBitExact(got, want, what + ", stored");
+        const auto packed = PackedWeight::Pack(w, kInt8, &pool);
+        ASSERT_NE(packed, nullptr) << what;
+        EXPECT_EQ(packed->packed_bytes(), (s.n + 31) / 32 * 32 * ((s.k + 1) / 2) * 4) << what;
+        // The stored bytes zeroed: the packed copy still gives the original product.
+        std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
+        Tensor from_packed = Tensor::Empty({s.m, s.n}, DType::kF32);
+        MatMul(x, *packed, from_packed, &pool);
+        ExpectBitExact(from_packed, want, what + ", packed");
+      } else {
+        // The exact F32 MatMul: within float rounding of the double reference.
+        reference::MatMul(x, w, want);
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4) << what;
+        }
+      }
+    }
+  }
+  if (!internal::UseAvx512Bf16()) {
+    std::printf(
+        "[ NOTE     ] CPU lacks AVX512_BF16: BF16 kInt8 is the F32 MatMul here; the "
+        "vdpbf16ps kernel is NOT tested on this machine\n");
+  }
+}
+
+// The kernel really rounds x to BF16 (llama.cpp's vec_dot_type for BF16 weights) and its error
+// against the exact product stays inside that rounding's bound: |x - bf16(x)| <= 2^-9 |x|, so
+// |y - exact| <= 2^-9 sum |x w| plus F32 accumulation.
+TEST(Bf16MatMulTest, ErrorIsBf16RoundingOfActivations) {
+  if (!internal::UseAvx512Bf16()) GTEST_SKIP() << "CPU lacks AVX512_BF16";
+  const int64_t m = 9, n = 40, k = 1024;
+  const Tensor x = RandomX(m, k, 11);
+  const Tensor w = RandomBf16(n, k, 12);
+  Tensor got = Tensor::Empty({m, n}, DType::kF32);
+  Tensor exact = Tensor::Empty({m, n}, DType::kF32);
+  MatMul(x, w, got, nullptr, kInt8);
+  reference::MatMul(x, w, exact);
+  int differ = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double bound = 0;
+      const auto* row = reinterpret_cast<const uint16_t*>(w.row(j));
+      for (int64_t c = 0; c < k; ++c) {
+        bound += std::fabs(x.data<float>()[i * k + c] * Bf16ToF32(row[c]));
+      }
+      const float g = got.data<float>()[i * n + j], e = exact.data<float>()[i * n + j];
+      EXPECT_LE(std::fabs(g - e), bound * (1.0 / 512 + 1e-5)) << i << "," << j;
+      differ += g != e;
+    }
+  }
+  EXPECT_GT(differ, m * n / 2) << "x does not look rounded to BF16";
+}
+
+// A row's bits do not depend on the rows beside it, the chunk it is in, packing or threads.
+TEST(Bf16MatMulTest, RowsAreBatchInvariant) {
+  if (!internal::UseAvx512Bf16()) GTEST_SKIP() << "CPU lacks AVX512_BF16";
+  const int64_t m = 37, n = 100, k = 300;
+  const Tensor x = RandomX(m, k, 21);
+  const Tensor w = RandomBf16(n, k, 22);
+  ThreadPool pool(2);
+  const auto packed = PackedWeight::Pack(w, kInt8, &pool);
+  Tensor all = Tensor::Empty({m, n}, DType::kF32);
+  MatMul(x, w, all, &pool, kInt8);
+  ASSERT_NE(packed, nullptr);
+  for (int64_t chunk : {1, 2, 3, 12, 13, 25}) {
+    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+      const int64_t rows = std::min(chunk, m - i0);
+      Tensor part = Tensor::Empty({rows, k}, DType::kF32);
+      std::memcpy(part.raw(), x.data<float>() + i0 * k, sizeof(float) * rows * k);
+      Tensor got = Tensor::Empty({rows, n}, DType::kF32);
+      // Packed for even chunks, the stored rows for odd ones; chunks of 3 on one thread.
+      if (chunk % 2 == 0) {
+        MatMul(part, *packed, got, &pool);
+      } else {
+        MatMul(part, w, got, chunk == 3 ? nullptr : &pool, kInt8);
+      }
+      Tensor want = Tensor::Empty({rows, n}, DType::kF32);
+      std::memcpy(want.raw(), all.data<float>() + i0 * n, sizeof(float) * rows * n);
+      ExpectBitExact(got, want, "rows " + std::to_string(i0) + "+" + std::to_string(rows));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uc::kernels
