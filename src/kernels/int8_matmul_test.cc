@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -515,6 +516,64 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
     Tensor got = Tensor::Empty({m, n}, DType::kF32);
     MatMul(x, *packed, got, &pool);
     ExpectBitExact(got, want, name + " packed, stored bytes zeroed");
+  }
+}
+
+// MatMulMany gives each operand MatMul's bits: one x by three weights of a dtype (the q/k/v
+// shape: a wide one and two narrow ones, n not a multiple of the tile), packed, stored or mixed,
+// at decode and prefill widths; and operands it cannot take together (mixed dtypes, kExact).
+TEST(MatMulManyTest, EachOperandGetsMatMulsBits) {
+  ThreadPool pool(2);
+  const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
+  const int64_t k = 512;
+  const int64_t ns[] = {70, 21, 16};
+  for (DType dtype : {DType::kQ4_0, DType::kQ8_0, DType::kQ4_1, DType::kQ4_K, DType::kQ6_K}) {
+    std::vector<Tensor> ws;
+    std::vector<std::shared_ptr<const PackedWeight>> packed;
+    for (int i = 0; i < 3; ++i) {
+      ws.push_back(RandomWeights(ns[i], k, dtype, 50 + i));
+      packed.push_back(PackedWeight::Pack(ws.back(), int8, &pool));
+    }
+    for (int64_t m : {1, 5, 16, 37}) {
+      const Tensor x = RandomX(m, k, 60);
+      for (int variant = 0; variant < 3; ++variant) {  // packed, stored, the middle one stored
+        std::vector<Tensor> got, want;
+        MatMulOperand operands[3];
+        for (int i = 0; i < 3; ++i) {
+          got.push_back(Tensor::Empty({m, ns[i]}, DType::kF32));
+          want.push_back(Tensor::Empty({m, ns[i]}, DType::kF32));
+        }
+        for (int i = 0; i < 3; ++i) {
+          const bool stored = variant == 1 || (variant == 2 && i == 1);
+          const PackedWeight* p = stored ? nullptr : packed[i].get();
+          operands[i] = {&ws[i], p, int8, &got[i]};
+          if (p != nullptr) {
+            MatMul(x, *p, want[i], &pool);
+          } else {
+            MatMul(x, ws[i], want[i], &pool, int8);
+          }
+        }
+        MatMulMany(x, operands, &pool);
+        for (int i = 0; i < 3; ++i) {
+          ExpectBitExact(got[i], want[i],
+                         std::string(DTypeName(dtype)) + " m " + std::to_string(m) + " variant " +
+                             std::to_string(variant) + " operand " + std::to_string(i));
+        }
+      }
+    }
+  }
+  // Mixed dtypes and kExact: MatMul per operand.
+  const Tensor x = RandomX(20, k, 61);
+  Tensor a = RandomWeights(33, k, DType::kQ4_K, 62), b = RandomWeights(17, k, DType::kQ6_K, 63);
+  Tensor ya = Tensor::Empty({20, 33}, DType::kF32), yb = Tensor::Empty({20, 17}, DType::kF32);
+  Tensor wa = Tensor::Empty({20, 33}, DType::kF32), wb = Tensor::Empty({20, 17}, DType::kF32);
+  for (const MatMulOptions& options : {int8, MatMulOptions{}}) {
+    const MatMulOperand operands[] = {{&a, nullptr, options, &ya}, {&b, nullptr, options, &yb}};
+    MatMulMany(x, operands, &pool);
+    MatMul(x, a, wa, &pool, options);
+    MatMul(x, b, wb, &pool, options);
+    ExpectBitExact(ya, wa, "Q4_K beside Q6_K");
+    ExpectBitExact(yb, wb, "Q6_K beside Q4_K");
   }
 }
 

@@ -145,9 +145,7 @@ void CheckF32Matrix(const Tensor& t, const char* op, const char* what) {
 
 namespace {
 
-// MatMul, reading `packed` (PackedWeight::packed(), or null) where its kernel is in use.
-void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
-                const MatMulOptions& options, const std::byte* packed) {
+void CheckMatMulShapes(const Tensor& x, const Tensor& w, const Tensor& y) {
   CheckF32Matrix(x, "MatMul", "x");
   CheckF32Matrix(y, "MatMul", "y");
   UC_CHECK(w.defined() && w.rank() == 2 && IsWeightDType(w.dtype()),
@@ -158,13 +156,23 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
            ShapeToString(x.shape()).c_str(), ShapeToString(w.shape()).c_str(),
            ShapeToString(y.shape()).c_str());
   UC_CHECK(y.raw() != x.raw() || x.numel() == 0, "MatMul: y must not alias x");
+}
+
+MatMulArgs ArgsOf(const Tensor& x, const Tensor& w, Tensor& y) {
+  return MatMulArgs{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
+                    w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
+}
+
+// MatMul, reading `packed` (PackedWeight::packed(), or null) where its kernel is in use.
+void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
+                const MatMulOptions& options, const std::byte* packed) {
+  CheckMatMulShapes(x, w, y);
   if (y.numel() == 0) return;
   if (x.dim(1) == 0) {
     std::fill_n(y.data<float>(), y.numel(), 0.0f);
     return;
   }
-  MatMulArgs args{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
-                  w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
+  MatMulArgs args = ArgsOf(x, w, y);
   if (options.precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
 #if defined(__x86_64__)
     if (internal::UseAvx512Vnni()) {
@@ -243,6 +251,40 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
 
 void MatMul(const Tensor& x, const PackedWeight& w, Tensor& y, ThreadPool* pool) {
   MatMulImpl(x, w.source(), y, pool, w.options(), w.packed());
+}
+
+void MatMulMany(const Tensor& x, std::span<const MatMulOperand> operands, ThreadPool* pool) {
+  for (const MatMulOperand& op : operands) {
+    UC_CHECK(op.w != nullptr && op.y != nullptr, "MatMulMany: an operand without w or y");
+    UC_CHECK(op.packed == nullptr || op.packed->options().precision == op.options.precision,
+             "MatMulMany: packed for another precision");
+  }
+#if defined(__x86_64__)
+  // One pass over x for the integer kernel; everything else is MatMul per operand.
+  bool together = internal::UseAvx512Vnni() && operands.size() > 1 &&
+                  operands.size() <= static_cast<size_t>(avx512::kMaxMatMulSegments) &&
+                  x.defined() && x.rank() == 2 && x.numel() > 0;
+  for (const MatMulOperand& op : operands) {
+    together = together && op.options.precision == MatMulPrecision::kInt8 && op.w->defined() &&
+               op.w->dtype() == operands[0].w->dtype() && DTypeIsQuantized(op.w->dtype()) &&
+               op.y->numel() > 0;
+  }
+  if (together) {
+    MatMulArgs args[avx512::kMaxMatMulSegments];
+    for (size_t i = 0; i < operands.size(); ++i) {
+      const MatMulOperand& op = operands[i];
+      CheckMatMulShapes(x, *op.w, *op.y);
+      args[i] = ArgsOf(x, *op.w, *op.y);
+      args[i].w_packed = op.packed != nullptr ? op.packed->packed() : nullptr;
+    }
+    avx512::MatMulInt8Many({args, operands.size()}, pool);
+    return;
+  }
+#endif
+  for (const MatMulOperand& op : operands) {
+    MatMulImpl(x, *op.w, *op.y, pool, op.options,
+               op.packed != nullptr ? op.packed->packed() : nullptr);
+  }
 }
 
 void AddBias(const Tensor& bias, Tensor& y) {

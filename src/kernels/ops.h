@@ -107,6 +107,20 @@ class PackedWeight {
 // is the one it was packed for (a test may force a lower kernel level: then the stored rows).
 void MatMul(const Tensor& x, const PackedWeight& w, Tensor& y, ThreadPool* pool);
 
+// One MatMul of x by each of several weights (a layer's q, k and v projections, or gate and up):
+// *y = x · wᵀ with `options`, reading `packed` (a PackedWeight::Pack(*w, options), or null: the
+// stored rows) where its kernel is in use.
+struct MatMulOperand {
+  const Tensor* w;
+  const PackedWeight* packed;
+  MatMulOptions options;
+  Tensor* y;
+};
+// Bit-identical to MatMul per operand. Where the kernel prepares x (kInt8 on AVX-512 VNNI: the
+// quantized rows and their panels) and the operands share the dtype, that is done once and one
+// parallel loop covers every operand's rows: fewer passes over x and one synchronization.
+void MatMulMany(const Tensor& x, std::span<const MatMulOperand> operands, ThreadPool* pool);
+
 // y[m, n] += bias[n] (bias: F32, F16 or BF16). In place.
 void AddBias(const Tensor& bias, Tensor& y);
 

@@ -28,4 +28,20 @@ void Linear::Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const {
   if (has_bias()) kernels::AddBias(bias_, y);
 }
 
+void Linear::ForwardMany(const Tensor& x, std::span<const Linear* const> layers,
+                         std::span<Tensor* const> ys, ThreadPool* pool) {
+  constexpr size_t kMax = 8;
+  UC_CHECK(layers.size() == ys.size() && layers.size() <= kMax,
+           "Linear::ForwardMany: %zu layers for %zu outputs (at most %zu)", layers.size(),
+           ys.size(), kMax);
+  kernels::MatMulOperand operands[kMax];
+  for (size_t i = 0; i < layers.size(); ++i) {
+    operands[i] = {&layers[i]->weight_, layers[i]->packed_.get(), layers[i]->matmul_, ys[i]};
+  }
+  kernels::MatMulMany(x, {operands, layers.size()}, pool);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i]->has_bias()) kernels::AddBias(layers[i]->bias_, *ys[i]);
+  }
+}
+
 }  // namespace uc::layers

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "kernels/ops.h"
@@ -34,6 +35,12 @@ class Linear {
 
   // x: [m, input_size] F32 -> y: [m, output_size] F32 (preallocated).
   void Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const;
+
+  // layers[i]->Forward(x, *ys[i], pool) for every i, bit for bit, through kernels::MatMulMany:
+  // x is prepared once for all of them where the kernel allows (q/k/v, gate/up).
+  // REQUIRES: layers.size() == ys.size() <= 8.
+  static void ForwardMany(const Tensor& x, std::span<const Linear* const> layers,
+                          std::span<Tensor* const> ys, ThreadPool* pool);
 
  private:
   Tensor weight_;  // [output_size, input_size]

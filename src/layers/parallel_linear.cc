@@ -135,15 +135,24 @@ void MergedColumnParallelLinear::Forward(const Tensor& x, std::span<Tensor> outp
                                          ThreadPool* pool) const {
   UC_CHECK(outputs.size() == segments_.size(), "MergedColumnParallelLinear: %zu outputs for %zu",
            outputs.size(), segments_.size());
-  for (size_t i = 0; i < segments_.size(); ++i) segments_[i].Forward(x, outputs[i], pool);
+  UC_CHECK(segments_.size() <= 8, "MergedColumnParallelLinear: %zu segments (at most 8)",
+           segments_.size());
+  const Linear* segments[8];
+  Tensor* ys[8];
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    segments[i] = &segments_[i];
+    ys[i] = &outputs[i];
+  }
+  Linear::ForwardMany(x, {segments, segments_.size()}, {ys, segments_.size()}, pool);
 }
 
 void MergedColumnParallelLinear::Forward(const Tensor& x, Tensor& out0, Tensor& out1,
                                          ThreadPool* pool) const {
   UC_CHECK(segments_.size() == 2, "MergedColumnParallelLinear: two outputs for %zu",
            segments_.size());
-  segments_[0].Forward(x, out0, pool);
-  segments_[1].Forward(x, out1, pool);
+  const Linear* segments[] = {&segments_[0], &segments_[1]};
+  Tensor* ys[] = {&out0, &out1};
+  Linear::ForwardMany(x, segments, ys, pool);
 }
 
 // ----------------------------------------------------------------------------- QKV
@@ -248,9 +257,9 @@ bool QKVParallelLinear::loaded() const {
 void QKVParallelLinear::Forward(const Tensor& x, Tensor& q, Tensor& k, Tensor& v,
                                 ThreadPool* pool) const {
   UC_CHECK(loaded(), "QKVParallelLinear::Forward before q, k and v were loaded");
-  q_proj_.Forward(x, q, pool);
-  k_proj_.Forward(x, k, pool);
-  v_proj_.Forward(x, v, pool);
+  const Linear* segments[] = {&q_proj_, &k_proj_, &v_proj_};
+  Tensor* ys[] = {&q, &k, &v};
+  Linear::ForwardMany(x, segments, ys, pool);
 }
 
 // ----------------------------------------------------------------------------- Row

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "kernels/ops.h"
@@ -195,6 +196,11 @@ void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
 // against panels of sixteen interleaved x rows (prefill) or single x rows (decode and the m % 16
 // left over), with VNNI dot products. See matmul_int8_avx512.cc.
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
+// MatMulInt8 of one x by up to kMaxMatMulSegments weights of one dtype (segments differ only in
+// w, n, w_row_bytes, y and w_packed): x is quantized (and its panels built) once, and one
+// ParallelFor covers every segment's tiles. Each y gets MatMulInt8's bits.
+inline constexpr int kMaxMatMulSegments = 8;
+void MatMulInt8Many(std::span<const MatMulArgs> segments, ThreadPool* pool);
 
 // Bytes of w[n, k] of `dtype` in MatMulInt8's packed layout (MatMulArgs::w_packed), or 0 for a
 // dtype without one. Every quantized type but Q2_K, Q3_K and Q8_K has one: each tile of sixteen

@@ -55,6 +55,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <type_traits>
 #include <utility>
 
@@ -1779,7 +1780,16 @@ void BuildPanels(ActivationFormat format, const QuantizedX& x, int64_t begin, in
 
 }  // namespace
 
-void MatMulInt8(const MatMulArgs& args, ThreadPool* pool) {
+void MatMulInt8(const MatMulArgs& args, ThreadPool* pool) { MatMulInt8Many({&args, 1}, pool); }
+
+void MatMulInt8Many(std::span<const MatMulArgs> segments, ThreadPool* pool) {
+  UC_CHECK(!segments.empty() && segments.size() <= kMaxMatMulSegments,
+           "MatMulInt8Many: %zu weights (1 to %d)", segments.size(), kMaxMatMulSegments);
+  const MatMulArgs& args = segments[0];
+  for (const MatMulArgs& s : segments) {
+    UC_CHECK(s.x == args.x && s.m == args.m && s.k == args.k && s.w_dtype == args.w_dtype,
+             "MatMulInt8Many: the weights must share x and the dtype");
+  }
   const ActivationFormat format = Int8ActivationFormat(args.w_dtype);
   QuantizedX x;
   x.row_bytes = ActivationRowBytes(format, args.k);
@@ -1828,9 +1838,19 @@ void MatMulInt8(const MatMulArgs& args, ThreadPool* pool) {
             std::max<int64_t>(1, MinRowsPerChunk(args.k) / kPanelRows));
       }
     }
-    const int64_t num_tiles = (args.n + kTileRows - 1) / kTileRows;
+    // One range over every segment's tiles: segment s holds tiles [first[s], first[s + 1]).
+    int64_t first[kMaxMatMulSegments + 1] = {0};
+    for (size_t s = 0; s < segments.size(); ++s) {
+      first[s + 1] = first[s] + (segments[s].n + kTileRows - 1) / kTileRows;
+    }
     ParallelFor(
-        pool, num_tiles, [&](int64_t begin, int64_t end) { TileRange<K>(args, x, begin, end); },
+        pool, first[segments.size()],
+        [&](int64_t begin, int64_t end) {
+          for (size_t s = 0; s < segments.size(); ++s) {
+            const int64_t b = std::max(begin, first[s]), e = std::min(end, first[s + 1]);
+            if (b < e) TileRange<K>(segments[s], x, b - first[s], e - first[s]);
+          }
+        },
         std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / kTileRows));
   });
 }
