@@ -22,7 +22,10 @@ Three parts, each optional:
 3. Serving (--serve MODEL --llama-server BIN): our `serve` and llama.cpp's `llama-server`
    (continuous batching, --parallel slots = the largest concurrency) on the same file and
    threads, one after the other; at each --concurrency N clients stream /v1/completions in a
-   closed loop (the same random word prompts, --serve-max-tokens tokens each with ignore_eos).
+   closed loop (--serve-max-tokens tokens each with ignore_eos). Request k's prompt is
+   --serve-prompt-words random words seeded by k: the same sequence for both engines, and no
+   prompt is ever repeated, so llama-server's prompt cache (which restores the KV of a prompt it
+   has seen) cannot skip prefill that our engine computes: both measure batched compute.
    After --serve-warmup seconds of load a --serve-seconds window opens; output tokens/s counts
    the tokens that arrived inside it (each response's usage, its tokens spread from its first
    token to its end), so neither the ramp-up nor the tail of the last requests counts. Also
@@ -323,7 +326,15 @@ def tokens_in_window(record, w0, w1):
     return count
 
 
-def load_level(port, clients, seconds, warmup, max_tokens, prompts):
+def serve_prompt(k, words_per_prompt):
+    """Request k's prompt: random words from a small vocabulary, seeded by k (never repeated)."""
+    rng = random.Random(1000003 * k + 7)
+    words = ("the cat dog sun tree house river small big happy sad ran jumped saw friend day "
+             "little girl boy played park ball").split()
+    return " ".join(rng.choice(words) for _ in range(words_per_prompt))
+
+
+def load_level(port, clients, seconds, warmup, max_tokens, words_per_prompt):
     """`clients` closed-loop streaming clients. They start requests until warmup + seconds have
     passed, then finish the ones in flight. Output tokens/s counts only the tokens that arrived
     in the window [warmup, warmup + seconds] (steady state: no ramp-up, no tail of the last
@@ -334,9 +345,9 @@ def load_level(port, clients, seconds, warmup, max_tokens, prompts):
     w0, w1 = t0 + warmup, t0 + warmup + seconds
 
     def client(i):
-        k = i
+        k = clients * 1_000_000 + i  # unique across levels too
         while time.perf_counter() < w1:
-            rec = stream_completion(port, prompts[k % len(prompts)], max_tokens)
+            rec = stream_completion(port, serve_prompt(k, words_per_prompt), max_tokens)
             k += clients
             with lock:
                 records.append(rec)
@@ -360,10 +371,6 @@ def load_level(port, clients, seconds, warmup, max_tokens, prompts):
 
 def measure_serving(a, results):
     levels = [int(c) for c in a.concurrency.split(",")]
-    rng = random.Random(7)
-    words = ("the cat dog sun tree house river small big happy sad ran jumped saw friend day "
-             "little girl boy played park ball").split()
-    prompts = [" ".join(rng.choice(words) for _ in range(a.serve_prompt_words)) for _ in range(64)]
     # Room for a word of up to 8 tokens (a vocabulary without whole words falls back to bytes).
     ctx_per_slot = 8 * a.serve_prompt_words + a.serve_max_tokens + 64
     servers = {
@@ -382,10 +389,10 @@ def measure_serving(a, results):
         proc = subprocess.Popen(command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_ready(port, proc)
-            stream_completion(port, prompts[0], 4)  # warm-up
+            stream_completion(port, serve_prompt(-1, a.serve_prompt_words), 4)  # warm-up
             for clients in levels:
                 r = load_level(port, clients, a.serve_seconds, a.serve_warmup, a.serve_max_tokens,
-                               prompts)
+                               a.serve_prompt_words)
                 r["engine"] = engine
                 by_engine.setdefault(engine, {})[clients] = r
                 print(f"serve {engine:<10} {clients:>3} clients: {r['output_tokens_per_second']:7.1f} "
