@@ -19,7 +19,7 @@
 namespace uc::kernels {
 namespace {
 
-enum class Path { kPortable, kAvx2 };
+enum class Path { kPortable, kAvx2, kAvx512 };
 
 Tensor RandomNormal(Shape shape, uint32_t seed, float stddev = 1.0f) {
   std::mt19937 rng(seed);
@@ -47,10 +47,15 @@ class VariantsTest : public ::testing::TestWithParam<std::tuple<int, Path>> {
   void SetUp() override {
     const Path path = std::get<1>(GetParam());
     if (path == Path::kAvx2 && !internal::CpuSupportsAvx2()) GTEST_SKIP() << "CPU lacks AVX2";
-    internal::ForcePortableForTesting(path == Path::kPortable);
+    if (path == Path::kAvx512 && !internal::CpuSupportsAvx512Vnni()) {
+      GTEST_SKIP() << "CPU lacks AVX-512";
+    }
+    internal::ForceLevelForTesting(path == Path::kPortable ? internal::KernelLevel::kPortable
+                                   : path == Path::kAvx2   ? internal::KernelLevel::kAvx2
+                                                           : internal::KernelLevel::kAvx512);
     pool_ = std::make_unique<ThreadPool>(std::get<0>(GetParam()));
   }
-  void TearDown() override { internal::ForcePortableForTesting(false); }
+  void TearDown() override { internal::ForceLevelForTesting(internal::KernelLevel::kAvx512); }
   ThreadPool* pool() { return pool_.get(); }
 
  private:
@@ -179,10 +184,13 @@ TEST(SoftCapTest, SquashesIntoTheCapAndKeepsSmallValues) {
 
 INSTANTIATE_TEST_SUITE_P(ThreadsAndPaths, VariantsTest,
                          ::testing::Combine(::testing::Values(1, 2),
-                                            ::testing::Values(Path::kPortable, Path::kAvx2)),
+                                            ::testing::Values(Path::kPortable, Path::kAvx2,
+                                                              Path::kAvx512)),
                          [](const ::testing::TestParamInfo<std::tuple<int, Path>>& info) {
-                           return std::string(std::get<1>(info.param) == Path::kAvx2 ? "Avx2"
-                                                                                     : "Portable") +
+                           const Path path = std::get<1>(info.param);
+                           return std::string(path == Path::kAvx512 ? "Avx512"
+                                              : path == Path::kAvx2 ? "Avx2"
+                                                                    : "Portable") +
                                   "_" + std::to_string(std::get<0>(info.param)) + "Threads";
                          });
 

@@ -24,18 +24,25 @@ void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
 namespace kernels {
 namespace {
 
-enum class Path { kPortable, kAvx2 };
+enum class Path { kPortable, kAvx2, kAvx512 };
 
-std::string PathName(Path path) { return path == Path::kAvx2 ? "Avx2" : "Portable"; }
+std::string PathName(Path path) {
+  return path == Path::kAvx512 ? "Avx512" : path == Path::kAvx2 ? "Avx2" : "Portable";
+}
 void PrintTo(Path path, std::ostream* os) { *os << PathName(path); }
 
-// Routes ops to `path` while alive. Returns false from ok() when the CPU lacks AVX2.
+// Routes ops to `path` (its kernel level at most) while alive. ok() is false when the CPU lacks
+// the path's instructions.
 class ScopedPath {
  public:
-  explicit ScopedPath(Path path) : ok_(path == Path::kPortable || internal::CpuSupportsAvx2()) {
-    internal::ForcePortableForTesting(path == Path::kPortable);
+  explicit ScopedPath(Path path)
+      : ok_(path == Path::kPortable || (path == Path::kAvx2 ? internal::CpuSupportsAvx2()
+                                                            : internal::CpuSupportsAvx512Vnni())) {
+    internal::ForceLevelForTesting(path == Path::kPortable ? internal::KernelLevel::kPortable
+                                   : path == Path::kAvx2   ? internal::KernelLevel::kAvx2
+                                                           : internal::KernelLevel::kAvx512);
   }
-  ~ScopedPath() { internal::ForcePortableForTesting(false); }
+  ~ScopedPath() { internal::ForceLevelForTesting(internal::KernelLevel::kAvx512); }
   bool ok() const { return ok_; }
 
  private:
@@ -177,7 +184,7 @@ class MatMulTest : public ::testing::TestWithParam<MatMulParam> {
 
 TEST_P(MatMulTest, MatchesReference) {
   ScopedPath scoped(path());
-  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks the instructions of this path";
   ThreadPool pool(threads());
   uint32_t seed = 1;
   for (int64_t m : {1, 3, 17, 64}) {
@@ -203,7 +210,7 @@ TEST_P(MatMulTest, MatchesReference) {
 // and the invariant order is as close to the reference as the default one.
 TEST_P(MatMulTest, BatchInvariantRowsEqualEachRowAlone) {
   ScopedPath scoped(path());
-  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks AVX2";
+  if (!scoped.ok()) GTEST_SKIP() << "CPU lacks the instructions of this path";
   ThreadPool pool(threads());
   uint32_t seed = 7;
   const int64_t k = DTypeBlockSize(dtype()) == 256 ? 512 : DTypeIsQuantized(dtype()) ? 288 : 300;
@@ -238,7 +245,8 @@ TEST_P(MatMulTest, BatchInvariantRowsEqualEachRowAlone) {
 
 INSTANTIATE_TEST_SUITE_P(AllDTypes, MatMulTest,
                          ::testing::Combine(kAllWeightDTypes, ::testing::Values(1, 2),
-                                            ::testing::Values(Path::kAvx2, Path::kPortable)),
+                                            ::testing::Values(Path::kAvx512, Path::kAvx2,
+                                                              Path::kPortable)),
                          [](const ::testing::TestParamInfo<MatMulParam>& info) {
                            return std::string(DTypeName(std::get<0>(info.param))) + "_" +
                                   std::to_string(std::get<1>(info.param)) + "Threads_" +
@@ -320,7 +328,7 @@ class OpsTest : public ::testing::TestWithParam<OpParam> {
  protected:
   void SetUp() override {
     scoped_ = std::make_unique<ScopedPath>(std::get<1>(GetParam()));
-    if (!scoped_->ok()) GTEST_SKIP() << "CPU lacks AVX2";
+    if (!scoped_->ok()) GTEST_SKIP() << "CPU lacks the instructions of this path";
     pool_ = std::make_unique<ThreadPool>(std::get<0>(GetParam()));
   }
   ThreadPool* pool() { return pool_.get(); }
@@ -465,9 +473,16 @@ struct AttentionCase {
 TEST_P(OpsTest, CausalAttentionMatchesReference) {
   const std::vector<int32_t> prefill = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   const std::vector<AttentionCase> cases = {
-      {4, 2, 8, prefill, 17, 1.0f},       {6, 3, 12, {100, 101, 102, 103, 104}, 128, 1.0f},
-      {4, 4, 64, prefill, 32, 4.0f},      {8, 2, 128, {1500}, 2048, 1.0f},
-      {2, 1, 128, {0, 7, 63}, 64, 10.0f}, {3, 1, 40, {2999}, 3000, 1.0f},
+      {4, 2, 8, prefill, 17, 1.0f},
+      {6, 3, 12, {100, 101, 102, 103, 104}, 128, 1.0f},
+      {4, 4, 64, prefill, 32, 4.0f},
+      {8, 2, 128, {1500}, 2048, 1.0f},
+      {2, 1, 128, {0, 7, 63}, 64, 10.0f},
+      {3, 1, 40, {2999}, 3000, 1.0f},
+      // Groups past four heads (two passes of the AVX-512 loops), head_dim with a 16-lane tail
+      // and past 64 lanes, Gemma's 256.
+      {16, 2, 72, prefill, 17, 2.0f},
+      {10, 2, 256, {0, 5, 40}, 64, 1.0f},
   };
   uint32_t seed = 70;
   for (const AttentionCase& c : cases) {
@@ -549,7 +564,8 @@ TEST_P(OpsTest, PagedAttentionMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(ThreadsAndPaths, OpsTest,
                          ::testing::Combine(::testing::Values(1, 2),
-                                            ::testing::Values(Path::kAvx2, Path::kPortable)),
+                                            ::testing::Values(Path::kAvx512, Path::kAvx2,
+                                                              Path::kPortable)),
                          [](const ::testing::TestParamInfo<OpParam>& info) {
                            return std::to_string(std::get<0>(info.param)) + "Threads_" +
                                   PathName(std::get<1>(info.param));

@@ -202,6 +202,16 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
   }
 }
 
+void RunCausalAttention(const AttentionArgs& args, ThreadPool* pool) {
+#if defined(__x86_64__)
+  if (internal::UseAvx512Vnni()) {
+    avx512::CausalAttention(args, pool);
+    return;
+  }
+#endif
+  UC_DISPATCH(CausalAttention, args, pool);
+}
+
 }  // namespace
 
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
@@ -413,7 +423,7 @@ void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
                            1,
                            kOneBlock,
                            nullptr};
-  UC_DISPATCH(CausalAttention, args, pool);
+  RunCausalAttention(args, pool);
 }
 
 void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
@@ -478,7 +488,7 @@ void PagedAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cach
                            layout.blocks_per_seq,
                            layout.block_tables.data(),
                            layout.token_seq.data()};
-  UC_DISPATCH(CausalAttention, args, pool);
+  RunCausalAttention(args, pool);
 }
 
 void EmbeddingLookup(const Tensor& table, std::span<const int32_t> ids, Tensor& out) {

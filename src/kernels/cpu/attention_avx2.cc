@@ -2,7 +2,9 @@
 // shares the KV head, so each K and V row is fetched from memory once per group instead of once
 // per head (GQA groups are 4-8 heads in Llama models). Two passes over the cache: scores q·k_t
 // for all heads of the group, four keys at a time while they sit in L1, then a vector exp; then
-// Σ p_t v_t over blocks of keys small enough to stay in L1 while every head reads them.
+// Σ p_t v_t over blocks of keys small enough to stay in L1 while every head reads them. The
+// dot products and the value sums are AttentionKernels: these AVX2 ones, or avx512's
+// (attention_avx512.cc), which run inside the same passes.
 #if defined(__x86_64__)
 
 #include <algorithm>
@@ -133,6 +135,30 @@ void AccumulateHead(const float* p, int64_t len, const float* values, int64_t st
   }
 }
 
+// AttentionKernels::scores: four keys at a time while they sit in L1.
+void Scores(const float* q, int heads, int hd, const float* keys, int64_t stride, int64_t rows,
+            float scale, float* scores, int64_t ld) {
+  const int64_t rows4 = rows / 4 * 4;
+  for (int64_t j = 0; j < rows4; j += 4) {
+    for (int h = 0; h < heads; ++h) {
+      Dot4(q + h * hd, keys + j * stride, stride, hd, scale, scores + h * ld + j);
+    }
+  }
+  for (int64_t j = rows4; j < rows; ++j) {
+    for (int h = 0; h < heads; ++h) {
+      scores[h * ld + j] = Dot(q + h * hd, keys + j * stride, hd) * scale;
+    }
+  }
+}
+
+// AttentionKernels::values.
+void Values(const float* p, int64_t ld, int heads, int64_t rows, const float* values,
+            int64_t stride, int hd, float* out) {
+  for (int h = 0; h < heads; ++h) {
+    AccumulateHead(p + h * ld, rows, values, stride, hd, out + h * hd);
+  }
+}
+
 // The query heads of one KV head for one token: `heads` consecutive heads starting at q / out,
 // hd apart. keys and values point at the group's column of the cache (rows `stride` apart);
 // sequence position t sits in row table[t / block_size] * block_size + t % block_size.
@@ -157,24 +183,6 @@ struct Group {
   }
 };
 
-// scores[h * len + t0 - first + j] = scale * q_h · k_(t0 + j) for j < rows, keys rows `stride`
-// apart.
-void RunScores(const Group& g, const float* keys, int64_t t0, int64_t rows, float* scores) {
-  const int64_t rows4 = rows / 4 * 4;
-  const int64_t at = t0 - g.first;
-  for (int64_t j = 0; j < rows4; j += 4) {
-    for (int h = 0; h < g.heads; ++h) {
-      Dot4(g.q + h * g.hd, keys + j * g.stride, g.stride, g.hd, g.scale,
-           scores + h * g.len + at + j);
-    }
-  }
-  for (int64_t j = rows4; j < rows; ++j) {
-    for (int h = 0; h < g.heads; ++h) {
-      scores[h * g.len + at + j] = Dot(g.q + h * g.hd, keys + j * g.stride, g.hd) * g.scale;
-    }
-  }
-}
-
 // Calls fn(t0, rows, offset) for each run of consecutive positions stored contiguously (one
 // block, or the whole sequence in a contiguous cache), at most `max_rows` at a time.
 template <typename Fn>
@@ -188,10 +196,11 @@ void ForEachRun(const Group& g, int64_t max_rows, Fn&& fn) {
   }
 }
 
-void AttendGroup(const Group& g, std::vector<float>& scores) {
+void AttendGroup(const Group& g, const AttentionKernels& kernels, std::vector<float>& scores) {
   scores.resize(static_cast<size_t>(g.heads * g.len));
   ForEachRun(g, g.len, [&](int64_t t0, int64_t rows, int64_t offset) {
-    RunScores(g, g.keys + offset, t0, rows, scores.data());
+    kernels.scores(g.q, g.heads, g.hd, g.keys + offset, g.stride, rows, g.scale,
+                   scores.data() + t0 - g.first, g.len);
   });
   if (g.softcap > 0.0f) {
     for (float& s : scores) s = g.softcap * std::tanh(s / g.softcap);
@@ -202,10 +211,8 @@ void AttendGroup(const Group& g, std::vector<float>& scores) {
     std::fill_n(g.out + h * g.hd, g.hd, 0.0f);
   }
   ForEachRun(g, kValueBlock, [&](int64_t t0, int64_t rows, int64_t offset) {
-    for (int h = 0; h < g.heads; ++h) {
-      AccumulateHead(scores.data() + h * g.len + t0 - g.first, rows, g.values + offset, g.stride,
-                     g.hd, g.out + h * g.hd);
-    }
+    kernels.values(scores.data() + t0 - g.first, g.len, g.heads, rows, g.values + offset, g.stride,
+                   g.hd, g.out);
   });
   for (int h = 0; h < g.heads; ++h) {
     float* out = g.out + h * g.hd;
@@ -216,6 +223,11 @@ void AttendGroup(const Group& g, std::vector<float>& scores) {
 }  // namespace
 
 void CausalAttention(const AttentionArgs& args, ThreadPool* pool) {
+  CausalAttentionWith(args, pool, AttentionKernels{Scores, Values});
+}
+
+void CausalAttentionWith(const AttentionArgs& args, ThreadPool* pool,
+                         const AttentionKernels& kernels) {
   const AttentionShape& s = args.shape;
   const int group_size = s.num_heads / s.num_kv_heads;
   const int64_t q_width = int64_t{s.num_heads} * s.head_dim;
@@ -239,7 +251,7 @@ void CausalAttention(const AttentionArgs& args, ThreadPool* pool) {
                       args.TableOf(token),
                       args.block_size};
     thread_local std::vector<float> scores;
-    AttendGroup(group, scores);
+    AttendGroup(group, kernels, scores);
   });
 }
 

@@ -159,6 +159,21 @@ void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
 // Bit-identical to cpu::QuantizeActivations.
 void QuantizeActivations(ActivationFormat format, const float* x, int64_t k, std::byte* dst);
 void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
+// The inner loops of CausalAttention for one token and the `heads` query heads of one KV head
+// (q and out: heads rows of hd floats; keys / values: `rows` cache rows `stride` floats apart):
+//   scores: scores[h * ld + j] = scale * q_h · key_j for h < heads, j < rows;
+//   values: out_h[0, hd) += Σ_j p[h * ld + j] * value_j for h < heads.
+// Each must compute a row of one query the same way whatever else the call holds (the rows are
+// then batch invariant).
+struct AttentionKernels {
+  void (*scores)(const float* q, int heads, int hd, const float* keys, int64_t stride, int64_t rows,
+                 float scale, float* scores, int64_t ld);
+  void (*values)(const float* p, int64_t ld, int heads, int64_t rows, const float* values,
+                 int64_t stride, int hd, float* out);
+};
+// CausalAttention's passes (AVX2 softmax) around other inner loops (avx512::CausalAttention).
+void CausalAttentionWith(const AttentionArgs& args, ThreadPool* pool,
+                         const AttentionKernels& kernels);
 void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, int64_t h,
              float eps, float* out);
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out);
@@ -225,6 +240,10 @@ int64_t PackedBf16Bytes(int64_t n, int64_t k);
 // Writes args' BF16 weights (w, n, k, w_row_bytes) in that layout to out (PackedBf16Bytes bytes,
 // 64-byte aligned).
 void PackBf16(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
+
+// CausalAttention with 512-bit score and value loops (all of a KV head's query heads share each
+// key and value load) inside avx2::CausalAttentionWith.
+void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 
 // Sum of n floats: the bandwidth probe's widest read loop (16 ZMM loads in flight, prefetch).
 double SumFloats(const float* data, int64_t n);
