@@ -24,6 +24,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/tile_avx512.h"
 
 namespace uc::kernels::avx512 {
 namespace {
@@ -37,21 +38,9 @@ constexpr int64_t kTilesPerGroup = 4;
 template <int MR>
 void MicroKernel(const float* x, int64_t ldx, const float* packed, int64_t kc, float* y,
                  int64_t ldy, int cols, bool accumulate) {
-  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xFFFF
-                                              : cols <= 16 ? 0
-                                                           : (1u << (cols - 16)) - 1);
+  const TileMasks masks = MasksForColumns(cols);
   __m512 acc[MR][2];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (accumulate) {
-      acc[r][0] = _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      acc[r][1] = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
-    } else {
-      acc[r][0] = _mm512_setzero_ps();
-      acc[r][1] = _mm512_setzero_ps();
-    }
-  }
+  LoadTile<MR>(acc, y, ldy, masks, accumulate);
   for (int64_t kk = 0; kk < kc; ++kk) {
     const __m512 w0 = _mm512_load_ps(packed + kk * kNr);
     const __m512 w1 = _mm512_load_ps(packed + kk * kNr + 16);
@@ -62,11 +51,7 @@ void MicroKernel(const float* x, int64_t ldx, const float* packed, int64_t kc, f
       acc[r][1] = _mm512_fmadd_ps(xb, w1, acc[r][1]);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    _mm512_mask_storeu_ps(y + r * ldy, m0, acc[r][0]);
-    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc[r][1]);
-  }
+  StoreTile<MR>(acc, y, ldy, masks);
 }
 
 using MicroKernelFn = void (*)(const float*, int64_t, const float*, int64_t, float*, int64_t, int,

@@ -34,6 +34,8 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/scratch.h"
+#include "kernels/cpu/tile_avx512.h"
 
 namespace uc::kernels::avx512 {
 namespace {
@@ -45,30 +47,6 @@ constexpr int64_t kTilesPerGroup = 4;     // tiles sharing one block of x rows
 constexpr int64_t kPrefetchBytes = 4096;  // how far ahead decode asks for the packed stream
 
 int64_t Pairs(int64_t k) { return (k + 1) / 2; }
-
-// Grows on demand; 64-byte aligned. Not thread-safe (used thread_local).
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { std::free(data_); }
-
-  uint32_t* Get(int64_t dwords) {
-    const auto bytes = static_cast<size_t>(dwords) * sizeof(uint32_t);
-    if (bytes > capacity_) {
-      std::free(data_);
-      capacity_ = (bytes + 63) / 64 * 64;
-      data_ = static_cast<uint32_t*>(std::aligned_alloc(64, capacity_));
-      UC_CHECK(data_ != nullptr, "MatMulBf16: out of memory");
-    }
-    return data_;
-  }
-
- private:
-  uint32_t* data_ = nullptr;
-  size_t capacity_ = 0;
-};
 
 // Pair p of stored BF16 row `row` of k elements (element k - 1 and a zero when 2p + 1 == k).
 uint32_t RowPair(const std::byte* row, int64_t k, int64_t p) {
@@ -100,21 +78,9 @@ void PackPanel(const MatMulArgs& a, int64_t j0, int cols, int64_t p0, int64_t pc
 template <int MR, bool kPrefetch>
 void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* panel, int64_t pc, float* y,
                  int64_t ldy, int cols, bool accumulate) {
-  const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
-  const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xFFFF
-                                              : cols <= 16 ? 0
-                                                           : (1u << (cols - 16)) - 1);
+  const TileMasks masks = MasksForColumns(cols);
   __m512 acc[MR][2];
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    if (accumulate) {
-      acc[r][0] = _mm512_maskz_loadu_ps(m0, y + r * ldy);
-      acc[r][1] = _mm512_maskz_loadu_ps(m1, y + r * ldy + 16);
-    } else {
-      acc[r][0] = _mm512_setzero_ps();
-      acc[r][1] = _mm512_setzero_ps();
-    }
-  }
+  LoadTile<MR>(acc, y, ldy, masks, accumulate);
   for (int64_t p = 0; p < pc; ++p) {
     const uint32_t* w = panel + p * kNr;
     if constexpr (kPrefetch) {
@@ -131,11 +97,7 @@ void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* panel, int64_t 
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], w1, xb);
     }
   }
-#pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) {
-    _mm512_mask_storeu_ps(y + r * ldy, m0, acc[r][0]);
-    _mm512_mask_storeu_ps(y + r * ldy + 16, m1, acc[r][1]);
-  }
+  StoreTile<MR>(acc, y, ldy, masks);
 }
 
 using MicroKernelFn = void (*)(const uint32_t*, int64_t, const uint32_t*, int64_t, float*, int64_t,
@@ -201,7 +163,7 @@ void StreamTiles(const MatMulArgs& a, const Bf16Rows& x, int64_t t_begin, int64_
 
 // Output columns [t_begin * 32, t_end * 32) ∩ [0, n) in groups of tiles and k blocks.
 void TiledRange(const MatMulArgs& a, const Bf16Rows& x, int64_t t_begin, int64_t t_end) {
-  thread_local Scratch scratch;
+  thread_local cpu::ThreadScratch scratch;
   const int64_t pairs = Pairs(a.k);
   const auto* packed = reinterpret_cast<const uint32_t*>(a.w_packed);
   const uint32_t* panels[kTilesPerGroup];
@@ -213,7 +175,8 @@ void TiledRange(const MatMulArgs& a, const Bf16Rows& x, int64_t t_begin, int64_t
         if (packed != nullptr) {
           panels[t] = packed + ((g + t) * pairs + p0) * kNr;
         } else {
-          uint32_t* panel = scratch.Get(kTilesPerGroup * kKcPairs * kNr) + t * kKcPairs * kNr;
+          uint32_t* panel =
+              scratch.GetAs<uint32_t>(kTilesPerGroup * kKcPairs * kNr) + t * kKcPairs * kNr;
           const int64_t j0 = (g + t) * kNr;
           PackPanel(a, j0, static_cast<int>(std::min<int64_t>(kNr, a.n - j0)), p0, pc, panel);
           panels[t] = panel;
@@ -238,8 +201,8 @@ void MatMulBf16(const MatMulArgs& args, ThreadPool* pool) {
   UC_CHECK(args.w_dtype == DType::kBF16, "MatMulBf16: w must be BF16");
   const int64_t ldx = Pairs(args.k);
   // The calling thread's buffer; the workers only see the pointer.
-  thread_local Scratch x_buffer;
-  uint32_t* const xb = x_buffer.Get(args.m * ldx);
+  thread_local cpu::ThreadScratch x_buffer;
+  uint32_t* const xb = x_buffer.GetAs<uint32_t>(args.m * ldx);
   ParallelFor(
       pool, args.m, [&](int64_t begin, int64_t end) { ConvertRows(args, begin, end, ldx, xb); },
       MinRowsPerChunk(args.k));

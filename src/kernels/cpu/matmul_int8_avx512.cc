@@ -61,6 +61,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/scratch.h"
 #include "kernels/dispatch.h"
 #include "tensor/dtype.h"
 
@@ -167,29 +168,6 @@ __m512i SumPairedRows(const __m512i* v) {
   return _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15), sums);
 }
-
-// Scratch memory of one thread, kept between calls, 64-byte aligned.
-class Scratch {
- public:
-  Scratch() = default;
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  ~Scratch() { std::free(data_); }
-
-  std::byte* Get(size_t bytes) {
-    if (bytes > capacity_) {
-      std::free(data_);
-      capacity_ = (bytes + 63) / 64 * 64;
-      data_ = static_cast<std::byte*>(std::aligned_alloc(64, capacity_));
-      UC_CHECK(data_ != nullptr, "MatMulInt8: out of memory");
-    }
-    return data_;
-  }
-
- private:
-  std::byte* data_ = nullptr;
-  size_t capacity_ = 0;
-};
 
 // v[i] lane c = v[c] lane i before (a 16x16 transpose in registers): at each stage s = 8, 4,
 // 2, 1, rows j and j + s ((j & s) == 0) swap their off-diagonal s x s blocks. Inlined: called,
@@ -1514,7 +1492,7 @@ void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, i
   using Prep = typename K::Prep;
   const int64_t groups = x.panel_rows / kPanelRows;
   const int64_t count = a.m - x.panel_rows;  // rows past the panels, fewer than sixteen
-  thread_local Scratch prep_buffer, sums_buffer;
+  thread_local cpu::ThreadScratch prep_buffer, sums_buffer;
   auto* const preps = reinterpret_cast<Prep*>(prep_buffer.Get(K::kChunkBlocks * sizeof(Prep)));
   // sums[16 g + c]: panel g's column c (lane i = x row 16 g + i); then sums[16 groups + r]: row
   // panel_rows + r's sixteen columns.
@@ -1796,7 +1774,7 @@ void MatMulInt8Many(std::span<const MatMulArgs> segments, ThreadPool* pool) {
   x.blocks = args.k / ActivationBlockSize(format);
   x.block_bytes = x.row_bytes / x.blocks;
   // The calling thread's buffers; the workers only see the pointers.
-  thread_local Scratch rows_buffer, sums_buffer, panel_buffer;
+  thread_local cpu::ThreadScratch rows_buffer, sums_buffer, panel_buffer;
   std::byte* const xq = rows_buffer.Get(static_cast<size_t>(args.m * x.row_bytes));
   x.rows = xq;
   VisitKernel(args.w_dtype, [&](auto kernel) {
