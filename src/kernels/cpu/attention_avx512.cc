@@ -45,8 +45,39 @@ void Sum4(const __m512* acc, float scale, float* s) {
   _mm_storeu_ps(s, _mm_mul_ps(sums, _mm_set1_ps(scale)));
 }
 
+// Lane i of the result = the sum of v[kTreeSlot[i]]'s sixteen lanes, by one fixed tree: 512-bit
+// halves, then 256-bit halves, then pairs within 128-bit lanes, then neighbours (45 shuffles and
+// adds for sixteen sums, against 88 for four Sum4). Result lane i lands in 128-bit lane i / 4 at
+// position i % 4; the slots say which input feeds it.
+constexpr int kTreeSlot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+
+__m512 Sum16(const __m512* v) {
+  __m512 t[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // 128-bit lanes [a0 + a2, a1 + a3, b0 + b2, b1 + b3]
+    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[i], v[i + 8], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  __m512 u[4];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {  // 128-bit lanes: the 4-float partials of v[i], v[i + 8], v[i + 4],
+                                 // v[i + 12]
+    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  __m512 w[2];
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i) {  // per 128-bit lane: [a.0 + a.2, a.1 + a.3, b.0 + b.2, b.1 + b.3]
+    w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 // scores[h * ld + j] for H heads and keys j in [j0, j0 + 4) (rows of four keys), or one key at a
-// time (kKeys = 1, the sums by _mm512_reduce_add_ps).
+// time (kKeys = 1, the sums by _mm512_reduce_add_ps). Four heads of four keys reduce together
+// (Sum16); fewer heads by Sum4 each.
 template <int H, int kKeys>
 void ScoreBlock(const float* q, int hd, const float* keys, int64_t stride, float scale,
                 float* scores, int64_t ld) {
@@ -67,6 +98,17 @@ void ScoreBlock(const float* q, int hd, const float* keys, int64_t stride, float
 #pragma GCC unroll 4
       for (int j = 0; j < kKeys; ++j) acc[h][j] = _mm512_fmadd_ps(qv, k[j], acc[h][j]);
     }
+  }
+  if constexpr (H == 4 && kKeys == 4) {
+    __m512 slots[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) slots[kTreeSlot[i]] = acc[i / 4][i % 4];
+    const __m512 sums = _mm512_mul_ps(Sum16(slots), _mm512_set1_ps(scale));
+    _mm_storeu_ps(scores, _mm512_castps512_ps128(sums));
+    _mm_storeu_ps(scores + ld, _mm512_extractf32x4_ps(sums, 1));
+    _mm_storeu_ps(scores + 2 * ld, _mm512_extractf32x4_ps(sums, 2));
+    _mm_storeu_ps(scores + 3 * ld, _mm512_extractf32x4_ps(sums, 3));
+    return;
   }
 #pragma GCC unroll 16
   for (int h = 0; h < H; ++h) {
