@@ -1,8 +1,8 @@
 // AVX-512 causal attention: avx2::CausalAttentionWith's passes (one task per token and KV head,
 // scores, softmax, values) with 512-bit inner loops. Both loops take up to four query heads of
 // the group at once, so each key or value vector is loaded once for all of them:
-//   scores: four keys x up to four heads = sixteen accumulators over head_dim, then each head's
-//     four sums by a fixed reduction tree;
+//   scores: four keys x up to four heads = sixteen accumulators over head_dim, then one fixed
+//     reduction tree for all sixteen sums (Sum16; fewer heads: each head's four by Sum4);
 //   values: up to four heads x 64 lanes of head_dim = sixteen accumulators over the keys.
 // A query's scores and outputs are computed the same way whatever the call holds besides (the
 // other keys of its run, the other heads), so rows stay batch invariant. The bits differ from
