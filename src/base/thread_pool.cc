@@ -26,16 +26,31 @@ struct ThreadPool::Impl {
   std::atomic<uint64_t> generation{0};
   std::atomic<int> pending{0};
   std::atomic<bool> stop{false};
-  // The current job; valid while pending > 0.
+  // The current job; valid while pending > 0. Static: chunk i runs on thread i (the caller is
+  // 0). Dynamic: every thread takes the next chunk from `next` until none is left.
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
-  int num_chunks = 0;
+  int64_t num_chunks = 0;
   int64_t chunk = 0;
+  bool dynamic = false;
+  std::atomic<int64_t> next{0};
 
-  void RunChunk(int index) {
+  void RunChunk(int64_t index) {
     const int64_t begin = index * chunk;
     const int64_t end = std::min(n, begin + chunk);
     if (begin < end) (*fn)(begin, end);
+  }
+
+  // Thread `index`'s part of the job.
+  void RunPart(int index) {
+    if (!dynamic) {
+      if (index < num_chunks) RunChunk(index);
+      return;
+    }
+    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_chunks;
+         i = next.fetch_add(1, std::memory_order_relaxed)) {
+      RunChunk(i);
+    }
   }
 
   void WorkerLoop(int worker_index) {
@@ -57,8 +72,8 @@ struct ThreadPool::Impl {
         gen = generation.load(std::memory_order_acquire);
       }
       seen = gen;
-      // Chunk 0 belongs to the caller; worker i runs chunk i + 1.
-      if (worker_index + 1 < num_chunks) RunChunk(worker_index + 1);
+      // The caller is thread 0; worker i is thread i + 1.
+      RunPart(worker_index + 1);
       pending.fetch_sub(1, std::memory_order_acq_rel);
     }
   }
@@ -107,6 +122,32 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   im.n = n;
   im.num_chunks = chunks;
   im.chunk = (n + chunks - 1) / chunks;
+  im.dynamic = false;
+  Run();
+}
+
+void ThreadPool::ParallelForDynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                                    int64_t grain) {
+  UC_CHECK(grain >= 1, "ParallelForDynamic: grain must be >= 1, got %lld",
+           static_cast<long long>(grain));
+  if (n <= 0) return;
+  const int64_t chunks = (n + grain - 1) / grain;
+  if (chunks <= 1 || t_inside_pool || impl_->workers.empty()) {
+    fn(0, n);
+    return;
+  }
+  Impl& im = *impl_;
+  im.fn = &fn;
+  im.n = n;
+  im.num_chunks = chunks;
+  im.chunk = grain;
+  im.dynamic = true;
+  im.next.store(0, std::memory_order_relaxed);
+  Run();
+}
+
+void ThreadPool::Run() {
+  Impl& im = *impl_;
   im.pending.store(static_cast<int>(im.workers.size()), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(im.mu);
@@ -114,7 +155,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   }
   im.wake.notify_all();
   t_inside_pool = true;
-  im.RunChunk(0);
+  im.RunPart(0);
   t_inside_pool = false;
   while (im.pending.load(std::memory_order_acquire) != 0) __builtin_ia32_pause();
 }

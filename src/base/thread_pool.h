@@ -33,12 +33,24 @@ class ThreadPool {
   void ParallelFor(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
                    int64_t min_chunk = 1);
 
+  // Calls fn(begin, end) on the chunks [i * grain, min(n, (i + 1) * grain)) covering [0, n); the
+  // workers and the calling thread take chunks in order from a shared counter until none is
+  // left, so a thread that the system holds back (other threads of the process, other
+  // processes) leaves its share to the others instead of stalling the call. Which thread runs
+  // which chunk is not fixed, and an inline run (one thread, a nested call) passes [0, n) at
+  // once: fn's results must depend on neither.
+  // REQUIRES: grain >= 1.
+  void ParallelForDynamic(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
+                          int64_t grain);
+
   // The number of hardware threads this process may use (sched affinity), at least 1.
   static int HardwareConcurrency();
 
  private:
   struct Impl;
   void StopWorkers();  // stops and joins every worker
+  // Runs the job set in impl_ on the workers and this thread; returns when all are done.
+  void Run();
   int num_threads_;
   std::unique_ptr<Impl> impl_;
 };

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 namespace uc {
@@ -29,6 +32,56 @@ TEST(ThreadPoolTest, MinChunkLimitsSplits) {
   pool.ParallelFor(
       10, [&](int64_t b, int64_t e) { calls.fetch_add(1); }, /*min_chunk=*/8);
   EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(ThreadPoolTest, DynamicCoversRangeExactlyOnceInGrainChunks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 1000}) {
+      for (int64_t grain : {1, 3, 64}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> bad_chunks{0};
+        for (int rep = 0; rep < 20; ++rep) {
+          pool.ParallelForDynamic(
+              n,
+              [&](int64_t b, int64_t e) {
+                // Whole chunks [i * grain, min(n, (i + 1) * grain)), or [0, n) when run inline.
+                const bool whole = b % grain == 0 && e == std::min(n, b + grain);
+                if (!whole && !(b == 0 && e == n)) bad_chunks.fetch_add(1);
+                for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1);
+              },
+              grain);
+        }
+        EXPECT_EQ(bad_chunks.load(), 0) << "threads=" << threads << " n=" << n;
+        for (int64_t i = 0; i < n; ++i) {
+          EXPECT_EQ(hits[i].load(), 20) << "threads=" << threads << " n=" << n << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+// A worker held back (here: sleeping in its first chunk) leaves the remaining chunks to the
+// others, which the static split cannot do.
+TEST(ThreadPoolTest, DynamicChunksGoToThreadsThatAreFree) {
+  ThreadPool pool(2);
+  std::atomic<int> started{0};
+  std::atomic<int> ran_by_caller{0};
+  std::atomic<bool> worker_slept{false};
+  const auto caller = std::this_thread::get_id();
+  pool.ParallelForDynamic(
+      16,
+      [&](int64_t, int64_t) {
+        started.fetch_add(1);
+        if (std::this_thread::get_id() == caller) {
+          ran_by_caller.fetch_add(1);
+        } else if (!worker_slept.exchange(true)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      },
+      1);
+  EXPECT_EQ(started.load(), 16);
+  EXPECT_GE(ran_by_caller.load(), 14);
 }
 
 TEST(ThreadPoolTest, NestedCallRunsInline) {

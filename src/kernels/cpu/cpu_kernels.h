@@ -83,17 +83,33 @@ inline void ParallelFor(ThreadPool* pool, int64_t n,
   }
 }
 
-// Calls fn(i) for every i in [0, count), item i on lane i % lanes with one lane per pool thread.
-// Striding instead of contiguous chunks balances work that grows with i (causal attention).
+// ThreadPool::ParallelForDynamic with about kChunksPerThread chunks a thread (at least
+// min_chunk items each): for work whose results do not depend on how it is split.
+inline constexpr int64_t kChunksPerThread = 4;
+inline void ParallelForDynamic(ThreadPool* pool, int64_t n,
+                               const std::function<void(int64_t, int64_t)>& fn, int64_t min_chunk) {
+  if (n <= 0) return;
+  if (pool == nullptr || pool->num_threads() == 1) {
+    fn(0, n);
+    return;
+  }
+  const int64_t chunks = int64_t{pool->num_threads()} * kChunksPerThread;
+  pool->ParallelForDynamic(n, fn, std::max<int64_t>({1, min_chunk, (n + chunks - 1) / chunks}));
+}
+
+// Calls fn(i) for every i in [0, count), item i on lane i % lanes, kChunksPerThread lanes per pool
+// thread taken dynamically. Striding instead of contiguous chunks balances work that grows with i
+// (causal attention).
 inline void ForEachStrided(ThreadPool* pool, int64_t count,
                            const std::function<void(int64_t)>& fn) {
-  const int64_t lanes = std::min<int64_t>(pool != nullptr ? pool->num_threads() : 1, count);
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t lanes = std::min<int64_t>(threads == 1 ? 1 : threads * kChunksPerThread, count);
   auto run_lanes = [&](int64_t begin, int64_t end) {
     for (int64_t lane = begin; lane < end; ++lane) {
       for (int64_t i = lane; i < count; i += lanes) fn(i);
     }
   };
-  ParallelFor(pool, lanes, run_lanes, 1);
+  ParallelForDynamic(pool, lanes, run_lanes, 1);
 }
 
 // Output rows per ParallelFor chunk so that each chunk does at least ~64K multiply-adds.

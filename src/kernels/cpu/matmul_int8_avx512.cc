@@ -1821,7 +1821,7 @@ void MatMulInt8Many(std::span<const MatMulArgs> segments, ThreadPool* pool) {
     for (size_t s = 0; s < segments.size(); ++s) {
       first[s + 1] = first[s] + (segments[s].n + kTileRows - 1) / kTileRows;
     }
-    ParallelFor(
+    ParallelForDynamic(
         pool, first[segments.size()],
         [&](int64_t begin, int64_t end) {
           for (size_t s = 0; s < segments.size(); ++s) {
