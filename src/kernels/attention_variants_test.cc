@@ -133,6 +133,37 @@ TEST_P(VariantsTest, WindowedAndCappedPagedAttentionMatchesReference) {
   }
 }
 
+// A query head's output has the same bits whether 1, 3 or 4 heads share its KV head (the AVX-512
+// scores reduce four heads of four keys in one tree, fewer heads one at a time: the same adds).
+TEST_P(VariantsTest, HeadOutputDoesNotDependOnTheGroupSize) {
+  constexpr int kHd = 64;
+  const std::vector<int32_t> positions = {3, 10, 17, 20, 29, 33, 36};
+  const auto m = static_cast<int64_t>(positions.size());
+  const Tensor q4 = RandomNormal({m, 4 * kHd}, 41);
+  const Tensor k = RandomNormal({37, kHd}, 42);
+  const Tensor v = RandomNormal({37, kHd}, 43);
+  auto run = [&](int heads) {
+    Tensor q = Tensor::Empty({m, heads * kHd}, DType::kF32);
+    for (int64_t i = 0; i < m; ++i) {
+      std::memcpy(q.data<float>() + i * heads * kHd, q4.data<float>() + i * 4 * kHd,
+                  sizeof(float) * heads * kHd);
+    }
+    Tensor out = Tensor::Empty(q.shape(), DType::kF32);
+    CausalAttention(q, k, v, positions, AttentionShape{heads, 1, kHd, 0.125f}, out, pool());
+    return out;
+  };
+  const Tensor out4 = run(4);
+  for (int heads : {1, 3}) {
+    const Tensor out = run(heads);
+    for (int64_t i = 0; i < m; ++i) {
+      ASSERT_EQ(std::memcmp(out.data<float>() + i * heads * kHd, out4.data<float>() + i * 4 * kHd,
+                            sizeof(float) * heads * kHd),
+                0)
+          << heads << " heads, token " << i;
+    }
+  }
+}
+
 // A window of one position attends to the token itself: the output is its own value row.
 TEST_P(VariantsTest, WindowOfOneReturnsTheTokensOwnValue) {
   const Tensor q = RandomNormal({3, 16}, 21);

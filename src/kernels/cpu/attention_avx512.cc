@@ -1,8 +1,8 @@
 // AVX-512 causal attention: avx2::CausalAttentionWith's passes (one task per token and KV head,
 // scores, softmax, values) with 512-bit inner loops. Both loops take up to four query heads of
 // the group at once, so each key or value vector is loaded once for all of them:
-//   scores: four keys x up to four heads = sixteen accumulators over head_dim, then one fixed
-//     reduction tree for all sixteen sums (Sum16; fewer heads: each head's four by Sum4);
+//   scores: four keys x up to four heads = sixteen accumulators over head_dim, then one
+//     reduction for all sixteen sums (Sum16, in Sum4's order; fewer heads: Sum4 per head);
 //   values: up to four heads x 64 lanes of head_dim = sixteen accumulators over the keys.
 // A query's scores and outputs are computed the same way whatever the call holds besides (the
 // other keys of its run, the other heads), so rows stay batch invariant. The bits differ from
@@ -45,34 +45,36 @@ void Sum4(const __m512* acc, float scale, float* s) {
   _mm_storeu_ps(s, _mm_mul_ps(sums, _mm_set1_ps(scale)));
 }
 
-// Lane i of the result = the sum of v[kTreeSlot[i]]'s sixteen lanes, by one fixed tree: 512-bit
-// halves, then 256-bit halves, then pairs within 128-bit lanes, then neighbours (45 shuffles and
-// adds for sixteen sums, against 88 for four Sum4). Result lane i lands in 128-bit lane i / 4 at
-// position i % 4; the slots say which input feeds it.
-constexpr int kTreeSlot[16] = {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15};
+// Lane i of the result = the sum of v[kTreeSlot[i]]'s sixteen lanes, added in Sum4's order
+// (lanes l + (l + 8), then neighbours twice, then the two 128-bit halves), so the scores have the
+// same bits either way; sixteen sums take 45 shuffles and adds here against 88 in four Sum4.
+// Levels: 512-bit halves, pairs within 128-bit lanes (twice), then 128-bit lanes 0 + 1, 2 + 3.
+constexpr int kTreeSlot[16] = {0, 4, 2, 6, 8, 12, 10, 14, 1, 5, 3, 7, 9, 13, 11, 15};
+
+// 128-bit lanes [a0 + a2, a1 + a3, b0 + b2, b1 + b3]: elements l + (l + 8) of a, then of b.
+__m512 AddHalves(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                       _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// Per 128-bit lane: [a.0 + a.1, a.2 + a.3, b.0 + b.1, b.2 + b.3].
+__m512 AddNeighbours(__m512 a, __m512 b) {
+  return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
 
 __m512 Sum16(const __m512* v) {
   __m512 t[8];
 #pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {  // 128-bit lanes [a0 + a2, a1 + a3, b0 + b2, b1 + b3]
-    t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(v[i], v[i + 8], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
+  for (int i = 0; i < 8; ++i) t[i] = AddHalves(v[i], v[i + 8]);
   __m512 u[4];
 #pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {  // 128-bit lanes: the 4-float partials of v[i], v[i + 8], v[i + 4],
-                                 // v[i + 12]
-    u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  __m512 w[2];
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i) {  // per 128-bit lane: [a.0 + a.2, a.1 + a.3, b.0 + b.2, b.1 + b.3]
-    w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
-  }
-  return _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int i = 0; i < 4; ++i) u[i] = AddNeighbours(t[i], t[i + 4]);
+  const __m512 w0 = AddNeighbours(u[0], u[2]);
+  const __m512 w1 = AddNeighbours(u[1], u[3]);
+  // 128-bit lanes [w0.0 + w0.1, w0.2 + w0.3, w1.0 + w1.1, w1.2 + w1.3].
+  return _mm512_add_ps(_mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(w0, w1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // scores[h * ld + j] for H heads and keys j in [j0, j0 + 4) (rows of four keys), or one key at a
