@@ -112,18 +112,8 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   if (n <= 0) return;
   min_chunk = std::max<int64_t>(1, min_chunk);
   const int64_t max_chunks = std::max<int64_t>(1, n / min_chunk);
-  const int chunks = static_cast<int>(std::min<int64_t>(num_threads_, max_chunks));
-  if (chunks <= 1 || t_inside_pool || impl_->workers.empty()) {
-    fn(0, n);
-    return;
-  }
-  Impl& im = *impl_;
-  im.fn = &fn;
-  im.n = n;
-  im.num_chunks = chunks;
-  im.chunk = (n + chunks - 1) / chunks;
-  im.dynamic = false;
-  Run();
+  const int64_t chunks = std::min<int64_t>(num_threads_, max_chunks);
+  Run(fn, n, chunks, (n + chunks - 1) / chunks, /*dynamic=*/false);
 }
 
 void ThreadPool::ParallelForDynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
@@ -131,23 +121,22 @@ void ThreadPool::ParallelForDynamic(int64_t n, const std::function<void(int64_t,
   UC_CHECK(grain >= 1, "ParallelForDynamic: grain must be >= 1, got %lld",
            static_cast<long long>(grain));
   if (n <= 0) return;
-  const int64_t chunks = (n + grain - 1) / grain;
-  if (chunks <= 1 || t_inside_pool || impl_->workers.empty()) {
+  Run(fn, n, (n + grain - 1) / grain, grain, /*dynamic=*/true);
+}
+
+void ThreadPool::Run(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int64_t num_chunks,
+                     int64_t chunk, bool dynamic) {
+  Impl& im = *impl_;
+  if (num_chunks <= 1 || t_inside_pool || im.workers.empty()) {
     fn(0, n);
     return;
   }
-  Impl& im = *impl_;
   im.fn = &fn;
   im.n = n;
-  im.num_chunks = chunks;
-  im.chunk = grain;
-  im.dynamic = true;
+  im.num_chunks = num_chunks;
+  im.chunk = chunk;
+  im.dynamic = dynamic;
   im.next.store(0, std::memory_order_relaxed);
-  Run();
-}
-
-void ThreadPool::Run() {
-  Impl& im = *impl_;
   im.pending.store(static_cast<int>(im.workers.size()), std::memory_order_release);
   {
     std::lock_guard<std::mutex> lock(im.mu);

@@ -49,8 +49,11 @@ class ThreadPool {
  private:
   struct Impl;
   void StopWorkers();  // stops and joins every worker
-  // Runs the job set in impl_ on the workers and this thread; returns when all are done.
-  void Run();
+  // Runs fn over [0, n) in `num_chunks` chunks of `chunk` items on the workers and this thread
+  // (inline when there is one chunk, no worker, or the caller is a pool thread); returns when
+  // all are done. Static: chunk i runs on thread i. Dynamic: threads take chunks in turn.
+  void Run(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int64_t num_chunks,
+           int64_t chunk, bool dynamic);
   int num_threads_;
   std::unique_ptr<Impl> impl_;
 };
