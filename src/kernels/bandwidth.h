@@ -25,9 +25,9 @@ struct ReadLoopBandwidth {
 
 // For each read loop the CPU supports, the median over `repetitions` of the bytes/s achieved when
 // each pool thread sums its own contiguous part of a freshly allocated, touched buffer of
-// `bytes` bytes; lowest level first. Use a buffer far larger than the last-level cache (e.g.
-// 1 GiB) to measure DRAM. `pool` may be null (one thread).
-// REQUIRES: bytes >= 4096, repetitions >= 1. Uses `pool` exclusively while it runs.
+// `bytes` bytes (a HugePageBuffer, the memory packed weights live in); lowest level first. Use a
+// buffer far larger than the last-level cache (e.g. 1 GiB) to measure DRAM. `pool` may be null (one
+// thread). REQUIRES: bytes >= 4096, repetitions >= 1. Uses `pool` exclusively while it runs.
 std::vector<ReadLoopBandwidth> MeasureReadLoops(ThreadPool* pool, int64_t bytes, int repetitions);
 
 // The best of MeasureReadLoops: the roofline's bandwidth.

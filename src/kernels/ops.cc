@@ -219,16 +219,11 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
   MatMulImpl(x, w, y, pool, options, nullptr);
 }
 
-void PackedWeight::Free::operator()(std::byte* p) const { std::free(p); }
-
 PackedWeight::PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes)
-    : source_(std::move(source)), options_(options), bytes_(bytes) {
-  // Rounded up to the alignment, as aligned_alloc requires.
-  data_.reset(
-      static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(bytes + 63) / 64 * 64)));
-  UC_CHECK(data_ != nullptr, "PackedWeight: out of memory for %lld bytes",
-           static_cast<long long>(bytes));
-}
+    : source_(std::move(source)),
+      options_(options),
+      bytes_(bytes),
+      data_(static_cast<size_t>(bytes)) {}
 
 std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
                                                        const MatMulOptions& options,
@@ -246,9 +241,9 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   const MatMulArgs args{nullptr,   0,        w.dim(1),      w.row(0),
                         w.dtype(), w.dim(0), w.row_bytes(), nullptr};
   if (bf16) {
-    avx512::PackBf16(args, packed->data_.get(), pool);
+    avx512::PackBf16(args, packed->data_.data(), pool);
   } else {
-    avx512::PackInt8(args, packed->data_.get(), pool);
+    avx512::PackInt8(args, packed->data_.data(), pool);
   }
   return packed;
 #else

@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 
+#include "base/huge_pages.h"
 #include "base/thread_pool.h"
 #include "tensor/tensor.h"
 
@@ -89,18 +90,15 @@ class PackedWeight {
   const Tensor& source() const { return source_; }
   const MatMulOptions& options() const { return options_; }
   int64_t packed_bytes() const { return bytes_; }
-  const std::byte* packed() const { return data_.get(); }
+  const std::byte* packed() const { return data_.data(); }
 
  private:
-  struct Free {
-    void operator()(std::byte* p) const;
-  };
   PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes);
 
   Tensor source_;
   MatMulOptions options_;
   int64_t bytes_;
-  std::unique_ptr<std::byte, Free> data_;
+  HugePageBuffer data_;  // decode streams it: 2 MiB pages where the OS grants them
 };
 
 // MatMul(x, w.source(), y, pool, w.options()), reading the packed copy where the kernel in use

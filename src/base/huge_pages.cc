@@ -1,0 +1,72 @@
+#include "base/huge_pages.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "base/check.h"
+
+namespace uc {
+namespace {
+
+size_t RoundUp(size_t value, size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+}  // namespace
+
+HugePageBuffer::HugePageBuffer(size_t bytes) {
+  UC_CHECK(bytes > 0, "HugePageBuffer: zero bytes");
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_ = bytes;
+  // Large buffers: map 2 MiB more than needed, so that a 2 MiB-aligned start fits inside.
+  const bool huge = bytes >= kHugePageBytes;
+  mapping_size_ = RoundUp(bytes, page) + (huge ? kHugePageBytes : 0);
+  void* addr =
+      ::mmap(nullptr, mapping_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  UC_CHECK(addr != MAP_FAILED, "out of memory mapping %zu bytes: %s", bytes, std::strerror(errno));
+  mapping_ = addr;
+  const auto start = reinterpret_cast<uintptr_t>(addr);
+  data_ = reinterpret_cast<std::byte*>(huge ? RoundUp(start, kHugePageBytes) : start);
+  if (huge) {
+#if defined(MADV_HUGEPAGE)
+    // Only whole 2 MiB pages can be huge; the tail keeps small pages.
+    const size_t whole = bytes / kHugePageBytes * kHugePageBytes;
+    if (::madvise(data_, whole, MADV_HUGEPAGE) == 0) advised_ = whole;
+#endif
+  }
+}
+
+HugePageBuffer::~HugePageBuffer() { Release(); }
+
+HugePageBuffer::HugePageBuffer(HugePageBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapping_(std::exchange(other.mapping_, nullptr)),
+      mapping_size_(std::exchange(other.mapping_size_, 0)),
+      advised_(std::exchange(other.advised_, 0)) {}
+
+HugePageBuffer& HugePageBuffer::operator=(HugePageBuffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapping_ = std::exchange(other.mapping_, nullptr);
+    mapping_size_ = std::exchange(other.mapping_size_, 0);
+    advised_ = std::exchange(other.advised_, 0);
+  }
+  return *this;
+}
+
+void HugePageBuffer::Release() {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+  mapping_ = nullptr;
+  data_ = nullptr;
+  size_ = mapping_size_ = advised_ = 0;
+}
+
+}  // namespace uc
