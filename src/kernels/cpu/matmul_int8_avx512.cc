@@ -1460,18 +1460,21 @@ struct PackedTile {
   const std::byte* block(int64_t b) const { return tile + b * static_cast<int64_t>(P::kBytes); }
   void Lanes(int64_t b, KPrep& /*prep*/, KLanes& lanes) const { K::PackedLanes(block(b), lanes); }
   void Prepare(int64_t b, typename K::Prep& prep) const { K::PreparePacked(block(b), prep); }
-  // kLinearPrefetch (AMD): the bytes kAheadBytes past block `part` into L1: the packed tiles
+  // kLinearPrefetch (AMD): the bytes kAheadBytes past block `part` into L2: the packed tiles
   // are one contiguous run, whose hardware prefetch alone left Q4_K and Q6_K decode 2.4-3.9x
-  // slower. A share of the next tile per block, as StoredTile does, measured 1.02-1.15x slower
-  // for Q4_0 and Q4_K at one and two threads, and Q6_K within the noise either way (4 KiB ahead:
-  // faster at two threads, slower at one).
+  // slower (Zen 5; Q6_K 3x on Zen 4). A share of the next tile per block, as StoredTile does,
+  // measured 1.02-1.15x slower for Q4_0 and Q4_K at one and two threads, and Q6_K within the
+  // noise either way (4 KiB ahead: faster at two threads, slower at one). Into L1 instead of L2
+  // (prefetcht0, as before): Q4_K decode, which reads each qs vector twice, 1.7-2x slower on a
+  // Zen 4 with a 32 KiB L1 (kernels_benchmark BM_MatMulPrecision, 1 thread: 11-13 against 21-24
+  // GB/s of weights); Q4_0 and Q6_K level or slower; batches of 16 1.05-1.3x slower.
   // Otherwise a share `part` of `parts` of the next tile into L2.
   template <bool kLinearPrefetch>
   void Prefetch(int64_t part, int64_t parts) const {
     if constexpr (kLinearPrefetch) {
       constexpr int64_t kAheadBytes = 12 * 1024;
       const std::byte* first = block(part) + kAheadBytes;
-      for (size_t q = 0; q < P::kBytes; q += 64) PrefetchToL1(first + q);
+      for (size_t q = 0; q < P::kBytes; q += 64) PrefetchToL2(first + q);
     } else {
       const int64_t share = (next_end - next + parts - 1) / parts;
       const std::byte* end = next + std::min((part + 1) * share, next_end - next);
