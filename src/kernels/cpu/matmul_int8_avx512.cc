@@ -1339,20 +1339,15 @@ struct TileRows {
     next_end = a.w + std::min(j0 + 2 * kTileRows, a.n) * a.w_row_bytes;
   }
 
-  // Asks for share `part` of `parts` of the next tile (contiguous) to be brought into L1
-  // (kToL1) or L2. Into L2 on Intel: a whole tile ahead (up to 34 KiB at k = 2048) would crowd
-  // the current one out of L1 there.
-  template <bool kToL1>
+  // Asks for share `part` of `parts` of the next tile (contiguous) to be brought into L2. Into
+  // L1 instead: on Intel a whole tile ahead (up to 34 KiB at k = 2048) would crowd the current
+  // one out; on a Zen 4 (32 KiB L1) decode from the stored rows was slower by 1.5-2.5x for Q4_K
+  // and Q6_K and 1.1-1.2x for Q3_K, level for Q4_0 (kernels_benchmark BM_MatMulPrecision
+  // level 2), as for the packed tiles (PackedTile::Prefetch).
   void PrefetchNext(int64_t part, int64_t parts) const {
     const int64_t share = (next_end - next + parts - 1) / parts;
     const std::byte* end = next + std::min((part + 1) * share, next_end - next);
-    for (const std::byte* p = next + part * share; p < end; p += 64) {
-      if constexpr (kToL1) {
-        PrefetchToL1(p);
-      } else {
-        PrefetchToL2(p);
-      }
-    }
+    for (const std::byte* p = next + part * share; p < end; p += 64) PrefetchToL2(p);
   }
 
   // Asks for bytes [begin, begin + kBytes) of each of the sixteen rows to be brought into L1:
@@ -1406,7 +1401,7 @@ void RowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int
       // tile prefetched in address order (ahead of the AVX2 path's eight-row tiles instead of
       // 1.5-2x behind them; into L1 or L2 made no difference). On an Intel Xeon a prefetch
       // into L2 gained nothing or cost a little.
-      if constexpr (kLinearPrefetch) tile.PrefetchNext<true>(b, x.blocks);
+      if constexpr (kLinearPrefetch) tile.PrefetchNext(b, x.blocks);
       K::Prepare(tile.rows, b, prep);
       AddRowTerms<K>(prep, x, b, 0, a.m, acc);
     }
@@ -1438,7 +1433,7 @@ struct StoredTile {
   // kLinearPrefetch (AMD): share `part` of the next tile into L1; otherwise none (measured level).
   template <bool kLinearPrefetch>
   void Prefetch(int64_t part, int64_t parts) const {
-    if constexpr (kLinearPrefetch) tile.PrefetchNext<true>(part, parts);
+    if constexpr (kLinearPrefetch) tile.PrefetchNext(part, parts);
   }
 };
 
@@ -1665,10 +1660,10 @@ void KRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
       // L1 one more at first). AMD EPYC: the linear prefetch alone is 1.1-1.2x faster for Q4_K
       // at 1 and 2 threads (level for Q6_K) than these two.
       if constexpr (kLinearPrefetch) {
-        tile.PrefetchNext<true>(b, x.blocks);
+        tile.PrefetchNext(b, x.blocks);
       } else {
         if (b + 1 < x.blocks) tile.PrefetchL1<kBlockBytes>((b + 1) * kBlockBytes);
-        tile.PrefetchNext<false>(b, x.blocks);
+        tile.PrefetchNext(b, x.blocks);
       }
       const std::byte* xb = x.rows + b * x.block_bytes;
       for (int j = 0; j < kTileRows; ++j) {
