@@ -220,10 +220,7 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
 }
 
 PackedWeight::PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes)
-    : source_(std::move(source)),
-      options_(options),
-      bytes_(bytes),
-      data_(static_cast<size_t>(bytes)) {}
+    : source_(std::move(source)), options_(options), data_(static_cast<size_t>(bytes)) {}
 
 std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
                                                        const MatMulOptions& options,

@@ -89,7 +89,7 @@ class PackedWeight {
 
   const Tensor& source() const { return source_; }
   const MatMulOptions& options() const { return options_; }
-  int64_t packed_bytes() const { return bytes_; }
+  int64_t packed_bytes() const { return static_cast<int64_t>(data_.size()); }
   const std::byte* packed() const { return data_.data(); }
 
  private:
@@ -97,7 +97,6 @@ class PackedWeight {
 
   Tensor source_;
   MatMulOptions options_;
-  int64_t bytes_;
   HugePageBuffer data_;  // decode streams it: 2 MiB pages where the OS grants them
 };
 

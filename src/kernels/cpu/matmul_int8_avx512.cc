@@ -1430,7 +1430,7 @@ struct StoredTile {
     K::PrepareLanes(tile.rows, b, prep, lanes);
   }
   void Prepare(int64_t b, typename K::Prep& prep) const { K::Prepare(tile.rows, b, prep); }
-  // kLinearPrefetch (AMD): share `part` of the next tile into L1; otherwise none (measured level).
+  // kLinearPrefetch (AMD): share `part` of the next tile into L2; otherwise none (measured level).
   template <bool kLinearPrefetch>
   void Prefetch(int64_t part, int64_t parts) const {
     if constexpr (kLinearPrefetch) tile.PrefetchNext(part, parts);
