@@ -134,22 +134,41 @@ void SetPath(bool portable, benchmark::State& state) {
   if (!portable && !HasAvx2()) state.SkipWithError("CPU lacks AVX2");
 }
 
-// Args: dtype index, threads, portable (0/1).
+// The weights MatMul(x, w, ...) reads with MatMulPrecision::kExact: w's packed copy where
+// PackedWeight::Pack makes one for this CPU and `pack`, else w itself (null).
+std::shared_ptr<const PackedWeight> ExactPacked(const Tensor& w, bool pack) {
+  return pack ? PackedWeight::Pack(w, MatMulOptions{}) : nullptr;
+}
+
+void MatMulMaybePacked(const Tensor& x, const Tensor& w, const PackedWeight* packed, Tensor& y,
+                       ThreadPool* pool) {
+  if (packed != nullptr) {
+    MatMul(x, *packed, y, pool);
+  } else {
+    MatMul(x, w, y, pool);
+  }
+}
+
+// Args: dtype index, threads, portable (0/1), pack (0/1: PackedWeight, as a model's layers).
 void BM_MatMulDecode(benchmark::State& state) {
   const DType dtype = kDTypes[state.range(0)];
   const int threads = static_cast<int>(state.range(1));
   SetPath(state.range(2) != 0, state);
   std::vector<Tensor> copies;
+  std::vector<std::shared_ptr<const PackedWeight>> packed;
   const Tensor first = BenchWeights(kIntermediate, kHidden, dtype, 1);
   const int64_t copies_needed = std::max<int64_t>(2, kColdBytes / first.nbytes() + 1);
-  for (int64_t c = 0; c < copies_needed; ++c) copies.push_back(first.Clone());
+  for (int64_t c = 0; c < copies_needed; ++c) {
+    copies.push_back(first.Clone());
+    packed.push_back(ExactPacked(copies.back(), state.range(3) != 0));
+  }
   const Tensor x = RandomF32({1, kHidden}, 2);
   Tensor y = Tensor::Empty({1, kIntermediate}, DType::kF32);
   const double roofline = Roofline(threads);
   size_t next = 0;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    MatMul(x, copies[next], y, Pool(threads));
+    MatMulMaybePacked(x, copies[next], packed[next].get(), y, Pool(threads));
     next = (next + 1) % copies.size();
     benchmark::DoNotOptimize(y.raw());
   }
@@ -159,35 +178,40 @@ void BM_MatMulDecode(benchmark::State& state) {
   state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
   state.counters["roofline_B/s"] = roofline;
   state.counters["of_roofline"] = bytes / seconds / roofline;
-  state.SetLabel(std::string(DTypeName(dtype)));
+  state.SetLabel(std::string(DTypeName(dtype)) + (packed[0] != nullptr ? " packed" : ""));
   internal::ForcePortableForTesting(false);
 }
 
-// Args: dtype index, threads, portable (0/1). m = 64 tokens of prefill.
+// Args: dtype index, threads, portable (0/1), pack (0/1). m = 64 tokens of prefill.
 void BM_MatMulPrefill(benchmark::State& state) {
   const DType dtype = kDTypes[state.range(0)];
   const int threads = static_cast<int>(state.range(1));
   SetPath(state.range(2) != 0, state);
   constexpr int64_t kTokens = 64;
   const Tensor w = BenchWeights(kIntermediate, kHidden, dtype, 1);
+  const std::shared_ptr<const PackedWeight> packed = ExactPacked(w, state.range(3) != 0);
   const Tensor x = RandomF32({kTokens, kHidden}, 2);
   Tensor y = Tensor::Empty({kTokens, kIntermediate}, DType::kF32);
   for (auto _ : state) {
-    MatMul(x, w, y, Pool(threads));
+    MatMulMaybePacked(x, w, packed.get(), y, Pool(threads));
     benchmark::DoNotOptimize(y.raw());
   }
   state.counters["FLOP/s"] = benchmark::Counter(
       2.0 * kTokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(DTypeName(dtype)));
+  state.SetLabel(std::string(DTypeName(dtype)) + (packed != nullptr ? " packed" : ""));
   internal::ForcePortableForTesting(false);
 }
 
 void MatMulArgs(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"dtype", "threads", "portable"});
+  b->ArgNames({"dtype", "threads", "portable", "pack"});
   for (int64_t d = 0; d < static_cast<int64_t>(std::size(kDTypes)); ++d) {
-    for (int64_t threads : {1, 2}) b->Args({d, threads, 0});
+    for (int64_t threads : {1, 2}) b->Args({d, threads, 0, 0});
   }
-  b->Args({2, 2, 1});  // BF16 on the portable path, for comparison
+  // F16 and BF16 as a model's layers read them: packed where the CPU has a layout for them.
+  for (int64_t d : {1, 2}) {
+    for (int64_t threads : {1, 2}) b->Args({d, threads, 0, 1});
+  }
+  b->Args({2, 2, 1, 0});  // BF16 on the portable path, for comparison
   b->UseRealTime()->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_MatMulDecode)->Apply(MatMulArgs);

@@ -131,6 +131,10 @@ const char* Name(DType dtype) { return DTypeName(dtype).data(); }
 
 bool IsWeightDType(DType dtype) { return dtype != DType::kI32; }
 
+[[maybe_unused]] bool IsHalfDType(DType dtype) {
+  return dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
 bool IsFloatDType(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
 }
@@ -187,6 +191,10 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
              internal::UseAvx512Bf16()) {
     args.w_packed = packed;
     avx512::MatMulBf16(args, pool);
+  } else if (IsHalfDType(w.dtype()) && internal::UseAvx512Vnni()) {
+    // F16, and BF16 multiplied exactly: one order for every m (batch invariant).
+    args.w_packed = packed;
+    avx512::MatMulHalf(args, pool);
 #endif
   } else if (options.batch_invariant) {
     // The portable MatMul sums every row in one order for any m.
@@ -226,21 +234,36 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
                                                        const MatMulOptions& options,
                                                        ThreadPool* pool) {
 #if defined(__x86_64__)
-  if (options.precision != MatMulPrecision::kInt8 || !internal::UseAvx512Vnni() || !w.defined() ||
-      w.rank() != 2 || w.numel() == 0) {
+  if (!internal::UseAvx512Vnni() || !w.defined() || w.rank() != 2 || w.numel() == 0) {
     return nullptr;
   }
-  const bool bf16 = w.dtype() == DType::kBF16 && internal::UseAvx512Bf16();
-  const int64_t bytes = bf16 ? avx512::PackedBf16Bytes(w.dim(0), w.dim(1))
-                             : avx512::PackedInt8Bytes(w.dtype(), w.dim(0), w.dim(1));
+  // The layout of the kernel MatMulImpl picks for (dtype, precision) on this CPU.
+  enum class Layout { kNone, kInt8, kBf16, kHalf };
+  const bool int8 = options.precision == MatMulPrecision::kInt8;
+  Layout layout = Layout::kNone;
+  if (int8 && DTypeIsQuantized(w.dtype())) {
+    layout = Layout::kInt8;
+  } else if (int8 && w.dtype() == DType::kBF16 && internal::UseAvx512Bf16()) {
+    layout = Layout::kBf16;
+  } else if (IsHalfDType(w.dtype())) {
+    layout = Layout::kHalf;
+  }
+  const int64_t n = w.dim(0);
+  const int64_t k = w.dim(1);
+  const int64_t bytes = layout == Layout::kInt8   ? avx512::PackedInt8Bytes(w.dtype(), n, k)
+                        : layout == Layout::kBf16 ? avx512::PackedBf16Bytes(n, k)
+                        : layout == Layout::kHalf ? avx512::PackedHalfBytes(n, k)
+                                                  : 0;
   if (bytes == 0) return nullptr;
   std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes));
-  const MatMulArgs args{nullptr,   0,        w.dim(1),      w.row(0),
-                        w.dtype(), w.dim(0), w.row_bytes(), nullptr};
-  if (bf16) {
-    avx512::PackBf16(args, packed->data_.data(), pool);
+  const MatMulArgs args{nullptr, 0, k, w.row(0), w.dtype(), n, w.row_bytes(), nullptr};
+  std::byte* const out = packed->data_.data();
+  if (layout == Layout::kInt8) {
+    avx512::PackInt8(args, out, pool);
+  } else if (layout == Layout::kBf16) {
+    avx512::PackBf16(args, out, pool);
   } else {
-    avx512::PackInt8(args, packed->data_.data(), pool);
+    avx512::PackHalf(args, out, pool);
   }
   return packed;
 #else

@@ -49,9 +49,10 @@ struct MatMulOptions {
   MatMulPrecision precision = MatMulPrecision::kExact;
   // Every row of y is summed in one order whatever m is, so a row's bits never depend on the
   // rows beside it (the other requests of a batch, the prefill chunk it falls in). kInt8 (for
-  // quantized w, and BF16 w with AVX512_BF16) and the portable kernels always are; with AVX2 kExact
-  // costs prefill speed, since the tiled GEMM's order differs from the decode path's (see the
-  // README's numbers).
+  // quantized w, and BF16 w with AVX512_BF16), F16 and BF16 w on CPUs with AVX-512 VNNI (one FMA
+  // chain over k per output at every m) and the portable kernels always are; otherwise with AVX2
+  // kExact costs prefill speed, since the tiled GEMM's order differs from the decode path's (see
+  // the README's numbers).
   bool batch_invariant = false;
 };
 
@@ -76,8 +77,11 @@ inline void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool
 // block's fields interleaved across the rows (decode of the 4-bit types 1.4-1.9x faster than
 // from the stored rows, batches of 16 1.0-1.4x; see matmul_int8_avx512.cc); and kInt8 on
 // AVX512_BF16 for BF16: tiles of 32 rows with k in pairs, pair p of the 32 rows one 128-byte run
-// (matmul_bf16_avx512.cc). As many bytes as the stored weights (n rounded up to the tile). Results
-// are bit-identical to MatMul on the stored weights. Immutable after Pack; safe to share between
+// (matmul_bf16_avx512.cc); and on AVX-512 VNNI, F16 at any precision and BF16 otherwise: tiles of
+// 32 rows, element kk of the 32 rows one 64-byte line (matmul_half_avx512.cc; decode streams it
+// at the read bandwidth, where the stored rows' dot products lost L1 to F32 x). As many bytes as
+// the stored weights (n rounded up to the tile). Results are bit-identical to MatMul on the stored
+// weights. Immutable after Pack; safe to share between
 // threads.
 class PackedWeight {
  public:

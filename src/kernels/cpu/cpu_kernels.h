@@ -35,8 +35,8 @@ struct MatMulArgs {
   int64_t n;
   int64_t w_row_bytes;
   float* y;
-  // avx512::MatMulInt8 and avx512::MatMulBf16 only: w as avx512::PackInt8 or avx512::PackBf16
-  // wrote it (w still names the stored rows), or null.
+  // avx512::MatMulInt8, avx512::MatMulBf16 and avx512::MatMulHalf only: w as avx512::PackInt8,
+  // avx512::PackBf16 or avx512::PackHalf wrote it (w still names the stored rows), or null.
   const std::byte* w_packed = nullptr;
 };
 
@@ -256,6 +256,19 @@ int64_t PackedBf16Bytes(int64_t n, int64_t k);
 // Writes args' BF16 weights (w, n, k, w_row_bytes) in that layout to out (PackedBf16Bytes bytes,
 // 64-byte aligned).
 void PackBf16(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
+
+// F16 weights (any precision) and BF16 weights multiplied exactly (kExact, or kInt8 without
+// AVX512_BF16): every output one F32 FMA chain over k in order from zero, MatMulTiled's order, so
+// the bits are MatMulTiled's for every m (batch invariant), packed or not. Reads args.w_packed
+// (PackHalf's layout) when set: decode streams it at the read bandwidth; else MatMulTiled.
+// See matmul_half_avx512.cc.
+void MatMulHalf(const MatMulArgs& args, ThreadPool* pool);
+// Bytes of F16 or BF16 w[n, k] in MatMulHalf's packed layout: tiles of 32 rows (n rounded up),
+// element kk of a tile's rows one 64-byte line, lines in k order.
+int64_t PackedHalfBytes(int64_t n, int64_t k);
+// Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out (PackedHalfBytes
+// bytes, 64-byte aligned).
+void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 
 // CausalAttention with 512-bit score and value loops (all of a KV head's query heads share each
 // key and value load) inside avx2::CausalAttentionWith.

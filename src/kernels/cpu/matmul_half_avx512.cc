@@ -1,0 +1,264 @@
+// AVX-512 MatMul for 16-bit float weights multiplied exactly: F16 at any precision, BF16 at
+// MatMulPrecision::kExact (and at kInt8 on CPUs without AVX512_BF16). Each weight converts to F32
+// exactly in a register (vcvtph2ps; a BF16 is the top half of its F32), so the products are
+// those of the F32 GEMM.
+//
+// Layout (PackHalf, once at load). Tiles of 32 weight rows; element kk of the tile's 32 rows is
+// one 64-byte line, the lines of kk = 0, 1, ... back to back, so a tile is one contiguous run of
+// k * 64 bytes and the whole matrix one stream. Rows past n are zero.
+//
+// Order. Every output element is one F32 FMA chain over kk = 0, 1, ..., k - 1 starting from zero,
+// acc = fma(x[kk], w[kk], acc), whatever m, the tiles beside it or the thread count (a k block
+// ends by storing the partial sum to y and the next reloads it, which rounds nothing). That is
+// gemm_avx512.cc's order, so packed and stored weights give the same bits, and every m does:
+// batch invariant by construction.
+//
+// Kernels. Prefill (m > kMr or unpacked): groups of four tiles under blocks of twelve x rows and
+// k blocks of kKc, a 12x32 micro-kernel (twenty-four accumulators; per kk one 64-byte line
+// converted to two vectors and twelve broadcasts of x). Decode (m <= kMr): each thread streams
+// its tiles whole, two at a time for m <= 4 so that four or more independent chains hide the
+// FMA latency; x is read as broadcasts (4 bytes per 64 bytes of weights, where a row-by-row dot
+// product reads two bytes of F32 x per byte of F16 weights and loses L1 to it when k is large).
+//
+// Everything here but the entry points is in an anonymous namespace, for the reason
+// matmul_int8_avx512.cc gives.
+#if defined(__x86_64__)
+
+// clang-format off
+// First, before <immintrin.h> (see the header).
+#include "kernels/cpu/avx512_gcc_workaround.h"  // NOLINT(build/include_order)
+#include <immintrin.h>
+// clang-format on
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/tile_avx512.h"
+
+namespace uc::kernels::avx512 {
+namespace {
+
+constexpr int kNr = 32;                // weight rows (output columns) per tile: two vectors
+constexpr int kMr = 12;                // x rows per micro-kernel call
+constexpr int64_t kKc = 256;           // k per block in the prefill kernel: a 16 KiB tile slice
+constexpr int64_t kTilesPerGroup = 4;  // tiles sharing one block of x rows
+constexpr int64_t kLineBytes = kNr * 2;
+
+// 16 weights (16-bit) to F32 vectors.
+struct LoadF16 {
+  [[gnu::always_inline]] static __m512 Load(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+};
+struct LoadBf16 {
+  [[gnu::always_inline]] static __m512 Load(const uint16_t* p) {
+    const __m512i wide =
+        _mm512_cvtepu16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+};
+
+// How far ahead (bytes) and into which cache the decode stream asks for each tile's lines.
+// Prefetching into L1 evicts the x rows and lines still in use on a 32 KiB L1 (as for the int8
+// tiles, matmul_int8_avx512.cc); L2 keeps the stream ahead of the loads.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// y[r, t * 32 + c] (+)= x[r, 0..kc) · tile t's lines [0, kc), for r < MR, t < NT, and columns
+// t * 32 + c < cols (REQUIRES: cols > (NT - 1) * 32); tile t's lines start at panel + t *
+// tile_stride (elements). Accumulates into y when `accumulate`. When kPrefetch, asks for each tile
+// kPrefetchBytes ahead.
+template <typename L, int MR, int NT, bool kPrefetch>
+void MicroKernel(const float* x, int64_t ldx, const uint16_t* panel, int64_t tile_stride,
+                 int64_t kc, float* y, int64_t ldy, int cols, bool accumulate) {
+  TileMasks masks[NT];
+  __m512 acc[NT][MR][2];
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) {
+    masks[t] = MasksForColumns(std::min(cols - t * kNr, kNr));
+    LoadTile<MR>(acc[t], y + t * kNr, ldy, masks[t], accumulate);
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    __m512 w[NT][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const uint16_t* line = panel + t * tile_stride + kk * kNr;
+      if constexpr (kPrefetch) {
+        _mm_prefetch(reinterpret_cast<const char*>(line) + kPrefetchBytes, _MM_HINT_T1);
+      }
+      w[t][0] = L::Load(line);
+      w[t][1] = L::Load(line + 16);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 xb = _mm512_set1_ps(x[r * ldx + kk]);
+#pragma GCC unroll 4
+      for (int t = 0; t < NT; ++t) {
+        acc[t][r][0] = _mm512_fmadd_ps(xb, w[t][0], acc[t][r][0]);
+        acc[t][r][1] = _mm512_fmadd_ps(xb, w[t][1], acc[t][r][1]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < NT; ++t) StoreTile<MR>(acc[t], y + t * kNr, ldy, masks[t]);
+}
+
+using MicroKernelFn = void (*)(const float*, int64_t, const uint16_t*, int64_t, int64_t, float*,
+                               int64_t, int, bool);
+
+// kernels[MR] = MicroKernel<L, MR, NT, kPrefetch> for MR in 1..kMax.
+template <typename L, int NT, bool kPrefetch, int... kRows>
+constexpr auto KernelTable(std::integer_sequence<int, kRows...>) {
+  return std::array<MicroKernelFn, sizeof...(kRows) + 1>{
+      nullptr, MicroKernel<L, kRows + 1, NT, kPrefetch>...};
+}
+template <typename L>
+struct Kernels {
+  // Prefill: one tile, up to kMr rows, no prefetch (the tile slice is in L1/L2 already).
+  static constexpr auto kTiled = KernelTable<L, 1, false>(std::make_integer_sequence<int, kMr>());
+  // Decode: one tile and up to kMr rows, or two tiles and up to 4 rows, streaming.
+  static constexpr auto kStream1 = KernelTable<L, 1, true>(std::make_integer_sequence<int, kMr>());
+  static constexpr auto kStream2 = KernelTable<L, 2, true>(std::make_integer_sequence<int, 4>());
+};
+
+const uint16_t* TileLines(const MatMulArgs& a, int64_t t) {
+  return reinterpret_cast<const uint16_t*>(a.w_packed) + t * a.k * kNr;
+}
+
+int Columns(const MatMulArgs& a, int64_t j0, int64_t tiles) {
+  return static_cast<int>(std::min<int64_t>(tiles * kNr, a.n - j0));
+}
+
+// Output columns [t_begin * 32, t_end * 32) ∩ [0, n), each tile streamed whole (m <= kMr).
+template <typename L>
+void StreamTiles(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
+  const int64_t stride = a.k * kNr;
+  int64_t t = t_begin;
+  if (a.m <= 4) {
+    for (; t + 2 <= t_end; t += 2) {
+      const int64_t j0 = t * kNr;
+      Kernels<L>::kStream2[a.m](a.x, a.k, TileLines(a, t), stride, a.k, a.y + j0, a.n,
+                                Columns(a, j0, 2), false);
+    }
+  }
+  for (; t < t_end; ++t) {
+    const int64_t j0 = t * kNr;
+    Kernels<L>::kStream1[a.m](a.x, a.k, TileLines(a, t), stride, a.k, a.y + j0, a.n,
+                              Columns(a, j0, 1), false);
+  }
+}
+
+// Output columns [t_begin * 32, t_end * 32) ∩ [0, n) in groups of tiles and k blocks.
+template <typename L>
+void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
+  const int64_t stride = a.k * kNr;
+  for (int64_t g = t_begin; g < t_end; g += kTilesPerGroup) {
+    const int64_t tiles = std::min(kTilesPerGroup, t_end - g);
+    for (int64_t k0 = 0; k0 < a.k; k0 += kKc) {
+      const int64_t kc = std::min(kKc, a.k - k0);
+      for (int64_t i0 = 0; i0 < a.m; i0 += kMr) {
+        const int64_t rows = std::min<int64_t>(kMr, a.m - i0);
+        for (int64_t t = g; t < g + tiles; ++t) {
+          const int64_t j0 = t * kNr;
+          Kernels<L>::kTiled[rows](a.x + i0 * a.k + k0, a.k, TileLines(a, t) + k0 * kNr, stride, kc,
+                                   a.y + i0 * a.n + j0, a.n, Columns(a, j0, 1), k0 > 0);
+        }
+      }
+    }
+  }
+}
+
+template <typename L>
+void Run(const MatMulArgs& args, ThreadPool* pool) {
+  const int64_t num_tiles = (args.n + kNr - 1) / kNr;
+  const bool stream = args.m <= kMr;
+  // Decode pairs tiles for m <= 4: chunks of an even number of tiles keep the pairs whole.
+  const int64_t min_tiles = std::max<int64_t>(2, MinRowsPerChunk(args.m * args.k) / kNr);
+  ParallelFor(
+      pool, num_tiles,
+      [&](int64_t begin, int64_t end) {
+        if (stream) {
+          StreamTiles<L>(args, begin, end);
+        } else {
+          TiledRange<L>(args, begin, end);
+        }
+      },
+      (min_tiles + 1) / 2 * 2);
+}
+
+// Tile t of the packed layout from the stored rows: lines [0, k) of 32 elements each. Two
+// gathers fetch elements (kk, kk + 1) of the 32 rows as dwords; one permute pair splits them into
+// lines kk and kk + 1 (0.6 s for TinyLlama's 1.1 B weights where element-wise copies took 3.5 s).
+void PackTile(const MatMulArgs& a, int64_t t, uint16_t* out) {
+  const int64_t j0 = t * kNr;
+  const int cols = Columns(a, j0, 1);
+  const std::byte* base = a.w + j0 * a.w_row_bytes;
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(static_cast<int>(a.w_row_bytes)));
+  const __mmask16 lo_rows = static_cast<__mmask16>(cols >= 16 ? 0xFFFF : (1u << cols) - 1);
+  const __mmask16 hi_rows = static_cast<__mmask16>(cols >= 32   ? 0xFFFF
+                                                   : cols <= 16 ? 0
+                                                                : (1u << (cols - 16)) - 1);
+  const std::byte* upper = base + 16 * a.w_row_bytes;
+  // Word i of the result: the low (even) or high (odd) half of dword i of {lo, hi}.
+  alignas(64) static constexpr uint16_t kEven[32] = {0,  2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                                     22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42,
+                                                     44, 46, 48, 50, 52, 54, 56, 58, 60, 62};
+  const __m512i even = _mm512_load_si512(kEven);
+  const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(1));
+  int64_t kk = 0;
+  for (; kk + 2 <= a.k; kk += 2) {
+    const __m512i lo =
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lo_rows, offsets, base + kk * 2, 1);
+    const __m512i hi =
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), hi_rows, offsets, upper + kk * 2, 1);
+    _mm512_store_si512(out + kk * kNr, _mm512_permutex2var_epi16(lo, even, hi));
+    _mm512_store_si512(out + (kk + 1) * kNr, _mm512_permutex2var_epi16(lo, odd, hi));
+  }
+  if (kk < a.k) {  // k odd: the last element of each row on its own
+    for (int c = 0; c < kNr; ++c) {
+      uint16_t v = 0;
+      if (c < cols) std::memcpy(&v, base + c * a.w_row_bytes + kk * 2, sizeof(v));
+      out[kk * kNr + c] = v;
+    }
+  }
+}
+
+}  // namespace
+
+void MatMulHalf(const MatMulArgs& args, ThreadPool* pool) {
+  UC_CHECK(args.w_dtype == DType::kF16 || args.w_dtype == DType::kBF16,
+           "MatMulHalf: w must be F16 or BF16");
+  if (args.w_packed == nullptr) {
+    MatMulTiled(args, pool);  // the same order, from F32 panels converted per call
+    return;
+  }
+  if (args.w_dtype == DType::kF16) {
+    Run<LoadF16>(args, pool);
+  } else {
+    Run<LoadBf16>(args, pool);
+  }
+}
+
+int64_t PackedHalfBytes(int64_t n, int64_t k) { return (n + kNr - 1) / kNr * k * kLineBytes; }
+
+void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool) {
+  UC_CHECK(args.w_dtype == DType::kF16 || args.w_dtype == DType::kBF16,
+           "PackHalf: w must be F16 or BF16");
+  auto* const lines = reinterpret_cast<uint16_t*>(out);
+  ParallelFor(
+      pool, (args.n + kNr - 1) / kNr,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) PackTile(args, t, lines + t * args.k * kNr);
+      },
+      1);
+}
+
+}  // namespace uc::kernels::avx512
+
+#endif  // defined(__x86_64__)
