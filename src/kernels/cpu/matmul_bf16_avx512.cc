@@ -44,7 +44,7 @@ constexpr int kNr = 32;                   // weight rows (output columns) per ti
 constexpr int kMr = 12;                   // x rows per micro-kernel call
 constexpr int64_t kKcPairs = 256;         // pairs per k block: a 32 KiB panel per tile
 constexpr int64_t kTilesPerGroup = 4;     // tiles sharing one block of x rows
-constexpr int64_t kPrefetchBytes = 4096;  // how far ahead decode asks for the packed stream
+constexpr int64_t kPrefetchBytes = 1024;  // how far ahead decode asks for the stream, into L2
 
 int64_t Pairs(int64_t k) { return (k + 1) / 2; }
 
@@ -84,8 +84,8 @@ void MicroKernel(const uint32_t* x, int64_t ldx, const uint32_t* panel, int64_t 
   for (int64_t p = 0; p < pc; ++p) {
     const uint32_t* w = panel + p * kNr;
     if constexpr (kPrefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes, _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(w) + kPrefetchBytes + 64, _MM_HINT_T1);
     }
     const auto w0 = reinterpret_cast<__m512bh>(_mm512_load_si512(w));
     const auto w1 = reinterpret_cast<__m512bh>(_mm512_load_si512(w + 16));
