@@ -14,19 +14,15 @@
 #include <vector>
 
 #include "kernels/dispatch.h"
+#include "kernels/matmul_test_util.h"
 #include "kernels/ops.h"
 #include "kernels/reference.h"
 
 namespace uc::kernels {
 namespace {
 
-Tensor RandomX(int64_t m, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Tensor x = Tensor::Empty({m, k}, DType::kF32);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
-  return x;
-}
+using testing::ExpectBitExact;
+using testing::RandomX;
 
 // Normal weights with, for F16, some subnormals (|w| < 2^-14) as trained models have.
 Tensor RandomHalf(DType dtype, int64_t n, int64_t k, uint32_t seed) {
@@ -61,18 +57,6 @@ Tensor FmaChainOracle(const Tensor& x, const Tensor& w) {
     }
   }
   return y;
-}
-
-void ExpectBitExact(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  int64_t mismatches = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const float g = got.data<float>()[i], w = want.data<float>()[i];
-    if (std::memcmp(&g, &w, sizeof(float)) != 0 && ++mismatches <= 3) {
-      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
-    }
-  }
-  EXPECT_EQ(mismatches, 0) << what;
 }
 
 struct Shape {

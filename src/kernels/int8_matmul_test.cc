@@ -20,6 +20,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#include "kernels/matmul_test_util.h"
 #include "kernels/ops.h"
 #include "kernels/reference.h"
 #include "tensor/quants.h"
@@ -29,6 +30,9 @@ void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
 
 namespace kernels {
 namespace {
+
+using testing::ExpectBitExact;
+using testing::RandomX;
 
 enum class Path { kPortable, kAvx2, kAvx512 };
 std::string PathName(Path path) {
@@ -81,14 +85,6 @@ class ScopedPath {
 const DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0,
                                   DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K,
                                   DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K, DType::kQ8_K};
-
-Tensor RandomX(int64_t m, int64_t k, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  Tensor x = Tensor::Empty({m, k}, DType::kF32);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
-  return x;
-}
 
 // Byte offsets of a block's f16 scale fields (d, then m / dmin when there is one).
 std::vector<size_t> HalfScaleOffsets(DType dtype) {
@@ -247,17 +243,6 @@ class Int8MatMulTest : public ::testing::TestWithParam<Int8Param> {
   int threads() const { return std::get<1>(GetParam()); }
   Path path() const { return std::get<2>(GetParam()); }
 };
-
-void ExpectBitExact(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  int misses = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const float g = got.data<float>()[i], w = want.data<float>()[i];
-    if (std::memcmp(&g, &w, sizeof(float)) == 0) continue;
-    if (++misses <= 5) ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
-  }
-  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << want.numel() << " elements differ";
-}
 
 // Where this path packs w (PackedWeight), MatMul from the packed copy gives `want`'s bits too.
 void ExpectPackedBitExact(const Tensor& x, const Tensor& w, const Tensor& want, ThreadPool* pool,

@@ -18,11 +18,14 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
+#include "kernels/matmul_test_util.h"
 #include "kernels/ops.h"
 #include "kernels/reference.h"
 
 namespace uc::kernels {
 namespace {
+
+using testing::RandomX;
 
 std::vector<char> ReadFileOrDie(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -128,14 +131,6 @@ TEST_P(QuantKernelsTest, EmbeddingLookupMatchesGgufPyOnBothPaths) {
                      std::string(portable ? "portable" : "avx2") + " id " + std::to_string(ids[i]));
     }
   }
-}
-
-Tensor RandomX(int64_t m, int64_t k, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Tensor x = Tensor::Empty({m, k}, DType::kF32);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
-  return x;
 }
 
 // |got - want| <= rtol * (|want| + rms(want)) elementwise.
