@@ -21,6 +21,8 @@ namespace uc::kernels {
 namespace {
 
 using testing::ExpectBitExact;
+using testing::ExpectNearReference;
+using testing::ExpectPackedBitExact;
 using testing::RandomX;
 
 constexpr MatMulOptions kInt8{.precision = MatMulPrecision::kInt8};
@@ -58,20 +60,12 @@ TEST(Bf16MatMulTest, MatchesTheReferenceOnEveryShape) {
       if (internal::UseAvx512Bf16()) {
         reference::MatMulBf16(x, w, want);
         ExpectBitExact(got, want, what + ", stored");
-        const auto packed = PackedWeight::Pack(w, kInt8, &pool);
-        ASSERT_NE(packed, nullptr) << what;
-        EXPECT_EQ(packed->packed_bytes(), (s.n + 31) / 32 * 32 * ((s.k + 1) / 2) * 4) << what;
         // The stored bytes zeroed: the packed copy still gives the original product.
-        std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
-        Tensor from_packed = Tensor::Empty({s.m, s.n}, DType::kF32);
-        MatMul(x, *packed, from_packed, &pool);
-        ExpectBitExact(from_packed, want, what + ", packed");
+        ExpectPackedBitExact(x, w, kInt8, &pool, want, (s.n + 31) / 32 * 32 * ((s.k + 1) / 2) * 4,
+                             true, what);
       } else {
         // The exact F32 MatMul: within float rounding of the double reference.
-        reference::MatMul(x, w, want);
-        for (int64_t i = 0; i < want.numel(); ++i) {
-          EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4) << what;
-        }
+        ExpectNearReference(got, x, w, 1e-4, what);
       }
     }
   }

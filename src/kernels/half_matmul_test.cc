@@ -22,6 +22,8 @@ namespace uc::kernels {
 namespace {
 
 using testing::ExpectBitExact;
+using testing::ExpectNearReference;
+using testing::ExpectPackedBitExact;
 using testing::RandomX;
 
 // Normal weights with, for F16, some subnormals (|w| < 2^-14) as trained models have.
@@ -91,24 +93,16 @@ TEST(HalfMatMulTest, MatchesTheFmaChainOnEveryShape) {
         Tensor w = RandomHalf(dtype, s.n, s.k, 8);
         Tensor got = Tensor::Empty({s.m, s.n}, DType::kF32);
         if (!internal::UseAvx512Vnni()) {
-          Tensor want = Tensor::Empty({s.m, s.n}, DType::kF32);
-          reference::MatMul(x, w, want);
           MatMul(x, w, got, &pool, kExact);
-          for (int64_t i = 0; i < want.numel(); ++i) {
-            EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4) << what;
-          }
+          ExpectNearReference(got, x, w, 1e-4, what);
           continue;
         }
         const Tensor want = FmaChainOracle(x, w);
         for (const MatMulOptions& options : HalfOptions(dtype)) {
           MatMul(x, w, got, &pool, options);
           ExpectBitExact(got, want, what + ", stored");
-          const auto packed = PackedWeight::Pack(w, options, &pool);
-          ASSERT_NE(packed, nullptr) << what;
-          EXPECT_EQ(packed->packed_bytes(), (s.n + 31) / 32 * 32 * s.k * 2) << what;
-          Tensor from_packed = Tensor::Empty({s.m, s.n}, DType::kF32);
-          MatMul(x, *packed, from_packed, &pool);
-          ExpectBitExact(from_packed, want, what + ", packed");
+          ExpectPackedBitExact(x, w, options, &pool, want, (s.n + 31) / 32 * 32 * s.k * 2, false,
+                               what);
         }
       }
     }

@@ -1,7 +1,7 @@
 // File: matmul_test_util.h
 // -----------------------------------------------------------------------------
-// What the MatMul tests share (test-only, header-only): random activations and the exact
-// comparison of two F32 tensors.
+// What the MatMul tests share (test-only, header-only): random activations, the exact comparison
+// of two F32 tensors, and the checks of a packed copy and of the exact F32 MatMul.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,8 @@
 #include <random>
 #include <string>
 
+#include "kernels/ops.h"
+#include "kernels/reference.h"
 #include "tensor/tensor.h"
 
 namespace uc::kernels::testing {
@@ -34,6 +36,30 @@ inline void ExpectBitExact(const Tensor& got, const Tensor& want, const std::str
     if (++misses <= 5) ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
   }
   EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << want.numel() << " elements differ";
+}
+
+// PackedWeight::Pack(w, options) exists, holds `packed_bytes` bytes, and MatMul(x, packed) gives
+// want's bits. When `zero_source`, w's stored bytes are zeroed first: the copy must stand alone.
+inline void ExpectPackedBitExact(const Tensor& x, Tensor& w, const MatMulOptions& options,
+                                 ThreadPool* pool, const Tensor& want, int64_t packed_bytes,
+                                 bool zero_source, const std::string& what) {
+  const auto packed = PackedWeight::Pack(w, options, pool);
+  ASSERT_NE(packed, nullptr) << what;
+  EXPECT_EQ(packed->packed_bytes(), packed_bytes) << what;
+  if (zero_source) std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
+  Tensor got = Tensor::Empty({x.dim(0), w.dim(0)}, DType::kF32);
+  MatMul(x, *packed, got, pool);
+  ExpectBitExact(got, want, what + ", packed");
+}
+
+// got within `tolerance` of reference::MatMul(x, w) (double precision) elementwise.
+inline void ExpectNearReference(const Tensor& got, const Tensor& x, const Tensor& w,
+                                double tolerance, const std::string& what) {
+  Tensor want = Tensor::Empty({x.dim(0), w.dim(0)}, DType::kF32);
+  reference::MatMul(x, w, want);
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], tolerance) << what << " element " << i;
+  }
 }
 
 }  // namespace uc::kernels::testing
