@@ -647,9 +647,25 @@ struct LaneSums {
 
 // Adds sub-blocks 2c and 2c + 1 of x row y to its sums s, with the sixteen weight rows' groups
 // wv (eight) and scales of those sub-blocks.
-template <int kDotGroups, bool kUnitScale, bool kMulLo>
+template <int kDotGroups, bool kUnitScale, bool kMulLo, bool kPairScale>
 [[gnu::always_inline]] inline void LaneChunk(const __m512i* wv, const __m512i* scale, __m512i e,
                                              const BlockQ8_K* y, int c, LaneSums& s) {
+  if constexpr (kPairScale) {
+    // One scale for both halves: the 32-element sum (at most 32 * 31 * 127) times it once, in two
+    // chains of four dpbusd (one chain of eight waits on dpbusd's latency).
+    static_assert(kMulLo);
+    const int8_t* xq = y->qs + 32 * c;
+    __m512i t0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], Broadcast4(xq));
+    __m512i t1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[4], Broadcast4(xq + 16));
+#pragma GCC unroll 4
+    for (int g = 1; g < 4; ++g) {
+      t0 = _mm512_dpbusd_epi32(t0, wv[g], Broadcast4(xq + 4 * g));
+      t1 = _mm512_dpbusd_epi32(t1, wv[4 + g], Broadcast4(xq + 16 + 4 * g));
+    }
+    s.sumi = _mm512_add_epi32(s.sumi, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), scale[0]));
+    s.extra = _mm512_dpwssd_epi32(s.extra, e, Broadcast4(y->bsums + 2 * c));
+    return;
+  }
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const int8_t* xq = y->qs + 32 * c + 16 * h;
@@ -702,16 +718,19 @@ template <KMins kMins, int kShift>
 // rows, and each x group is broadcast from memory. The rows' sums are named variables, not an
 // array: GCC at -O2 kept an array of them in memory, a store and a load per update (the kernel
 // was then 1.2x slower than the panel kernel it replaces, and 1.3-1.4x faster without). Sums:
-// kUnitScale (Q8_K, u up to 255), dpbusd into int32; kMulLo (Q5_K, Q6_K), each sub-block's sum of
+// kUnitScale (Q8_K, u up to 255), dpbusd into int32; kMulLo (Q6_K), each sub-block's sum of
 // four groups (at most 16 * 63 * 127) times its scale by vpmulld (measured 1.3x faster for Q6_K
-// than one dpwssd per group); otherwise kDotGroups groups per sum, which must fit in int16 (Q4_K,
-// Q2_K, Q3_K: four groups, at most 16 * 15 * 127 = 30480), meet the scale in dpwssd: the low
-// halves times the scale, the high halves (the sum's sign) times 0.
+// than one dpwssd per group); kPairScale (Q4_K, Q5_K: a scale per 32 elements), the sum of the
+// chunk's eight groups times the scale by one vpmulld (kernels_benchmark BM_MatMulPrecision,
+// packed, 1 thread, 16 and 128 rows: 1.07-1.13x faster than two vpmulld for Q5_K or two dpwssd
+// for Q4_K); otherwise kDotGroups groups per sum, which must fit in int16 (Q2_K, Q3_K: four
+// groups, at most 16 * 15 * 127 = 30480), meet the scale in dpwssd: the low halves times the
+// scale, the high halves (the sum's sign) times 0.
 // Chunk: chunk(c, wv, scale, e) gives chunk c's eight group vectors, the scales of its two
 // sub-blocks and its extra (KLanes' q[8 c ..], scale[2 c ..] and extra[c]); w_d and w_dmin are
 // the rows' d and dmin.
-template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo, int kR,
-          typename Chunk>
+template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo, bool kPairScale,
+          int kR, typename Chunk>
 [[gnu::always_inline]] inline void KLaneTerms(const Chunk& chunk, __m512 w_d, __m512 w_dmin,
                                               const std::byte* xb, int64_t x_stride, __m512* acc) {
   static_assert(kR >= 1 && kR <= 4);
@@ -725,10 +744,16 @@ template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo,
   for (int c = 0; c < 8; ++c) {
     __m512i wv[8], scale[2], e;
     chunk(c, wv, scale, e);
-    LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y0, c, s0);
-    if constexpr (kR > 1) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y1, c, s1);
-    if constexpr (kR > 2) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y2, c, s2);
-    if constexpr (kR > 3) LaneChunk<kDotGroups, kUnitScale, kMulLo>(wv, scale, e, y3, c, s3);
+    LaneChunk<kDotGroups, kUnitScale, kMulLo, kPairScale>(wv, scale, e, y0, c, s0);
+    if constexpr (kR > 1) {
+      LaneChunk<kDotGroups, kUnitScale, kMulLo, kPairScale>(wv, scale, e, y1, c, s1);
+    }
+    if constexpr (kR > 2) {
+      LaneChunk<kDotGroups, kUnitScale, kMulLo, kPairScale>(wv, scale, e, y2, c, s2);
+    }
+    if constexpr (kR > 3) {
+      LaneChunk<kDotGroups, kUnitScale, kMulLo, kPairScale>(wv, scale, e, y3, c, s3);
+    }
   }
   LaneFinish<kMins, kShift>(w_d, w_dmin, y0, s0, acc);
   if constexpr (kR > 1) LaneFinish<kMins, kShift>(w_d, w_dmin, y1, s1, acc + 1);
@@ -952,8 +977,12 @@ struct KBlocks {
     return KTerm<kMins, kShift, kUnitScale>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
   }
   static constexpr bool kUsesPanels = false;
-  // Sub-block sums of four groups scaled by vpmulld where kDotGroups < 4 (Q5_K, Q6_K).
-  static constexpr bool kMulLo = !kUnitScale && kDotGroups < 4;
+  // Q4_K and Q5_K: the two 16-element halves of each 32-element sub-block share its scale.
+  static constexpr bool kPairScale =
+      std::is_same_v<Block, BlockQ4_K> || std::is_same_v<Block, BlockQ5_K>;
+  // Sub-block sums scaled by vpmulld where kDotGroups < 4 (Q6_K) or a pair of halves shares the
+  // scale (Q4_K, Q5_K: one vpmulld per 32 elements instead of two vpmulld or two dpwssd).
+  static constexpr bool kMulLo = !kUnitScale && (kDotGroups < 4 || kPairScale);
   static void PrepareLanes(const std::byte* const* rows, int64_t b, Prep& p, KLanes& w) {
     for (int j = 0; j < kTileRows; ++j) {
       Unpacker::Unpack(rows[j] + b * static_cast<int64_t>(sizeof(Block)), p, j);
@@ -963,15 +992,15 @@ struct KBlocks {
   template <int kR>
   [[gnu::always_inline]] static void LaneTerms(const KLanes& w, const std::byte* xb,
                                                int64_t x_stride, __m512* acc) {
-    KLaneTerms<kMins, kShift, (kDotGroups > 0 ? kDotGroups : 1), kUnitScale, kMulLo, kR>(
-        LanesChunk{w}, _mm512_load_ps(w.d), _mm512_load_ps(w.dmin), xb, x_stride, acc);
+    KLaneTerms<kMins, kShift, (kDotGroups > 0 ? kDotGroups : 1), kUnitScale, kMulLo, kPairScale,
+               kR>(LanesChunk{w}, _mm512_load_ps(w.d), _mm512_load_ps(w.dmin), xb, x_stride, acc);
   }
   // LaneTerms straight from a packed super-block (P), its chunks unpacked in registers.
   template <int kR>
   [[gnu::always_inline]] static void PackedLaneTerms(const std::byte* packed, const std::byte* xb,
                                                      int64_t x_stride, __m512* acc) {
-    KLaneTerms<kMins, kShift, (kDotGroups > 0 ? kDotGroups : 1), kUnitScale, kMulLo, kR>(
-        P::Chunk(packed), P::D(packed), P::Dmin(packed), xb, x_stride, acc);
+    KLaneTerms<kMins, kShift, (kDotGroups > 0 ? kDotGroups : 1), kUnitScale, kMulLo, kPairScale,
+               kR>(P::Chunk(packed), P::D(packed), P::Dmin(packed), xb, x_stride, acc);
   }
   // KLanes of a packed super-block (P).
   static void PackedLanes(const std::byte* packed, KLanes& w) {
