@@ -6,8 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,8 +19,10 @@ namespace uc::kernels {
 namespace {
 
 using testing::ExpectBitExact;
+using testing::ExpectChunksGiveTheSameBits;
 using testing::ExpectNearReference;
 using testing::ExpectPackedBitExact;
+using testing::NoteIfUntested;
 using testing::RandomX;
 
 constexpr MatMulOptions kInt8{.precision = MatMulPrecision::kInt8};
@@ -69,11 +69,8 @@ TEST(Bf16MatMulTest, MatchesTheReferenceOnEveryShape) {
       }
     }
   }
-  if (!internal::UseAvx512Bf16()) {
-    std::printf(
-        "[ NOTE     ] CPU lacks AVX512_BF16: BF16 kInt8 is the F32 MatMul here; the "
-        "vdpbf16ps kernel is NOT tested on this machine\n");
-  }
+  NoteIfUntested(internal::UseAvx512Bf16(),
+                 "CPU lacks AVX512_BF16: BF16 kInt8 is the F32 MatMul here; the vdpbf16ps kernel");
 }
 
 // The kernel really rounds x to BF16 (llama.cpp's vec_dot_type for BF16 weights) and its error
@@ -115,23 +112,7 @@ TEST(Bf16MatMulTest, RowsAreBatchInvariant) {
   Tensor all = Tensor::Empty({m, n}, DType::kF32);
   MatMul(x, w, all, &pool, kInt8);
   ASSERT_NE(packed, nullptr);
-  for (int64_t chunk : {1, 2, 3, 12, 13, 25}) {
-    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-      const int64_t rows = std::min(chunk, m - i0);
-      Tensor part = Tensor::Empty({rows, k}, DType::kF32);
-      std::memcpy(part.raw(), x.data<float>() + i0 * k, sizeof(float) * rows * k);
-      Tensor got = Tensor::Empty({rows, n}, DType::kF32);
-      // Packed for even chunks, the stored rows for odd ones; chunks of 3 on one thread.
-      if (chunk % 2 == 0) {
-        MatMul(part, *packed, got, &pool);
-      } else {
-        MatMul(part, w, got, chunk == 3 ? nullptr : &pool, kInt8);
-      }
-      Tensor want = Tensor::Empty({rows, n}, DType::kF32);
-      std::memcpy(want.raw(), all.data<float>() + i0 * n, sizeof(float) * rows * n);
-      ExpectBitExact(got, want, "rows " + std::to_string(i0) + "+" + std::to_string(rows));
-    }
-  }
+  ExpectChunksGiveTheSameBits(x, w, *packed, kInt8, {1, 2, 3, 12, 13, 25}, &pool, all, "BF16");
 }
 
 }  // namespace

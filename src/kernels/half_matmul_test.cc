@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -22,8 +21,10 @@ namespace uc::kernels {
 namespace {
 
 using testing::ExpectBitExact;
+using testing::ExpectChunksGiveTheSameBits;
 using testing::ExpectNearReference;
 using testing::ExpectPackedBitExact;
+using testing::NoteIfUntested;
 using testing::RandomX;
 
 // Normal weights with, for F16, some subnormals (|w| < 2^-14) as trained models have.
@@ -107,11 +108,9 @@ TEST(HalfMatMulTest, MatchesTheFmaChainOnEveryShape) {
       }
     }
   }
-  if (!internal::UseAvx512Vnni()) {
-    std::printf(
-        "[ NOTE     ] CPU lacks AVX-512 VNNI: F16 and BF16 take the AVX2 kernels here; "
-        "avx512::MatMulHalf is NOT tested on this machine\n");
-  }
+  NoteIfUntested(internal::UseAvx512Vnni(),
+                 "CPU lacks AVX-512 VNNI: F16 and BF16 take the AVX2 kernels here; "
+                 "avx512::MatMulHalf");
 }
 
 // The packed copy is all the kernel reads: with the stored bytes zeroed it gives the original
@@ -146,27 +145,9 @@ TEST(HalfMatMulTest, RowsAreBatchInvariant) {
     ASSERT_NE(packed, nullptr);
     Tensor all = Tensor::Empty({m, n}, DType::kF32);
     MatMul(x, *packed, all, &pool);
-    for (int64_t chunk : {1, 2, 3, 4, 5, 12, 13, 25}) {
-      for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-        const int64_t rows = std::min(chunk, m - i0);
-        Tensor part = Tensor::Empty({rows, k}, DType::kF32);
-        std::memcpy(part.raw(), x.data<float>() + i0 * k, sizeof(float) * rows * k);
-        Tensor got = Tensor::Empty({rows, n}, DType::kF32);
-        // Packed for even chunks, the stored rows (batch_invariant set) for odd ones; chunks of
-        // 3 on one thread.
-        if (chunk % 2 == 0) {
-          MatMul(part, *packed, got, &pool);
-        } else {
-          MatMul(part, w, got, chunk == 3 ? nullptr : &pool,
-                 MatMulOptions{.batch_invariant = true});
-        }
-        Tensor want = Tensor::Empty({rows, n}, DType::kF32);
-        std::memcpy(want.raw(), all.data<float>() + i0 * n, sizeof(float) * rows * n);
-        ExpectBitExact(got, want,
-                       std::string(DTypeName(dtype)) + " rows " + std::to_string(i0) + "+" +
-                           std::to_string(rows));
-      }
-    }
+    ExpectChunksGiveTheSameBits(x, w, *packed, MatMulOptions{.batch_invariant = true},
+                                {1, 2, 3, 4, 5, 12, 13, 25}, &pool, all,
+                                std::string(DTypeName(dtype)));
   }
 }
 

@@ -1,13 +1,17 @@
 // File: matmul_test_util.h
 // -----------------------------------------------------------------------------
 // What the MatMul tests share (test-only, header-only): random activations, the exact comparison
-// of two F32 tensors, and the checks of a packed copy and of the exact F32 MatMul.
+// of two F32 tensors, the checks of a packed copy, of row chunks and of the exact F32 MatMul, and
+// the note for a kernel this CPU cannot run.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 
@@ -52,6 +56,30 @@ inline void ExpectPackedBitExact(const Tensor& x, Tensor& w, const MatMulOptions
   ExpectBitExact(got, want, what + ", packed");
 }
 
+// Row chunks of x of each size in `chunks` give `all`'s bits (x times w in one call): the packed
+// copy for even sizes, the stored w with `stored` for odd ones (size 3 on one thread, the rest on
+// `pool`).
+inline void ExpectChunksGiveTheSameBits(const Tensor& x, const Tensor& w,
+                                        const PackedWeight& packed, const MatMulOptions& stored,
+                                        std::initializer_list<int64_t> chunks, ThreadPool* pool,
+                                        const Tensor& all, const std::string& what) {
+  const int64_t m = x.dim(0), n = w.dim(0);
+  for (int64_t chunk : chunks) {
+    for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+      const int64_t rows = std::min(chunk, m - i0);
+      const Tensor part = x.Slice(i0, i0 + rows);
+      Tensor got = Tensor::Empty({rows, n}, DType::kF32);
+      if (chunk % 2 == 0) {
+        MatMul(part, packed, got, pool);
+      } else {
+        MatMul(part, w, got, chunk == 3 ? nullptr : pool, stored);
+      }
+      ExpectBitExact(got, all.Slice(i0, i0 + rows),
+                     what + " rows " + std::to_string(i0) + "+" + std::to_string(rows));
+    }
+  }
+}
+
 // got within `tolerance` of reference::MatMul(x, w) (double precision) elementwise.
 inline void ExpectNearReference(const Tensor& got, const Tensor& x, const Tensor& w,
                                 double tolerance, const std::string& what) {
@@ -60,6 +88,13 @@ inline void ExpectNearReference(const Tensor& got, const Tensor& x, const Tensor
   for (int64_t i = 0; i < want.numel(); ++i) {
     EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], tolerance) << what << " element " << i;
   }
+}
+
+// Prints a note in gtest's style when this CPU cannot run the kernel a test is for (`runs`
+// false): the test still passes on the paths the CPU has, and its log names what went unchecked.
+// `what`: the missing feature and the kernel, e.g. "CPU lacks X: the Y kernel".
+inline void NoteIfUntested(bool runs, const std::string& what) {
+  if (!runs) std::printf("[ NOTE     ] %s is NOT tested on this machine\n", what.c_str());
 }
 
 }  // namespace uc::kernels::testing
