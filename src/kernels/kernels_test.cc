@@ -443,6 +443,47 @@ TEST_P(OpsTest, AddBiasAndAddInPlaceMatchReference) {
   ExpectClose(got, want, 0.0, 0.0, "AddInPlace");
 }
 
+// Given a pool, the row-wise ops split calls over kParallelRowOpElements per thread among its
+// threads: the same bits as one thread, row lengths a multiple of the vector width or not.
+TEST_P(OpsTest, RowOpsOnThePoolGiveTheSameBitsAsInline) {
+  struct Shape {
+    int64_t m, n;
+  };
+  uint32_t seed = 70;
+  for (const Shape& s : {Shape{37, 2048}, Shape{67, 1029}}) {
+    ASSERT_GE(s.m * s.n, 2 * kParallelRowOpElements);  // the pool's threads share it
+    const std::string what = std::to_string(s.m) + "x" + std::to_string(s.n);
+    const Tensor a = RandomNormal({s.m, s.n}, seed++, 4.0f);
+    const Tensor b = RandomNormal({s.m, s.n}, seed++);
+    auto expect_same = [&](const char* op, auto run) {
+      Tensor inline_out = Tensor::Empty({s.m, s.n}, DType::kF32);
+      Tensor pooled_out = Tensor::Empty({s.m, s.n}, DType::kF32);
+      run(inline_out, nullptr);
+      run(pooled_out, pool());
+      ExpectClose(pooled_out, inline_out, 0.0, 0.0, std::string(op) + " " + what);
+    };
+    const Tensor w = RandomWeights({s.n}, DType::kBF16, seed++);
+    expect_same("RmsNorm", [&](Tensor& out, ThreadPool* p) { RmsNorm(a, w, 1e-5f, out, p); });
+    expect_same("SiluAndMul", [&](Tensor& out, ThreadPool* p) { SiluAndMul(a, b, out, p); });
+    expect_same("GeluTanhAndMul",
+                [&](Tensor& out, ThreadPool* p) { GeluTanhAndMul(a, b, out, p); });
+    expect_same("AddInPlace", [&](Tensor& out, ThreadPool* p) {
+      std::memcpy(out.raw(), b.raw(), static_cast<size_t>(b.nbytes()));
+      AddInPlace(a, out, p);
+    });
+    if (s.n % 64 == 0) {  // 32 heads of 64
+      std::vector<int32_t> positions(static_cast<size_t>(s.m));
+      for (int64_t i = 0; i < s.m; ++i) positions[i] = static_cast<int32_t>(3 * i + 1);
+      std::vector<float> inv_freq;
+      for (int j = 0; j < 32; ++j) inv_freq.push_back(std::pow(10000.0f, -2.0f * j / 64));
+      expect_same("Rope", [&](Tensor& out, ThreadPool* p) {
+        std::memcpy(out.raw(), a.raw(), static_cast<size_t>(a.nbytes()));
+        Rope(positions, inv_freq, static_cast<int>(s.n / 64), 64, RopeStyle::kHalf, out, p);
+      });
+    }
+  }
+}
+
 TEST_P(OpsTest, EmbeddingLookupMatchesReference) {
   const std::vector<int32_t> ids = {3, 0, 99, 3, 42};
   uint32_t seed = 60;

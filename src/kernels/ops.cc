@@ -322,16 +322,30 @@ void AddBias(const Tensor& bias, Tensor& y) {
   cpu::AddBias(bias.raw(), bias.dtype(), y.dim(0), y.dim(1), y.data<float>());
 }
 
-void AddInPlace(const Tensor& x, Tensor& y) {
+// fn(begin, end) over rows [0, m) of n elements each: on `pool`'s threads when each gets
+// kParallelRowOpElements at least, else inline.
+template <typename Fn>
+void ForRows(int64_t m, int64_t n, ThreadPool* pool, const Fn& fn) {
+  if (pool == nullptr || pool->num_threads() == 1 || m * n < 2 * kParallelRowOpElements) {
+    fn(0, m);
+    return;
+  }
+  pool->ParallelFor(m, fn, std::max<int64_t>(1, kParallelRowOpElements / std::max<int64_t>(n, 1)));
+}
+
+void AddInPlace(const Tensor& x, Tensor& y, ThreadPool* pool) {
   UC_CHECK(x.dtype() == DType::kF32 && y.dtype() == DType::kF32 && x.shape() == y.shape() &&
                x.defined() && y.defined(),
            "AddInPlace: x %s %s and y %s %s must be F32 of equal shape", Name(x.dtype()),
            ShapeToString(x.shape()).c_str(), Name(y.dtype()), ShapeToString(y.shape()).c_str());
   if (y.numel() == 0) return;
-  cpu::AddInPlace(x.data<float>(), y.numel(), y.data<float>());
+  const int64_t n = y.numel() / y.dim(0);
+  ForRows(y.dim(0), n, pool, [&](int64_t begin, int64_t end) {
+    cpu::AddInPlace(x.data<float>() + begin * n, (end - begin) * n, y.data<float>() + begin * n);
+  });
 }
 
-void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
+void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, ThreadPool* pool) {
   CheckF32Matrix(x, "RmsNorm", "x");
   CheckF32Matrix(out, "RmsNorm", "out");
   UC_CHECK(out.shape() == x.shape(), "RmsNorm: out %s must have the shape of x %s",
@@ -343,12 +357,15 @@ void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
            ShapeToString(weight.shape()).c_str());
   UC_CHECK(eps >= 0.0f, "RmsNorm: eps must be non-negative, got %g", static_cast<double>(eps));
   if (x.numel() == 0) return;
-  UC_DISPATCH(RmsNorm, x.data<float>(), weight.raw(), weight.dtype(), x.dim(0), x.dim(1), eps,
-              out.data<float>());
+  const int64_t h = x.dim(1);
+  ForRows(x.dim(0), h, pool, [&](int64_t begin, int64_t end) {
+    UC_DISPATCH(RmsNorm, x.data<float>() + begin * h, weight.raw(), weight.dtype(), end - begin, h,
+                eps, out.data<float>() + begin * h);
+  });
 }
 
 void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
-          int head_dim, RopeStyle style, Tensor& x) {
+          int head_dim, RopeStyle style, Tensor& x, ThreadPool* pool) {
   CheckF32Matrix(x, "Rope", "x");
   UC_CHECK(num_heads > 0 && head_dim > 0 && x.dim(1) == int64_t{num_heads} * head_dim,
            "Rope: x %s is not [m, num_heads (%d) * head_dim (%d)]",
@@ -359,11 +376,15 @@ void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, i
   UC_CHECK(2 * static_cast<int64_t>(inv_freq.size()) <= head_dim,
            "Rope: rotary_dim 2 * %zu exceeds head_dim %d", inv_freq.size(), head_dim);
   if (x.numel() == 0 || inv_freq.empty()) return;
-  cpu::Rope(positions.data(), x.dim(0), inv_freq.data(), static_cast<int64_t>(inv_freq.size()),
-            num_heads, head_dim, style, x.data<float>());
+  const int64_t n = x.dim(1);
+  ForRows(x.dim(0), n, pool, [&](int64_t begin, int64_t end) {
+    cpu::Rope(positions.data() + begin, end - begin, inv_freq.data(),
+              static_cast<int64_t>(inv_freq.size()), num_heads, head_dim, style,
+              x.data<float>() + begin * n);
+  });
 }
 
-void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
+void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool* pool) {
   CheckF32Matrix(gate, "SiluAndMul", "gate");
   UC_CHECK(up.dtype() == DType::kF32 && out.dtype() == DType::kF32 && up.shape() == gate.shape() &&
                out.shape() == gate.shape(),
@@ -371,10 +392,14 @@ void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
            ShapeToString(gate.shape()).c_str(), Name(up.dtype()), ShapeToString(up.shape()).c_str(),
            Name(out.dtype()), ShapeToString(out.shape()).c_str());
   if (out.numel() == 0) return;
-  UC_DISPATCH(SiluAndMul, gate.data<float>(), up.data<float>(), out.numel(), out.data<float>());
+  const int64_t n = out.dim(1);
+  ForRows(out.dim(0), n, pool, [&](int64_t begin, int64_t end) {
+    UC_DISPATCH(SiluAndMul, gate.data<float>() + begin * n, up.data<float>() + begin * n,
+                (end - begin) * n, out.data<float>() + begin * n);
+  });
 }
 
-void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
+void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool* pool) {
   CheckF32Matrix(gate, "GeluTanhAndMul", "gate");
   UC_CHECK(up.dtype() == DType::kF32 && out.dtype() == DType::kF32 && up.shape() == gate.shape() &&
                out.shape() == gate.shape(),
@@ -382,7 +407,11 @@ void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out) {
            ShapeToString(gate.shape()).c_str(), Name(up.dtype()), ShapeToString(up.shape()).c_str(),
            Name(out.dtype()), ShapeToString(out.shape()).c_str());
   if (out.numel() == 0) return;
-  UC_DISPATCH(GeluTanhAndMul, gate.data<float>(), up.data<float>(), out.numel(), out.data<float>());
+  const int64_t n = out.dim(1);
+  ForRows(out.dim(0), n, pool, [&](int64_t begin, int64_t end) {
+    UC_DISPATCH(GeluTanhAndMul, gate.data<float>() + begin * n, up.data<float>() + begin * n,
+                (end - begin) * n, out.data<float>() + begin * n);
+  });
 }
 
 void SoftCap(float cap, Tensor& x) {

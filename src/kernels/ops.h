@@ -125,12 +125,19 @@ void MatMulMany(const Tensor& x, std::span<const MatMulOperand> operands, Thread
 // y[m, n] += bias[n] (bias: F32, F16 or BF16). In place.
 void AddBias(const Tensor& bias, Tensor& y);
 
+// The row-wise and elementwise ops below take an optional pool: given one, a call over enough
+// elements (kParallelRowOpElements per thread at least) splits its rows among the pool's
+// threads. Every row (element) is computed as alone, so the results are the same bits either
+// way.
+inline constexpr int64_t kParallelRowOpElements = 16384;
+
 // y += x, elementwise over equal shapes (F32). In place on y.
-void AddInPlace(const Tensor& x, Tensor& y);
+void AddInPlace(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
 
 // out[m, h] = x / sqrt(mean(x²) + eps) * weight.  x, out: F32 [m, h]; weight: [h] any float
 // dtype. `out` may alias `x`.
-void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+             ThreadPool* pool = nullptr);
 
 // Rotary position embedding, in place on x [m, num_heads * head_dim] (F32). Token i is at
 // position positions[i]. For pair j (j < rotary_dim / 2) the angle is
@@ -139,14 +146,14 @@ void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
 // Dimensions past rotary_dim are left unchanged.
 enum class RopeStyle { kInterleaved, kHalf };
 void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
-          int head_dim, RopeStyle style, Tensor& x);
+          int head_dim, RopeStyle style, Tensor& x, ThreadPool* pool = nullptr);
 
 // out[m, i] = silu(gate[m, i]) * up[m, i], silu(z) = z / (1 + exp(-z)). All F32.
-void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
+void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool* pool = nullptr);
 
 // out[m, i] = gelu_tanh(gate[m, i]) * up[m, i] with PyTorch's tanh approximation
 // gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z³))) (Gemma). All F32.
-void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out);
+void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool* pool = nullptr);
 
 // x = cap * tanh(x / cap), elementwise, in place (F32; Gemma 2's logit soft-capping).
 // REQUIRES: cap > 0.

@@ -43,11 +43,11 @@ void Attention::Forward(const Tensor& x, const AttentionMetadata& meta, KvCacheL
   if (qk_norm_.enabled()) {  // each head is a row of head_dim values
     Tensor q_heads = q.Reshape({m * shape_.num_heads, shape_.head_dim});
     Tensor k_heads = k.Reshape({m * shape_.num_kv_heads, shape_.head_dim});
-    qk_norm_.q.Forward(q_heads, q_heads);
-    qk_norm_.k.Forward(k_heads, k_heads);
+    qk_norm_.q.Forward(q_heads, q_heads, pool);
+    qk_norm_.k.Forward(k_heads, k_heads, pool);
   }
-  rotary_.Forward(meta.positions, shape_.num_heads, q);
-  rotary_.Forward(meta.positions, shape_.num_kv_heads, k);
+  rotary_.Forward(meta.positions, shape_.num_heads, q, pool);
+  rotary_.Forward(meta.positions, shape_.num_kv_heads, k, pool);
   const int64_t kv_row_bytes = k.row_bytes();
   for (int64_t i = 0; i < m; ++i) {
     const int32_t slot = meta.slot_mapping[i];

@@ -23,9 +23,9 @@ void GatedMlp::Forward(const Tensor& x, MlpBuffers& buffers, Tensor& out, Thread
   Tensor up = buffers.up.Slice(0, m);
   gate_up_proj_.Forward(x, gate, up, pool);
   if (gelu_tanh_) {
-    kernels::GeluTanhAndMul(gate, up, gate);
+    kernels::GeluTanhAndMul(gate, up, gate, pool);
   } else {
-    kernels::SiluAndMul(gate, up, gate);
+    kernels::SiluAndMul(gate, up, gate, pool);
   }
   down_proj_.Forward(gate, out, pool);
 }

@@ -3,6 +3,7 @@
 // RmsNorm: y = x / sqrt(mean(x²) + eps) * weight, per row. Immutable after construction.
 #pragma once
 
+#include "base/thread_pool.h"
 #include "tensor/tensor.h"
 
 namespace uc::layers {
@@ -12,8 +13,8 @@ class RmsNorm {
   RmsNorm() = default;
   RmsNorm(Tensor weight, float eps);  // weight: [hidden_size]
 
-  // x, out: [m, hidden_size] F32; out may alias x.
-  void Forward(const Tensor& x, Tensor& out) const;
+  // x, out: [m, hidden_size] F32; out may alias x. `pool`: see kernels::RmsNorm.
+  void Forward(const Tensor& x, Tensor& out, ThreadPool* pool = nullptr) const;
   const Tensor& weight() const { return weight_; }
 
  private:

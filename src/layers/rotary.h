@@ -18,8 +18,10 @@ class Rotary {
   Rotary() = default;
   Rotary(std::vector<float> inv_freq, int head_dim, kernels::RopeStyle style);
 
-  // In place on x [m, num_heads * head_dim]; token i is at positions[i].
-  void Forward(std::span<const int32_t> positions, int num_heads, Tensor& x) const;
+  // In place on x [m, num_heads * head_dim]; token i is at positions[i]. `pool`: see
+  // kernels::Rope.
+  void Forward(std::span<const int32_t> positions, int num_heads, Tensor& x,
+               ThreadPool* pool = nullptr) const;
 
  private:
   std::vector<float> inv_freq_;  // [rotary_dim / 2]

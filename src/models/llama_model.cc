@@ -218,17 +218,17 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
   Tensor hidden = act.hidden_states.Slice(0, m);  // [m, hidden_size]
   Tensor residual = act.residual.Slice(0, m);     // [m, hidden_size]
   Tensor normed = act.normed.Slice(0, m);         // [m, hidden_size]
-  kernels::AddInPlace(hidden, residual);
-  input_layernorm_.Forward(residual, normed);
+  kernels::AddInPlace(hidden, residual, ctx.pool);
+  input_layernorm_.Forward(residual, normed, ctx.pool);
   attention_.Forward(normed, *ctx.attention, ctx.cache->layers[layer_index_], act.attention, hidden,
                      ctx.pool);
-  if (sandwich_.enabled()) sandwich_.post_attention.Forward(hidden, hidden);
+  if (sandwich_.enabled()) sandwich_.post_attention.Forward(hidden, hidden, ctx.pool);
   Tap(ctx, Site::kAttnOut, hidden);
   Steer(ctx, Site::kAttnOut, hidden, residual);
-  kernels::AddInPlace(hidden, residual);
-  post_attention_layernorm_.Forward(residual, normed);
+  kernels::AddInPlace(hidden, residual, ctx.pool);
+  post_attention_layernorm_.Forward(residual, normed, ctx.pool);
   mlp_.Forward(normed, act.mlp, hidden, ctx.pool);
-  if (sandwich_.enabled()) sandwich_.post_mlp.Forward(hidden, hidden);
+  if (sandwich_.enabled()) sandwich_.post_mlp.Forward(hidden, hidden, ctx.pool);
   Tap(ctx, Site::kMlpOut, hidden);
   if (steering_.defined()) kernels::AddBias(steering_, hidden);  // joins the residual stream
   Steer(ctx, Site::kMlpOut, hidden, residual);
@@ -435,7 +435,7 @@ void CausalLM::Finish(const ForwardBatch& batch, Tensor* logits, ThreadPool* poo
       for (int64_t k = 0; k < h; ++k) out[k] = res[k] + hid[k];
     }
     Tensor normed = act.normed.Slice(0, count);
-    norm_.Forward(stream, normed);
+    norm_.Forward(stream, normed, pool);
     return normed;
   };
   Tensor normed;
