@@ -21,7 +21,8 @@ Three parts, each optional:
 
 3. Serving (--serve MODEL --llama-server BIN): our `serve` and llama.cpp's `llama-server`
    (continuous batching, --parallel slots = the largest concurrency) on the same file and
-   threads, one after the other; at each --concurrency N clients stream /v1/completions in a
+   threads, in --serve-rounds rounds that alternate the engines (medians and each round's
+   ratio reported); at each --concurrency N clients stream /v1/completions in a
    closed loop (--serve-max-tokens tokens each with ignore_eos). Request k's prompt is
    --serve-prompt-words random words seeded by k: the same sequence for both engines, and no
    prompt is ever repeated, so llama-server's prompt cache (which restores the KV of a prompt it
@@ -369,7 +370,36 @@ def load_level(port, clients, seconds, warmup, max_tokens, words_per_prompt):
             "requests_per_second": ended / seconds, "ttft_p50": pct(50), "ttft_p99": pct(99)}
 
 
+def run_server(command, levels, a, engine, round_index, results):
+    """Starts one engine's server, loads it at each level in turn, stops it; returns its records
+    by level."""
+    port = free_port()
+    proc = subprocess.Popen(command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    by_level = {}
+    try:
+        wait_ready(port, proc)
+        stream_completion(port, serve_prompt(-1, a.serve_prompt_words), 4)  # warm-up
+        for clients in levels:
+            r = load_level(port, clients, a.serve_seconds, a.serve_warmup, a.serve_max_tokens,
+                           a.serve_prompt_words)
+            r["engine"], r["round"] = engine, round_index
+            by_level[clients] = r
+            print(f"serve round {round_index + 1} {engine:<10} {clients:>3} clients: "
+                  f"{r['output_tokens_per_second']:7.1f} output tok/s, "
+                  f"{r['requests_per_second']:6.2f} req/s, TTFT p50 {r['ttft_p50']:6.2f} s "
+                  f"p99 {r['ttft_p99']:6.2f} s", flush=True)
+            results.append(r)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return by_level
+
+
 def measure_serving(a, results):
+    """--serve-rounds rounds that alternate the engines (ours first in odd rounds, llama.cpp
+    first in even ones, as the single-sequence rounds do); prints each level's medians over the
+    rounds and the ratio of the medians, and each round's own ratio (the spread between rounds
+    is this machine's noise)."""
     levels = [int(c) for c in a.concurrency.split(",")]
     # Room for a word of up to 8 tokens (a vocabulary without whole words falls back to bytes).
     ctx_per_slot = 8 * a.serve_prompt_words + a.serve_max_tokens + 64
@@ -383,31 +413,27 @@ def measure_serving(a, results):
                                    "-np", str(max(levels)), "-c", str(ctx_per_slot * max(levels)),
                                    "-cb", "--no-webui"],
     }
-    by_engine = {}
-    for engine, command in servers.items():
-        port = free_port()
-        proc = subprocess.Popen(command(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_ready(port, proc)
-            stream_completion(port, serve_prompt(-1, a.serve_prompt_words), 4)  # warm-up
-            for clients in levels:
-                r = load_level(port, clients, a.serve_seconds, a.serve_warmup, a.serve_max_tokens,
-                               a.serve_prompt_words)
-                r["engine"] = engine
-                by_engine.setdefault(engine, {})[clients] = r
-                print(f"serve {engine:<10} {clients:>3} clients: {r['output_tokens_per_second']:7.1f} "
-                      f"output tok/s, {r['requests_per_second']:6.2f} req/s, TTFT p50 "
-                      f"{r['ttft_p50']:6.2f} s p99 {r['ttft_p99']:6.2f} s", flush=True)
-                results.append(r)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-    print(f"{'clients':>7} {'output tok/s x':>15} {'TTFT p50 ours/theirs':>21} "
-          f"{'TTFT p99 ours/theirs':>21}")
+    rounds = []  # [{engine: {clients: record}}]
+    for i in range(a.serve_rounds):
+        order = list(servers) if i % 2 == 0 else list(reversed(servers))
+        rounds.append({e: run_server(servers[e], levels, a, e, i, results) for e in order})
+
+    def median(engine, clients, key):
+        return statistics.median(r[engine][clients][key] for r in rounds)
+    print(f"# serving, medians of {a.serve_rounds} interleaved rounds")
+    print(f"{'clients':>7} {'output tok/s ours/theirs':>25} {'x':>6} {'x each round':>20} "
+          f"{'TTFT p50 ours/theirs':>21} {'TTFT p99 ours/theirs':>21}")
     for clients in levels:
-        o, t = by_engine["ours"][clients], by_engine["llama.cpp"][clients]
-        print(f"{clients:>7} {o['output_tokens_per_second'] / t['output_tokens_per_second']:>15.2f} "
-              f"{o['ttft_p50']:>9.2f}/{t['ttft_p50']:<10.2f} {o['ttft_p99']:>9.2f}/{t['ttft_p99']:<10.2f}")
+        o = median("ours", clients, "output_tokens_per_second")
+        t = median("llama.cpp", clients, "output_tokens_per_second")
+        each = ",".join(f"{r['ours'][clients]['output_tokens_per_second'] / theirs:.2f}"
+                        for r in rounds
+                        for theirs in [r["llama.cpp"][clients]["output_tokens_per_second"]])
+
+        def pair(key):
+            return f"{median('ours', clients, key):.2f}/{median('llama.cpp', clients, key):.2f}"
+        p50, p99 = pair("ttft_p50"), pair("ttft_p99")
+        print(f"{clients:>7} {o:>12.1f}/{t:<12.1f} {o / t:>6.2f} {each:>20} {p50:>21} {p99:>21}")
 
 
 def main():
@@ -429,6 +455,8 @@ def main():
     ap.add_argument("--concurrency", default="1,4,16,64")
     ap.add_argument("--serve-seconds", type=float, default=120,
                     help="measured window per concurrency level (after --serve-warmup)")
+    ap.add_argument("--serve-rounds", type=int, default=3,
+                    help="serving rounds, the engines alternating (medians reported)")
     ap.add_argument("--serve-warmup", type=float, default=30,
                     help="seconds of load before the window opens (ramp-up not counted)")
     ap.add_argument("--serve-max-tokens", type=int, default=64)
