@@ -339,9 +339,9 @@ void AddInPlace(const Tensor& x, Tensor& y, ThreadPool* pool) {
            "AddInPlace: x %s %s and y %s %s must be F32 of equal shape", Name(x.dtype()),
            ShapeToString(x.shape()).c_str(), Name(y.dtype()), ShapeToString(y.shape()).c_str());
   if (y.numel() == 0) return;
-  const int64_t n = y.numel() / y.dim(0);
-  ForRows(y.dim(0), n, pool, [&](int64_t begin, int64_t end) {
-    cpu::AddInPlace(x.data<float>() + begin * n, (end - begin) * n, y.data<float>() + begin * n);
+  // Elementwise over any shape: the flat range, split into runs of single elements.
+  ForRows(y.numel(), 1, pool, [&](int64_t begin, int64_t end) {
+    cpu::AddInPlace(x.data<float>() + begin, end - begin, y.data<float>() + begin);
   });
 }
 
