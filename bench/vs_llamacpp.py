@@ -288,7 +288,7 @@ def wait_ready(port, proc, timeout=300):
 
 def stream_completion(port, prompt, max_tokens):
     """One streamed completion: (start, first token, end) as perf_counter times, and the
-    completion tokens of its usage."""
+    completion and prompt tokens of its usage."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True,
                        "stream_options": {"include_usage": True}}).encode()
@@ -296,7 +296,7 @@ def stream_completion(port, prompt, max_tokens):
                                  headers={"Content-Type": "application/json"})
     start = time.perf_counter()
     first = None
-    tokens = 0
+    tokens = prompt_tokens = 0
     with urllib.request.urlopen(req, timeout=900) as r:
         for raw in r:
             line = raw.decode("utf-8", "replace").strip()
@@ -310,14 +310,15 @@ def stream_completion(port, prompt, max_tokens):
                 first = time.perf_counter()
             if j.get("usage"):
                 tokens = j["usage"]["completion_tokens"]
+                prompt_tokens = j["usage"].get("prompt_tokens", 0)
     end = time.perf_counter()
-    return start, first if first is not None else end, end, tokens
+    return start, first if first is not None else end, end, tokens, prompt_tokens
 
 
 def tokens_in_window(record, w0, w1):
     """The completion tokens of one request that arrived within [w0, w1]: the first at its first
     token time, the rest spread evenly up to its end."""
-    _, first, end, n = record
+    _, first, end, n = record[:4]
     if n <= 0:
         return 0.0
     count = 1.0 if w0 <= first <= w1 else 0.0
@@ -362,12 +363,18 @@ def load_level(port, clients, seconds, warmup, max_tokens, words_per_prompt):
     ttfts = sorted(r[1] - r[0] for r in records if w0 <= r[0] <= w1) or \
         sorted(r[1] - r[0] for r in records)
     ended = sum(1 for r in records if w0 <= r[2] <= w1)
+    # The prompt's length in tokens, as the engine counted it (both read the file's vocabulary):
+    # with a vocabulary that lacks whole words a word is several tokens, and the load leans to
+    # prefill.
+    prompts = [r[4] for r in records if r[4] > 0]
+    prompt_tokens = statistics.mean(prompts) if prompts else 0.0
 
     def pct(p):
         return ttfts[min(len(ttfts) - 1, int(round(p / 100 * (len(ttfts) - 1))))]
     return {"clients": clients, "requests": len(records), "output_tokens": tokens,
             "seconds": seconds, "output_tokens_per_second": tokens / seconds,
-            "requests_per_second": ended / seconds, "ttft_p50": pct(50), "ttft_p99": pct(99)}
+            "requests_per_second": ended / seconds, "prompt_tokens_per_request": prompt_tokens,
+            "ttft_p50": pct(50), "ttft_p99": pct(99)}
 
 
 def run_server(command, levels, a, engine, round_index, results):
@@ -386,7 +393,8 @@ def run_server(command, levels, a, engine, round_index, results):
             by_level[clients] = r
             print(f"serve round {round_index + 1} {engine:<10} {clients:>3} clients: "
                   f"{r['output_tokens_per_second']:7.1f} output tok/s, "
-                  f"{r['requests_per_second']:6.2f} req/s, TTFT p50 {r['ttft_p50']:6.2f} s "
+                  f"{r['requests_per_second']:6.2f} req/s "
+                  f"({r['prompt_tokens_per_request']:.0f} prompt tokens each), TTFT p50 {r['ttft_p50']:6.2f} s "
                   f"p99 {r['ttft_p99']:6.2f} s", flush=True)
             results.append(r)
     finally:
@@ -422,7 +430,7 @@ def measure_serving(a, results):
         return statistics.median(r[engine][clients][key] for r in rounds)
     print(f"# serving, medians of {a.serve_rounds} interleaved rounds")
     print(f"{'clients':>7} {'output tok/s ours/theirs':>25} {'x':>6} {'x each round':>20} "
-          f"{'TTFT p50 ours/theirs':>21} {'TTFT p99 ours/theirs':>21}")
+          f"{'TTFT p50 ours/theirs':>21} {'TTFT p99 ours/theirs':>21} {'prompt tok/req':>15}")
     for clients in levels:
         o = median("ours", clients, "output_tokens_per_second")
         t = median("llama.cpp", clients, "output_tokens_per_second")
@@ -433,7 +441,9 @@ def measure_serving(a, results):
         def pair(key):
             return f"{median('ours', clients, key):.2f}/{median('llama.cpp', clients, key):.2f}"
         p50, p99 = pair("ttft_p50"), pair("ttft_p99")
-        print(f"{clients:>7} {o:>12.1f}/{t:<12.1f} {o / t:>6.2f} {each:>20} {p50:>21} {p99:>21}")
+        prompt = median("ours", clients, "prompt_tokens_per_request")
+        print(f"{clients:>7} {o:>12.1f}/{t:<12.1f} {o / t:>6.2f} {each:>20} {p50:>21} {p99:>21} "
+              f"{prompt:>15.0f}")
 
 
 def main():
