@@ -394,8 +394,8 @@ def run_server(command, levels, a, engine, round_index, results):
             print(f"serve round {round_index + 1} {engine:<10} {clients:>3} clients: "
                   f"{r['output_tokens_per_second']:7.1f} output tok/s, "
                   f"{r['requests_per_second']:6.2f} req/s "
-                  f"({r['prompt_tokens_per_request']:.0f} prompt tokens each), TTFT p50 {r['ttft_p50']:6.2f} s "
-                  f"p99 {r['ttft_p99']:6.2f} s", flush=True)
+                  f"({r['prompt_tokens_per_request']:.0f} prompt tokens each), "
+                  f"TTFT p50 {r['ttft_p50']:6.2f} s p99 {r['ttft_p99']:6.2f} s", flush=True)
             results.append(r)
     finally:
         proc.terminate()
@@ -430,7 +430,8 @@ def measure_serving(a, results):
         return statistics.median(r[engine][clients][key] for r in rounds)
     print(f"# serving, medians of {a.serve_rounds} interleaved rounds")
     print(f"{'clients':>7} {'output tok/s ours/theirs':>25} {'x':>6} {'x each round':>20} "
-          f"{'TTFT p50 ours/theirs':>21} {'TTFT p99 ours/theirs':>21} {'prompt tok/req':>15}")
+          f"{'TTFT p50 ours/theirs':>21} {'TTFT p99 ours/theirs':>21} "
+          f"{'prompt tok/req ours/theirs':>27}")
     for clients in levels:
         o = median("ours", clients, "output_tokens_per_second")
         t = median("llama.cpp", clients, "output_tokens_per_second")
@@ -441,9 +442,10 @@ def measure_serving(a, results):
         def pair(key):
             return f"{median('ours', clients, key):.2f}/{median('llama.cpp', clients, key):.2f}"
         p50, p99 = pair("ttft_p50"), pair("ttft_p99")
-        prompt = median("ours", clients, "prompt_tokens_per_request")
+        prompts = "/".join(f"{median(e, clients, 'prompt_tokens_per_request'):.0f}"
+                           for e in ("ours", "llama.cpp"))
         print(f"{clients:>7} {o:>12.1f}/{t:<12.1f} {o / t:>6.2f} {each:>20} {p50:>21} {p99:>21} "
-              f"{prompt:>15.0f}")
+              f"{prompts:>27}")
 
 
 def main():
@@ -455,7 +457,8 @@ def main():
     ap.add_argument("--work-dir", default="build/vs_llamacpp", help="where made files go")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--prefill", default="128,512", help="prompt lengths (decode follows the first)")
+    ap.add_argument("--prefill", default="128,512",
+                    help="prompt lengths (decode follows the first)")
     ap.add_argument("--decode", type=int, default=128, help="generated tokens")
     ap.add_argument("--decode-only", action="append", default=[],
                     help="GGUF measured with --decode only (a short prompt): large models")
