@@ -108,6 +108,19 @@ __m512i Broadcast4(const void* p) {
   return _mm512_set1_epi32(v);
 }
 
+// acc + dpbusd(w, the four bytes at p in every lane), the bytes as the instruction's embedded
+// broadcast ({1to16}): GCC 12 loads them with a separate vpbroadcastd.
+[[gnu::always_inline]] inline __m512i DpbusdBroadcast(__m512i acc, __m512i w, const void* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
+// The same for dpwssd (int16 pairs).
+[[gnu::always_inline]] inline __m512i DpwssdBroadcast(__m512i acc, __m512i w, const void* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const int32_t*>(p)));
+  return acc;
+}
+
 // The 16 bytes at a, b, c, d in 128-bit lanes 0, 1, 2, 3.
 __m512i Lanes(const void* a, const void* b, const void* c, const void* d) {
   __m512i v = _mm512_castsi128_si512(Load128(a));
@@ -369,8 +382,8 @@ struct Blocks32 {
       __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
-        s0 = _mm512_dpbusd_epi32(s0, w.lo[g], Broadcast4(x.qs + 4 * g));
-        s1 = _mm512_dpbusd_epi32(s1, w.hi[g], Broadcast4(x.qs + 16 + 4 * g));
+        s0 = DpbusdBroadcast(s0, w.lo[g], x.qs + 4 * g);
+        s1 = DpbusdBroadcast(s1, w.hi[g], x.qs + 16 + 4 * g);
       }
       __m512i sumi = _mm512_add_epi32(s0, s1);
       if constexpr (kOffset != 0) {
@@ -600,7 +613,9 @@ __m512 KTerm(const KPrep& p, const BlockQ8_K& y) {
 struct alignas(64) KLanes {
   uint8_t q[64][64];      // [group g][4 j + i]: row j's unsigned quant 4 g + i
   int32_t scale[16][16];  // [sub-block][row]: the scale, zero-extended (dpwssd) or sign-extended
-  int32_t extra[8][16];   // [c][row]: sub_extra 2c (low half) and 2c + 1 (high half)
+  // [c][row]: sub_extra 2 c (low half) and 2 c + 1 (high half); with kPairScale (Q4_K, Q5_K)
+  // the mins of chunks 2 (c / 2) and 2 (c / 2) + 1 instead (KLaneTerms).
+  int32_t extra[8][16];
   float d[kTileRows], dmin[kTileRows];
 };
 
@@ -619,7 +634,9 @@ struct alignas(64) KLanes {
 }
 
 // KLanes from the unpacked rows of p. kSignExtend: scales for vpmulld, else for dpwssd.
-template <bool kSignExtend>
+// kPairMins (Q4_K, Q5_K: sub_extra 2 c and 2 c + 1 both hold chunk c's min): extra[c] holds the
+// mins of chunks 2 (c / 2) and 2 (c / 2) + 1, as KLaneTerms' kPairScale takes them.
+template <bool kSignExtend, bool kPairMins>
 void ToLanes(const KPrep& p, KLanes& w) {
   __m512i v[kTileRows];
   for (int part = 0; part < 4; ++part) {
@@ -634,7 +651,14 @@ void ToLanes(const KPrep& p, KLanes& w) {
   }
   TransposeRows(v, w.scale, 16);
 #pragma GCC unroll 16
-  for (int j = 0; j < kTileRows; ++j) v[j] = _mm512_zextsi256_si512(Load256(p.sub_extra[j]));
+  for (int j = 0; j < kTileRows; ++j) {
+    // int16 2 c + h of the row's extras: sub-block 4 (c / 2) + 2 h (kPairMins), else 2 c + h.
+    alignas(32) static constexpr int16_t kPairIndex[16] = {0, 2,  0, 2,  4,  6,  4,  6,
+                                                           8, 10, 8, 10, 12, 14, 12, 14};
+    const __m256i extra = Load256(p.sub_extra[j]);
+    v[j] = _mm512_zextsi256_si512(kPairMins ? _mm256_permutexvar_epi16(Load256(kPairIndex), extra)
+                                            : extra);
+  }
   TransposeRows(v, w.extra, 8);
   std::memcpy(w.d, p.d, sizeof(w.d));
   std::memcpy(w.dmin, p.dmin, sizeof(w.dmin));
@@ -655,16 +679,15 @@ template <int kDotGroups, bool kUnitScale, bool kMulLo, bool kPairScale>
     // chains of four dpbusd (one chain of eight waits on dpbusd's latency).
     static_assert(kMulLo);
     const int8_t* xq = y->qs + 32 * c;
-    __m512i t0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], Broadcast4(xq));
-    __m512i t1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[4], Broadcast4(xq + 16));
+    __m512i t0 = DpbusdBroadcast(_mm512_setzero_si512(), wv[0], xq);
+    __m512i t1 = DpbusdBroadcast(_mm512_setzero_si512(), wv[4], xq + 16);
 #pragma GCC unroll 4
     for (int g = 1; g < 4; ++g) {
-      t0 = _mm512_dpbusd_epi32(t0, wv[g], Broadcast4(xq + 4 * g));
-      t1 = _mm512_dpbusd_epi32(t1, wv[4 + g], Broadcast4(xq + 16 + 4 * g));
+      t0 = DpbusdBroadcast(t0, wv[g], xq + 4 * g);
+      t1 = DpbusdBroadcast(t1, wv[4 + g], xq + 16 + 4 * g);
     }
     s.sumi = _mm512_add_epi32(s.sumi, _mm512_mullo_epi32(_mm512_add_epi32(t0, t1), scale[0]));
-    s.extra = _mm512_dpwssd_epi32(s.extra, e, Broadcast4(y->bsums + 2 * c));
-    return;
+    return;  // the mins: KLaneTerms, once per two chunks
   }
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
@@ -672,26 +695,25 @@ template <int kDotGroups, bool kUnitScale, bool kMulLo, bool kPairScale>
     const __m512i* w = wv + 4 * h;
     if constexpr (kUnitScale) {
 #pragma GCC unroll 4
-      for (int g = 0; g < 4; ++g)
-        s.sumi = _mm512_dpbusd_epi32(s.sumi, w[g], Broadcast4(xq + 4 * g));
+      for (int g = 0; g < 4; ++g) s.sumi = DpbusdBroadcast(s.sumi, w[g], xq + 4 * g);
     } else if constexpr (kMulLo) {
-      __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], Broadcast4(xq));
+      __m512i t = DpbusdBroadcast(_mm512_setzero_si512(), w[0], xq);
 #pragma GCC unroll 4
-      for (int g = 1; g < 4; ++g) t = _mm512_dpbusd_epi32(t, w[g], Broadcast4(xq + 4 * g));
+      for (int g = 1; g < 4; ++g) t = DpbusdBroadcast(t, w[g], xq + 4 * g);
       s.sumi = _mm512_add_epi32(s.sumi, _mm512_mullo_epi32(t, scale[h]));
     } else {
 #pragma GCC unroll 4
       for (int g0 = 0; g0 < 4; g0 += kDotGroups) {
-        __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[g0], Broadcast4(xq + 4 * g0));
+        __m512i t = DpbusdBroadcast(_mm512_setzero_si512(), w[g0], xq + 4 * g0);
 #pragma GCC unroll 4
         for (int g = g0 + 1; g < g0 + kDotGroups; ++g) {
-          t = _mm512_dpbusd_epi32(t, w[g], Broadcast4(xq + 4 * g));
+          t = DpbusdBroadcast(t, w[g], xq + 4 * g);
         }
         s.sumi = _mm512_dpwssd_epi32(s.sumi, t, scale[h]);
       }
     }
   }
-  s.extra = _mm512_dpwssd_epi32(s.extra, e, Broadcast4(y->bsums + 2 * c));
+  s.extra = DpwssdBroadcast(s.extra, e, y->bsums + 2 * c);
 }
 
 // acc += the block terms of x row y against the sixteen weight rows (lanes, their d and dmin),
@@ -728,11 +750,15 @@ template <KMins kMins, int kShift>
 // scale, the high halves (the sum's sign) times 0.
 // Chunk: chunk(c, wv, scale, e) gives chunk c's eight group vectors, the scales of its two
 // sub-blocks and its extra (KLanes' q[8 c ..], scale[2 c ..] and extra[c]); w_d and w_dmin are
-// the rows' d and dmin.
+// the rows' d and dmin. kPairScale: the extra is the mins of chunks 2 (c / 2) and 2 (c / 2) + 1
+// (int16 halves of each lane), which meet x row r's chunk sums cs[r * cs_stride + 2 (c / 2) ..]
+// (QuantizedX::chunk_sums) in one dpwssd per two chunks instead of one per chunk with the
+// 16-element bsums; cs is unused otherwise.
 template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo, bool kPairScale,
           int kR, typename Chunk>
 [[gnu::always_inline]] inline void KLaneTerms(const Chunk& chunk, __m512 w_d, __m512 w_dmin,
-                                              const std::byte* xb, int64_t x_stride, __m512* acc) {
+                                              const std::byte* xb, int64_t x_stride,
+                                              const int16_t* cs, int64_t cs_stride, __m512* acc) {
   static_assert(kR >= 1 && kR <= 4);
   auto row = [&](int r) {
     return reinterpret_cast<const BlockQ8_K*>(xb + std::min(r, kR - 1) * x_stride);
@@ -740,9 +766,8 @@ template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo,
   const BlockQ8_K *y0 = row(0), *y1 = row(1), *y2 = row(2), *y3 = row(3);
   LaneSums s0{_mm512_setzero_si512(), _mm512_setzero_si512()};
   LaneSums s1 = s0, s2 = s0, s3 = s0;
-#pragma GCC unroll 1
-  for (int c = 0; c < 8; ++c) {
-    __m512i wv[8], scale[2], e;
+  auto step = [&](int c, __m512i& e) __attribute__((always_inline)) {
+    __m512i wv[8], scale[2];
     chunk(c, wv, scale, e);
     LaneChunk<kDotGroups, kUnitScale, kMulLo, kPairScale>(wv, scale, e, y0, c, s0);
     if constexpr (kR > 1) {
@@ -753,6 +778,26 @@ template <KMins kMins, int kShift, int kDotGroups, bool kUnitScale, bool kMulLo,
     }
     if constexpr (kR > 3) {
       LaneChunk<kDotGroups, kUnitScale, kMulLo, kPairScale>(wv, scale, e, y3, c, s3);
+    }
+  };
+  if constexpr (kPairScale) {
+    // Chunks 2 cc and 2 cc + 1, then their mins (e: the pair) against the rows' chunk sums.
+    auto sums = [&](int r, int cc) { return cs + std::min(r, kR - 1) * cs_stride + 2 * cc; };
+#pragma GCC unroll 1
+    for (int cc = 0; cc < 4; ++cc) {
+      __m512i e;
+      step(2 * cc, e);
+      step(2 * cc + 1, e);
+      s0.extra = DpwssdBroadcast(s0.extra, e, sums(0, cc));
+      if constexpr (kR > 1) s1.extra = DpwssdBroadcast(s1.extra, e, sums(1, cc));
+      if constexpr (kR > 2) s2.extra = DpwssdBroadcast(s2.extra, e, sums(2, cc));
+      if constexpr (kR > 3) s3.extra = DpwssdBroadcast(s3.extra, e, sums(3, cc));
+    }
+  } else {
+#pragma GCC unroll 1
+    for (int c = 0; c < 8; ++c) {
+      __m512i e;
+      step(c, e);
     }
   }
   LaneFinish<kMins, kShift>(w_d, w_dmin, y0, s0, acc);
@@ -846,10 +891,13 @@ struct ScaleMinPackedChunk {
       }
       wv[u] = q;
     }
-    __m512i min;
+    // The extra: the mins of chunks 2 (c / 2) (low half) and 2 (c / 2) + 1 (high half).
+    __m512i min, other_scale, other_min;
     ScaleMinLanes(p.scales, c, scale[0], min);
+    ScaleMinLanes(p.scales, c ^ 1, other_scale, other_min);
     scale[1] = scale[0];
-    e = _mm512_or_si512(min, _mm512_slli_epi32(min, 16));
+    e = c % 2 == 0 ? _mm512_or_si512(min, _mm512_slli_epi32(other_min, 16))
+                   : _mm512_or_si512(other_min, _mm512_slli_epi32(min, 16));
   }
 };
 
@@ -987,20 +1035,24 @@ struct KBlocks {
     for (int j = 0; j < kTileRows; ++j) {
       Unpacker::Unpack(rows[j] + b * static_cast<int64_t>(sizeof(Block)), p, j);
     }
-    ToLanes<kMulLo>(p, w);
+    ToLanes<kMulLo, kPairScale>(p, w);
   }
   template <int kR>
   [[gnu::always_inline]] static void LaneTerms(const KLanes& w, const std::byte* xb,
-                                               int64_t x_stride, __m512* acc) {
+                                               int64_t x_stride, const int16_t* cs,
+                                               int64_t cs_stride, __m512* acc) {
     KLaneTerms<kMins, kShift, (kDotGroups > 0 ? kDotGroups : 1), kUnitScale, kMulLo, kPairScale,
-               kR>(LanesChunk{w}, _mm512_load_ps(w.d), _mm512_load_ps(w.dmin), xb, x_stride, acc);
+               kR>(LanesChunk{w}, _mm512_load_ps(w.d), _mm512_load_ps(w.dmin), xb, x_stride, cs,
+                   cs_stride, acc);
   }
   // LaneTerms straight from a packed super-block (P), its chunks unpacked in registers.
   template <int kR>
   [[gnu::always_inline]] static void PackedLaneTerms(const std::byte* packed, const std::byte* xb,
-                                                     int64_t x_stride, __m512* acc) {
+                                                     int64_t x_stride, const int16_t* cs,
+                                                     int64_t cs_stride, __m512* acc) {
     KLaneTerms<kMins, kShift, (kDotGroups > 0 ? kDotGroups : 1), kUnitScale, kMulLo, kPairScale,
-               kR>(P::Chunk(packed), P::D(packed), P::Dmin(packed), xb, x_stride, acc);
+               kR>(P::Chunk(packed), P::D(packed), P::Dmin(packed), xb, x_stride, cs, cs_stride,
+                   acc);
   }
   // KLanes of a packed super-block (P).
   static void PackedLanes(const std::byte* packed, KLanes& w) {
@@ -1290,14 +1342,19 @@ void VisitKernel(DType dtype, Fn&& fn) {
 }
 
 // The quantized activations of one call.
+constexpr int64_t kChunksPerSuperBlock = kQK_K / 32;
+
 struct QuantizedX {
   const std::byte* rows;  // [m] rows of row_bytes
   int64_t row_bytes;
   int64_t block_bytes;
   int64_t blocks;
   const int32_t* sums;  // [m, blocks] sum of each block's quants (rows past the panels), or null
-  const void* panels;   // [panel_rows / 16, blocks] panels of rows [0, panel_rows), or null
-  int64_t panel_rows;   // a multiple of 16
+  // [m, blocks, kChunksPerSuperBlock] the sum of each 32-element chunk's quants (its two bsums)
+  // for the K-quants with kPairScale (KLaneTerms), or null.
+  const int16_t* chunk_sums;
+  const void* panels;  // [panel_rows / 16, blocks] panels of rows [0, panel_rows), or null
+  int64_t panel_rows;  // a multiple of 16
 };
 
 // Prefetches that the compiler keeps: GCC takes _mm_prefetch for free of side effects and
@@ -1561,17 +1618,17 @@ void ChunkTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, i
 // kLinearPrefetch: Source::Prefetch's, during the first pass.
 // acc[r] += the terms of x rows r < rows (at most 4) against packed super-block `packed`.
 template <typename K>
-void PackedRowTerms(const std::byte* packed, const std::byte* xb, int64_t x_stride, int64_t rows,
-                    __m512* acc) {
+void PackedRowTerms(const std::byte* packed, const std::byte* xb, int64_t x_stride,
+                    const int16_t* cs, int64_t cs_stride, int64_t rows, __m512* acc) {
   switch (rows) {
     case 4:
-      return K::template PackedLaneTerms<4>(packed, xb, x_stride, acc);
+      return K::template PackedLaneTerms<4>(packed, xb, x_stride, cs, cs_stride, acc);
     case 3:
-      return K::template PackedLaneTerms<3>(packed, xb, x_stride, acc);
+      return K::template PackedLaneTerms<3>(packed, xb, x_stride, cs, cs_stride, acc);
     case 2:
-      return K::template PackedLaneTerms<2>(packed, xb, x_stride, acc);
+      return K::template PackedLaneTerms<2>(packed, xb, x_stride, cs, cs_stride, acc);
     default:
-      return K::template PackedLaneTerms<1>(packed, xb, x_stride, acc);
+      return K::template PackedLaneTerms<1>(packed, xb, x_stride, cs, cs_stride, acc);
   }
 }
 
@@ -1594,27 +1651,34 @@ void LaneTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
       for (int64_t b = 0; b < x.blocks; ++b) {
         if (i0 == 0) tile.template Prefetch<kLinearPrefetch>(b, x.blocks);
         const std::byte* xb = x.rows + i0 * x.row_bytes + b * x.block_bytes;
+        // Row i's chunk sums at cs + (i - i0) * cs_stride (kPairScale kernels only).
+        const int64_t cs_stride = x.blocks * kChunksPerSuperBlock;
+        const int16_t* const cs = x.chunk_sums == nullptr
+                                      ? nullptr
+                                      : x.chunk_sums + i0 * cs_stride + b * kChunksPerSuperBlock;
         if constexpr (Source<K>::kDirect) {
           if (rows <= kDirectRows) {
-            PackedRowTerms<K>(tile.block(b), xb, x.row_bytes, rows, acc);
+            PackedRowTerms<K>(tile.block(b), xb, x.row_bytes, cs, cs_stride, rows, acc);
             continue;
           }
         }
         tile.Lanes(b, prep, lanes);
+        auto cs_at = [&](int64_t r) { return cs == nullptr ? nullptr : cs + r * cs_stride; };
         int64_t r = 0;
         for (; r + kR <= rows; r += kR) {
-          K::template LaneTerms<kR>(lanes, xb + r * x.row_bytes, x.row_bytes, acc + r);
+          K::template LaneTerms<kR>(lanes, xb + r * x.row_bytes, x.row_bytes, cs_at(r), cs_stride,
+                                    acc + r);
         }
         const std::byte* xr = xb + r * x.row_bytes;
         switch (rows - r) {
           case 3:
-            K::template LaneTerms<3>(lanes, xr, x.row_bytes, acc + r);
+            K::template LaneTerms<3>(lanes, xr, x.row_bytes, cs_at(r), cs_stride, acc + r);
             break;
           case 2:
-            K::template LaneTerms<2>(lanes, xr, x.row_bytes, acc + r);
+            K::template LaneTerms<2>(lanes, xr, x.row_bytes, cs_at(r), cs_stride, acc + r);
             break;
           case 1:
-            K::template LaneTerms<1>(lanes, xr, x.row_bytes, acc + r);
+            K::template LaneTerms<1>(lanes, xr, x.row_bytes, cs_at(r), cs_stride, acc + r);
             break;
           default:
             break;
@@ -1751,6 +1815,32 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
   }
 }
 
+// Whether K's lane kernel takes QuantizedX::chunk_sums (the K-quants with kPairScale).
+template <typename K>
+constexpr bool UsesChunkSums() {
+  if constexpr (requires { K::kPairScale; }) {
+    return K::kPairScale;
+  } else {
+    return false;
+  }
+}
+
+// QuantizedX::chunk_sums of x rows [begin, end): each Q8_K super-block's bsums added in pairs
+// (at most 32 * 127 in magnitude).
+void ChunkSums(const std::byte* rows, int64_t row_bytes, int64_t blocks, int64_t begin, int64_t end,
+               int16_t* out) {
+  for (int64_t i = begin; i < end; ++i) {
+    const auto* y = reinterpret_cast<const BlockQ8_K*>(rows + i * row_bytes);
+    int16_t* row_out = out + i * blocks * kChunksPerSuperBlock;
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int c = 0; c < kChunksPerSuperBlock; ++c) {
+        row_out[b * kChunksPerSuperBlock + c] =
+            static_cast<int16_t>(y[b].bsums[2 * c] + y[b].bsums[2 * c + 1]);
+      }
+    }
+  }
+}
+
 // Sum of the 32 quants of each Q8_0 block of x rows [begin, end).
 void BlockSums(const std::byte* rows, int64_t row_bytes, int64_t blocks, int64_t begin, int64_t end,
                int32_t* sums) {
@@ -1801,7 +1891,7 @@ void MatMulInt8Many(std::span<const MatMulArgs> segments, ThreadPool* pool) {
   x.blocks = args.k / ActivationBlockSize(format);
   x.block_bytes = x.row_bytes / x.blocks;
   // The calling thread's buffers; the workers only see the pointers.
-  thread_local cpu::ThreadScratch rows_buffer, sums_buffer, panel_buffer;
+  thread_local cpu::ThreadScratch rows_buffer, sums_buffer, panel_buffer, chunk_sums_buffer;
   std::byte* const xq = rows_buffer.Get(static_cast<size_t>(args.m * x.row_bytes));
   x.rows = xq;
   VisitKernel(args.w_dtype, [&](auto kernel) {
@@ -1813,6 +1903,12 @@ void MatMulInt8Many(std::span<const MatMulArgs> segments, ThreadPool* pool) {
                                         static_cast<size_t>(args.m * x.blocks) * sizeof(int32_t)))
                                   : nullptr;
     x.sums = sum_data;
+    int16_t* const chunk_sum_data =
+        UsesChunkSums<K>()
+            ? reinterpret_cast<int16_t*>(chunk_sums_buffer.Get(
+                  static_cast<size_t>(args.m * x.blocks * kChunksPerSuperBlock) * sizeof(int16_t)))
+            : nullptr;
+    x.chunk_sums = chunk_sum_data;
     const int64_t groups = x.panel_rows / kPanelRows;
     void* panel_data = nullptr;
     if constexpr (K::kUsesPanels) {
@@ -1831,6 +1927,9 @@ void MatMulInt8Many(std::span<const MatMulArgs> segments, ThreadPool* pool) {
           if constexpr (K::kNeedsSums) {
             const int64_t first = std::max(begin, x.panel_rows);
             if (first < end) BlockSums(xq, x.row_bytes, x.blocks, first, end, sum_data);
+          }
+          if constexpr (UsesChunkSums<K>()) {
+            ChunkSums(xq, x.row_bytes, x.blocks, begin, end, chunk_sum_data);
           }
         },
         MinRowsPerChunk(args.k));
