@@ -21,8 +21,8 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/int8_blocks_avx2.h"
-#include "kernels/cpu/int8_kquants_avx2.h"
+#include "kernels/cpu/matmul/int8_blocks_avx2.h"
+#include "kernels/cpu/matmul/int8_kquants_avx2.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace uc::kernels::avx2 {

@@ -34,8 +34,8 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul/tile_avx512.h"
 #include "kernels/cpu/scratch.h"
-#include "kernels/cpu/tile_avx512.h"
 
 namespace uc::kernels::avx512 {
 namespace {

@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/int8_blocks_avx2.h"
+#include "kernels/cpu/matmul/int8_blocks_avx2.h"
 #include "tensor/dtype.h"
 
 namespace uc::kernels::avx2::int8 {

@@ -24,7 +24,7 @@
 
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/tile_avx512.h"
+#include "kernels/cpu/matmul/tile_avx512.h"
 
 namespace uc::kernels::avx512 {
 namespace {
