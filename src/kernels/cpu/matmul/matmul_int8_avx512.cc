@@ -242,6 +242,7 @@ alignas(16) constexpr uint8_t kIq4NlUnsigned[16] = {1,   24,  45,  63,  79,  93,
 template <typename B, bool kQh, bool kMin>
 struct Pack32 {
   static constexpr bool kPacked = true;
+  static constexpr bool kNextIntoL1 = false;  // PackedTile::Prefetch
   using Block = B;
   static constexpr size_t kQsBytes = sizeof(B::qs);  // 16 (nibbles) or 32 (Q8_0)
   static constexpr size_t kQhOffset = kQsBytes * kTileRows;
@@ -950,6 +951,7 @@ void LanesFromChunks(const Chunk& chunk, KLanes& w) {
 // The packed layout of the K-quants that have one (kPacked), for KBlocks' parameter P.
 struct PackQ4K {
   static constexpr bool kPacked = true;
+  static constexpr bool kNextIntoL1 = true;  // PackedTile::Prefetch
   using Block = BlockQ4_K;
   static constexpr size_t kBytes = sizeof(PackedQ4K);
   static void Interleave(const std::byte* const* src, std::byte* dst) {
@@ -966,6 +968,7 @@ struct PackQ4K {
 };
 struct PackQ5K {
   static constexpr bool kPacked = true;
+  static constexpr bool kNextIntoL1 = true;  // PackedTile::Prefetch
   using Block = BlockQ5_K;
   static constexpr size_t kBytes = sizeof(PackedQ5K);
   static void Interleave(const std::byte* const* src, std::byte* dst) {
@@ -983,6 +986,7 @@ struct PackQ5K {
 };
 struct PackQ6K {
   static constexpr bool kPacked = true;
+  static constexpr bool kNextIntoL1 = false;  // PackedTile::Prefetch
   using Block = BlockQ6_K;
   static constexpr size_t kBytes = sizeof(PackedQ6K);
   static void Interleave(const std::byte* const* src, std::byte* dst) {
@@ -999,6 +1003,7 @@ struct PackQ6K {
 };
 struct NoPack {
   static constexpr bool kPacked = false;
+  static constexpr bool kNextIntoL1 = false;
   static constexpr size_t kBytes = 0;
   static void Interleave(const std::byte* const* /*src*/, std::byte* /*dst*/) {}
   static LanesChunk Chunk(const std::byte* /*bytes*/);  // never called
@@ -1518,7 +1523,7 @@ struct StoredTile {
   void Prepare(int64_t b, typename K::Prep& prep) const { K::Prepare(tile.rows, b, prep); }
   // kLinearPrefetch (AMD): share `part` of the next tile into L2; otherwise none (measured level).
   template <bool kLinearPrefetch>
-  void Prefetch(int64_t part, int64_t parts) const {
+  void Prefetch(int64_t part, int64_t parts, bool /*direct*/ = false) const {
     if constexpr (kLinearPrefetch) tile.PrefetchNext(part, parts);
   }
 };
@@ -1549,13 +1554,22 @@ struct PackedTile {
   // (prefetcht0, as before): Q4_K decode, which reads each qs vector twice, 1.7-2x slower on a
   // Zen 4 with a 32 KiB L1 (kernels_benchmark BM_MatMulPrecision, 1 thread: 11-13 against 21-24
   // GB/s of weights); Q4_0 and Q6_K level or slower; batches of 16 1.05-1.3x slower.
+  // P::kNextIntoL1 (Q4_K, Q5_K) and `direct` (the x rows meet the block straight from its
+  // bytes, PackedRowTerms): also the next super-block, from L2 into L1 (a short distance, unlike
+  // the 12 KiB above): decode 1.05-1.2x faster at one and two threads (Zen 4, kernels_benchmark
+  // BM_MatMulPrecision tokens:1, medians of 12 interleaved rounds); at 16 rows (KLanes passes)
+  // 1.04-1.08x slower, hence `direct`; Q6_K 1.2-1.5x slower with it, the 32-element types level.
   // Otherwise a share `part` of `parts` of the next tile into L2.
   template <bool kLinearPrefetch>
-  void Prefetch(int64_t part, int64_t parts) const {
+  void Prefetch(int64_t part, int64_t parts, bool direct = false) const {
     if constexpr (kLinearPrefetch) {
       constexpr int64_t kAheadBytes = 12 * 1024;
       const std::byte* first = block(part) + kAheadBytes;
       for (size_t q = 0; q < P::kBytes; q += 64) PrefetchToL2(first + q);
+      if (P::kNextIntoL1 && direct) {
+        const std::byte* next_block = block(part + 1);
+        for (size_t q = 0; q < P::kBytes; q += 64) PrefetchToL1(next_block + q);
+      }
     } else {
       const int64_t share = (next_end - next + parts - 1) / parts;
       const std::byte* end = next + std::min((part + 1) * share, next_end - next);
@@ -1649,7 +1663,7 @@ void LaneTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
       const int64_t rows = std::min(kRowsPerPass, a.m - i0);
       for (int64_t r = 0; r < rows; ++r) acc[r] = _mm512_setzero_ps();
       for (int64_t b = 0; b < x.blocks; ++b) {
-        if (i0 == 0) tile.template Prefetch<kLinearPrefetch>(b, x.blocks);
+        if (i0 == 0) tile.template Prefetch<kLinearPrefetch>(b, x.blocks, rows <= kDirectRows);
         const std::byte* xb = x.rows + i0 * x.row_bytes + b * x.block_bytes;
         // Row i's chunk sums at cs + (i - i0) * cs_stride (kPairScale kernels only).
         const int64_t cs_stride = x.blocks * kChunksPerSuperBlock;
