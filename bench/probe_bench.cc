@@ -31,7 +31,7 @@
 #include "base/logging.h"
 #include "engine/batch_benchmark.h"
 #include "engine/llm_engine.h"
-#include "io/safetensors_writer.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "probe/probes/registry.h"
 #include "probe/runtime/probing_session.h"
 #include "probe/spec/spec.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 #include "models/checkpoint.h"
 #include "tokenizer/loaders.h"
 

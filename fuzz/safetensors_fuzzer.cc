@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const uc::fuzz::ScratchDir scratch("safetensors");  // removed at exit

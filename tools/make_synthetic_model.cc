@@ -24,8 +24,8 @@
 
 #include "base/status.h"
 #include "convert/quantize.h"
-#include "io/gguf_writer.h"
-#include "io/safetensors_writer.h"
+#include "io/gguf/gguf_writer.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "tensor/tensor.h"
 
 namespace uc::tools {

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "chat/builtin_templates.h"
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 #include "io/json_file.h"
 #include "io/text_file.h"
 

@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "chat/builtin_templates.h"
-#include "io/gguf_writer.h"
+#include "io/gguf/gguf_writer.h"
 
 namespace uc::chat {
 namespace {

@@ -11,9 +11,9 @@
 
 #include "base/did_you_mean.h"
 #include "base/thread_pool.h"
-#include "io/gguf.h"
-#include "io/gguf_types.h"
-#include "io/gguf_writer.h"
+#include "io/gguf/gguf.h"
+#include "io/gguf/gguf_types.h"
+#include "io/gguf/gguf_writer.h"
 #include "models/checkpoint.h"
 #include "tokenizer/loaders.h"
 #include "tokenizer/tokenizer.h"

@@ -7,10 +7,10 @@
 #include <cstring>
 #include <string>
 
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 #include "io/io_test_util.h"
 #include "io/llama2c.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 
 namespace uc::io {
 namespace {

@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 #include "models/model_config.h"
 
 namespace uc::models {

@@ -5,7 +5,7 @@
 
 #include "io/json_file.h"
 #include "io/llama2c.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 #include "models/architecture.h"
 
 namespace uc::models {

@@ -18,7 +18,7 @@
 #include <string>
 
 #include "base/status.h"
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 #include "io/tensor_source.h"
 #include "models/model_config.h"
 

@@ -9,10 +9,10 @@
 #include <string>
 #include <string_view>
 
-#include "io/gguf.h"
-#include "io/gguf_writer.h"
+#include "io/gguf/gguf.h"
+#include "io/gguf/gguf_writer.h"
 #include "io/mapped_file.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 #include "io/tensor_source.h"
 
 namespace uc::models {

@@ -2,12 +2,12 @@
 // pre-tokenizer regexes and split behaviors, special-token matching and the merge loop.
 #include <gtest/gtest.h>
 
-#include "tokenizer/bpe_merge.h"
-#include "tokenizer/byte_level.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/models/bpe_merge.h"
 #include "tokenizer/special_tokens.h"
-#include "tokenizer/utf8.h"
+#include "tokenizer/text/byte_level.h"
+#include "tokenizer/text/normalizer.h"
+#include "tokenizer/text/pre_tokenizer.h"
+#include "tokenizer/text/utf8.h"
 
 namespace uc::tokenizer {
 namespace {

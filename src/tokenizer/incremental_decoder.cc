@@ -1,6 +1,6 @@
 #include "tokenizer/incremental_decoder.h"
 
-#include "tokenizer/utf8.h"
+#include "tokenizer/text/utf8.h"
 
 namespace uc::tokenizer {
 

@@ -4,7 +4,7 @@
 
 #include "tokenizer/loaders.h"
 #include "tokenizer/test_util.h"
-#include "tokenizer/utf8.h"
+#include "tokenizer/text/utf8.h"
 
 namespace uc::tokenizer {
 namespace {

@@ -1,7 +1,7 @@
 #include <fstream>
 
 #include "io/mapped_file.h"
-#include "tokenizer/hf_components.h"
+#include "tokenizer/formats/hf_components.h"
 #include "tokenizer/loaders.h"
 
 namespace uc::tokenizer {

@@ -27,7 +27,7 @@
 #include <string_view>
 
 #include "base/status.h"
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace uc::tokenizer {

@@ -4,10 +4,10 @@
 #include <unordered_map>
 
 #include "base/logging.h"
-#include "tokenizer/bpe_model.h"
-#include "tokenizer/byte_level.h"
 #include "tokenizer/incremental_decoder.h"
-#include "tokenizer/spm_model.h"
+#include "tokenizer/models/bpe_model.h"
+#include "tokenizer/models/spm_model.h"
+#include "tokenizer/text/byte_level.h"
 
 namespace uc::tokenizer {
 namespace {

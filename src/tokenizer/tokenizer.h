@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "base/status.h"
-#include "tokenizer/encoding_model.h"
-#include "tokenizer/normalizer.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/models/encoding_model.h"
 #include "tokenizer/special_tokens.h"
+#include "tokenizer/text/normalizer.h"
+#include "tokenizer/text/pre_tokenizer.h"
 #include "tokenizer/vocab.h"
 
 namespace uc::tokenizer {

@@ -12,11 +12,11 @@
 #include <thread>
 #include <unordered_map>
 
-#include "io/gguf.h"
-#include "tokenizer/byte_level.h"
+#include "io/gguf/gguf.h"
 #include "tokenizer/loaders.h"
 #include "tokenizer/temp_dir.h"
 #include "tokenizer/test_util.h"
+#include "tokenizer/text/byte_level.h"
 
 namespace uc::tokenizer {
 namespace {

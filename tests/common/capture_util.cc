@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "common/test_util.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 #include "tensor/dtype.h"
 
 namespace uc::testing {

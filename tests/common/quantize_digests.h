@@ -14,8 +14,8 @@
 #include <utility>
 
 #include "common/sha256.h"
-#include "io/gguf.h"
-#include "io/gguf_types.h"
+#include "io/gguf/gguf.h"
+#include "io/gguf/gguf_types.h"
 
 namespace uc::testing {
 

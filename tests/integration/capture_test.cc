@@ -20,7 +20,7 @@
 #include "common/test_util.h"
 #include "engine/llm.h"
 #include "engine/prompts_file.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 
 namespace uc {
 namespace {

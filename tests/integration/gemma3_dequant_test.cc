@@ -19,8 +19,8 @@
 
 #include "common/sha256.h"
 #include "common/test_util.h"
-#include "io/gguf.h"
-#include "io/gguf_types.h"
+#include "io/gguf/gguf.h"
+#include "io/gguf/gguf_types.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
 

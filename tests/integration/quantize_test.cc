@@ -24,7 +24,7 @@
 #include "common/quantize_digests.h"
 #include "common/test_util.h"
 #include "engine/generator.h"
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 
 namespace uc {
 namespace {

@@ -12,7 +12,7 @@
 #include "common/test_util.h"
 #include "engine/generator.h"
 #include "engine/llm.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 #include "models/steering.h"
 #include "worker/sampler.h"
 

@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "common/test_util.h"
-#include "io/gguf.h"
+#include "io/gguf/gguf.h"
 #include "models/steering.h"
 
 namespace uc {

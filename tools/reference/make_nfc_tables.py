@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Unicode NFC data for src/tokenizer/unicode_nfc.cc, and test cases for it, from Python's
+"""Unicode NFC data for src/tokenizer/text/unicode_nfc.cc, and test cases for it, from Python's
 unicodedata.
 
 Produces:
-  src/tokenizer/unicode_nfc_tables.inc   three sorted tables (C++ initializers):
+  src/tokenizer/text/unicode_nfc_tables.inc   three sorted tables (C++ initializers):
       kCombiningClassRanges  {first, last, ccc}: runs of code points with the same non-zero
                              canonical combining class;
       kDecompositions        {code point, first, second}: single-level canonical decompositions
@@ -36,7 +36,7 @@ import sys
 import unicodedata
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-TABLES = os.path.join(REPO, "src", "tokenizer", "unicode_nfc_tables.inc")
+TABLES = os.path.join(REPO, "src", "tokenizer", "text", "unicode_nfc_tables.inc")
 CASES = os.path.join(REPO, "tests", "testdata", "nfc", "nfc_cases.json")
 
 HANGUL_FIRST, HANGUL_LAST = 0xAC00, 0xD7A3

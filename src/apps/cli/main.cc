@@ -6,18 +6,18 @@
 #include <new>
 #include <system_error>
 
-#include "apps/cli/bench_command.h"
-#include "apps/cli/calibrate_command.h"
-#include "apps/cli/capture_command.h"
+#include "apps/cli/commands/bench_command.h"
+#include "apps/cli/commands/calibrate_command.h"
+#include "apps/cli/commands/capture_command.h"
+#include "apps/cli/commands/generate_command.h"
+#include "apps/cli/commands/inspect_model_command.h"
+#include "apps/cli/commands/perplexity_command.h"
+#include "apps/cli/commands/quantize_command.h"
+#include "apps/cli/commands/schema_command.h"
+#include "apps/cli/commands/serve_command.h"
+#include "apps/cli/commands/steer_vector_command.h"
+#include "apps/cli/commands/validate_command.h"
 #include "apps/cli/exit_codes.h"
-#include "apps/cli/generate_command.h"
-#include "apps/cli/inspect_model_command.h"
-#include "apps/cli/perplexity_command.h"
-#include "apps/cli/quantize_command.h"
-#include "apps/cli/schema_command.h"
-#include "apps/cli/serve_command.h"
-#include "apps/cli/steer_vector_command.h"
-#include "apps/cli/validate_command.h"
 
 #ifndef UC_VERSION
 #define UC_VERSION "0.0.0"

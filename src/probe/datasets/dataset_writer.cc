@@ -10,7 +10,7 @@
 
 #include "base/check.h"
 #include "io/file_sink.h"
-#include "io/safetensors_writer.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "tensor/tensor.h"
 
 namespace uc::probe {

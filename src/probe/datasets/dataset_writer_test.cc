@@ -9,7 +9,7 @@
 #include <map>
 #include <sstream>
 
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 #include "probe/runtime/capture.h"
 
 namespace uc::probe {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "io/io_test_util.h"
-#include "io/safetensors_writer.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "probe/probes/probe_test_util.h"
 #include "probe/probes/registry.h"
 #include "probe/probes/weights.h"

@@ -9,7 +9,7 @@
 #include <random>
 
 #include "io/io_test_util.h"
-#include "io/safetensors_writer.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "probe/probes/probe_test_util.h"
 #include "probe/probes/weights_test_util.h"
 

@@ -6,7 +6,7 @@
 
 #include "base/check.h"
 #include "io/json_file.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 #include "probe/probes/probe_args.h"
 #include "probe/probes/score_probe.h"
 

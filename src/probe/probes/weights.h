@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "io/safetensors.h"
+#include "io/safetensors/safetensors.h"
 
 namespace uc::probe {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "io/io_test_util.h"
-#include "io/safetensors_writer.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "probe/probes/weights_test_util.h"
 
 namespace uc::probe {
