@@ -4,6 +4,7 @@
 //   llm_bench --model DIR_OR_FILE [--model ...] [--threads 1,2] [--prompt-tokens 128]
 //             [--gen-tokens 32] [--repetitions 3] [--json FILE]
 //   llm_bench --bandwidth-only [--threads 1,2] [--json FILE]
+//   llm_bench --compute-only [--threads 1,2] [--json FILE]
 //
 // For each model and thread count: read bandwidth (median of several 1 GiB streaming reads on
 // that many threads), prefill tokens/s (one forward over --prompt-tokens tokens), decode
@@ -12,7 +13,8 @@
 // bandwidth, where bytes per token = weight bytes (as stored) + the KV cache read. The
 // bandwidth is the best of every read loop the CPU has (kernels/bandwidth.h); --bandwidth-only
 // prints each loop's (bench/vs_llamacpp.py uses it, beside the bandwidth llama.cpp's decode
-// implies).
+// implies). --compute-only prints the peak of every multiply-add instruction the kernels use
+// (kernels/compute_peak.h), the compute roofline bench/vs_llamacpp.py sets prefill against.
 // Token ids are random, so any checkpoint works, tokenizer or not.
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "kernels/bandwidth.h"
+#include "kernels/compute_peak.h"
 #include "kernels/ops.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
@@ -104,6 +107,27 @@ int BandwidthOnly(const std::vector<int>& thread_counts, const std::string& json
   return 0;
 }
 
+// Each multiply-add instruction's peak per thread count (median of 7 runs of 0.1 s), printed and
+// written as JSON, with the best per kind ("f32", "bf16", "int8").
+int ComputeOnly(const std::vector<int>& thread_counts, const std::string& json_path) {
+  nlohmann::json out = nlohmann::json::array();
+  for (int threads : thread_counts) {
+    uc::ThreadPool pool(threads);
+    nlohmann::json peaks = nlohmann::json::array();
+    nlohmann::json best = nlohmann::json::object();
+    for (const auto& p : uc::kernels::MeasureComputePeaks(&pool, 7, 0.1)) {
+      const double gops = p.ops_per_second / 1e9;
+      std::printf("threads %d  %-14s %-5s %8.1f GOP/s\n", threads, p.instruction.c_str(),
+                  p.kind.c_str(), gops);
+      peaks.push_back({{"instruction", p.instruction}, {"kind", p.kind}, {"gops", gops}});
+      best[p.kind] = std::max(best.value(p.kind, 0.0), gops);
+    }
+    out.push_back({{"threads", threads}, {"peaks", peaks}, {"best_gops", best}});
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,10 +136,12 @@ int main(int argc, char** argv) {
   std::vector<int> thread_counts = {1, 2};
   int prompt_tokens = 128, gen_tokens = 32, repetitions = 3;
   std::string json_path;
-  bool bandwidth_only = false;
+  bool bandwidth_only = false, compute_only = false;
   app.add_option("--model", models, "Checkpoint (repeatable)");
   app.add_flag("--bandwidth-only", bandwidth_only,
                "Only the read bandwidth of every read loop, per thread count");
+  app.add_flag("--compute-only", compute_only,
+               "Only the peak of every multiply-add instruction the kernels use, per thread count");
   app.add_option("--threads", thread_counts, "Thread counts")
       ->delimiter(',')
       ->capture_default_str();
@@ -125,8 +151,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "Also write the rows as JSON to this file");
   CLI11_PARSE(app, argc, argv);
   if (bandwidth_only) return BandwidthOnly(thread_counts, json_path);
+  if (compute_only) return ComputeOnly(thread_counts, json_path);
   if (models.empty()) {
-    std::fprintf(stderr, "error: --model is required (or --bandwidth-only)\n");
+    std::fprintf(stderr, "error: --model is required (or --bandwidth-only, --compute-only)\n");
     return 2;
   }
 

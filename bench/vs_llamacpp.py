@@ -38,6 +38,15 @@ the bytes a token streams: every tensor of the file but a token embedding that i
 gathered); each engine's decode is reported as a fraction of the larger of all of these, so a
 weak read loop cannot flatter the fractions.
 
+Compute roofline, for prefill: the peak of every multiply-add instruction the kernels use,
+`llm_bench --compute-only` at each thread count. A file's prefill runs on one kind of them: F32
+FMA for F16/F32 weights (both engines; ours at --matmul exact for every type), BF16 pairs for BF16
+(vdpbf16ps: llama.cpp and ours at int8), int8 dot products for the quantized types. Each
+engine's prefill at the longest --prefill is reported as matmul work per token (2 x the weights
+a token multiplies) times tokens/s over that kind's best peak. Attention is left out, so the
+fractions are lower bounds, and 1 / llama.cpp's fraction is an upper bound on the ratio any
+engine can reach over it on this machine.
+
 Records the CPU's instruction sets and llama.cpp's build (system_info) in the output.
 
 Usage (from the repository root; the venv needs llama-cpp-python, gguf and numpy):
@@ -181,6 +190,70 @@ def roofline(single, bandwidth, model_bytes):
             cells.append(f"{r['engine']} {100 * r['roofline_fraction']:5.1f}%")
         lines.append(f"{name:<44} {threads:>3} {b / 2**20:8.1f} MiB  measured "
                      f"{bandwidth[threads] / 1e9:6.2f} GB/s  roofline {ceiling / 1e9:6.2f} GB/s  "
+                     + "  ".join(cells))
+    return lines
+
+
+def measured_peaks(llm_bench, threads):
+    """{threads: {kind: best ops/s}} from llm_bench --compute-only."""
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([llm_bench, "--compute-only", "--threads", ",".join(map(str, threads)),
+                        "--json", f.name], check=True, capture_output=True, text=True)
+        rows = json.load(open(f.name))
+    return {r["threads"]: {k: v * 1e9 for k, v in r["best_gops"].items()} for r in rows}
+
+
+def matmul_work(model):
+    """(operations per token, dominant weight type): 2 x the elements of every tensor of two or
+    more dimensions but a token embedding that is only gathered; the type holding most bytes."""
+    import gguf
+    r = gguf.GGUFReader(model)
+    names = {t.name for t in r.tensors}
+    tied = "output.weight" not in names
+    ops = 0
+    bytes_by_type = {}
+    for t in r.tensors:
+        if len(t.shape) < 2 or (t.name == "token_embd.weight" and not tied):
+            continue
+        ops += 2 * int(t.n_elements)
+        name = t.tensor_type.name
+        bytes_by_type[name] = bytes_by_type.get(name, 0) + int(t.n_bytes)
+    return ops, max(bytes_by_type, key=bytes_by_type.get)
+
+
+def peak_kind(weight_type, engine):
+    """The multiply-add kind an engine's prefill runs on for weights of `weight_type` (ours at
+    --matmul exact: F32 FMA on the dequantized weights, whatever the type)."""
+    if weight_type in ("F32", "F16") or engine == "ours exact":
+        return "f32"
+    return "bf16" if weight_type == "BF16" else "int8"
+
+
+def compute_roofline(single, peaks, work, prefill):
+    """Adds each row's prefill compute fraction; returns the printed table's lines."""
+    lines = []
+    key = f"prefill{prefill}_tokens_per_second"
+    for name, threads in sorted({(r["model"], r["threads"]) for r in single}):
+        rows = [r for r in single if r["model"] == name and r["threads"] == threads and key in r]
+        if name not in work or not rows:
+            continue
+        ops, wtype = work[name]
+        cells = []
+        for r in rows:
+            kind = peak_kind(wtype, r["engine"])
+            peak = peaks[threads].get(kind)
+            if not peak:
+                cells.append(f"{r['engine']} (no {kind} peak)")
+                continue
+            r["prefill_compute_kind"] = kind
+            r["prefill_compute_peak_ops"] = peak
+            r["prefill_compute_fraction"] = r[key] * ops / peak
+            cells.append(f"{r['engine']} {100 * r['prefill_compute_fraction']:5.1f}% of {kind} "
+                         f"{peak / 1e9:6.1f}")
+            if r["engine"] == "llama.cpp":
+                cells.append(f"ratio ceiling {1 / r['prefill_compute_fraction']:4.2f}x")
+        lines.append(f"{name:<44} {threads:>3} {wtype:<5} {ops / 1e9:6.2f} GOP/token  "
                      + "  ".join(cells))
     return lines
 
@@ -533,6 +606,17 @@ def main():
         print("# decode roofline: fraction of max(measured read bandwidth, every engine's "
               "implied decode bandwidth)")
         for line in roofline(out["single"], bandwidth, model_bytes):
+            print(line)
+        peaks = measured_peaks(a.llm_bench, threads)
+        info["compute_peaks_gops"] = {t: {k: v / 1e9 for k, v in p.items()}
+                                      for t, p in peaks.items()}
+        longest = max(int(p) for p in a.prefill.split(","))
+        work = {os.path.basename(m): matmul_work(m) for m in models}
+        print(f"# prefill {longest} compute roofline: matmul work x tokens/s over the best peak "
+              "(GOP/s) of the multiply-add kind the format runs on; attention not counted, so "
+              "fractions are lower bounds and the ratio ceiling (1 / llama.cpp's fraction) an "
+              "upper bound")
+        for line in compute_roofline(out["single"], peaks, work, longest):
             print(line)
     if a.serve:
         if not a.llama_server:

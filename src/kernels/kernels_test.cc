@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/bandwidth.h"
+#include "kernels/compute_peak.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
@@ -671,6 +672,54 @@ TEST(KernelsTest, ReadLoopsSumEveryElement) {
     EXPECT_EQ(avx512::SumFloats(x.data(), n), expected);
   }
 #endif
+}
+
+// The compute probes list exactly the instructions this CPU's kernels use, lowest level first.
+TEST(KernelsTest, ComputePeaksCoverEveryInstructionTheKernelsUse) {
+  ThreadPool pool(2);
+  const std::vector<ComputePeak> peaks = MeasureComputePeaks(&pool, 1, 0.002);
+  std::vector<std::string> names;
+  for (const ComputePeak& p : peaks) {
+    names.push_back(p.instruction);
+    EXPECT_TRUE(std::isfinite(p.ops_per_second) && p.ops_per_second > 1e8) << p.instruction;
+  }
+  std::vector<std::string> expected;
+  if (internal::UseAvx2()) expected = {"fma-f32 ymm", "maddubs ymm"};
+  if (internal::UseAvx512Vnni()) {
+    expected.insert(expected.end(), {"fma-f32 zmm", "vpdpbusd zmm"});
+  }
+  if (internal::UseAvx512Bf16()) expected.push_back("vdpbf16ps zmm");
+  EXPECT_EQ(names, expected);
+  for (const ComputePeak& p : peaks) {
+    const bool known = p.kind == "f32" || p.kind == "int8" || p.kind == "bf16";
+    EXPECT_TRUE(known) << p.instruction << ": " << p.kind;
+  }
+}
+
+// Each probe does the work its operation count claims: the lanes' sum counts it exactly.
+TEST(KernelsTest, ComputeProbesDoTheWorkTheyCount) {
+#if defined(__x86_64__)
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{1000}}) {
+    const double dn = static_cast<double>(n);
+    if (internal::UseAvx2()) {
+      EXPECT_EQ(avx2::FmaChains(n), 96 * dn);
+      EXPECT_EQ(avx2::MaddubsChains(n), 2016 * dn);
+    }
+    if (internal::UseAvx512Vnni()) {
+      EXPECT_EQ(avx512::FmaChains(n), 192 * dn);
+      EXPECT_EQ(avx512::DpbusdChains(n), 768 * dn);
+    }
+    if (internal::UseAvx512Bf16()) {
+      EXPECT_EQ(avx512::Dpbf16Chains(n), 192 * dn * 0x1p-19);
+    }
+  }
+#else
+  GTEST_SKIP() << "the compute probes are x86-64 only";
+#endif
+}
+
+TEST(KernelsDeathTest, ComputePeaksNeedARepetition) {
+  EXPECT_DEATH(MeasureComputePeaks(nullptr, 0), "need >= 1 repetition");
 }
 
 }  // namespace

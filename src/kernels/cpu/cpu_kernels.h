@@ -199,6 +199,14 @@ void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* ou
 void Softmax(float* x, int64_t m, int64_t n);
 void ConvertRow(DType dtype, const void* src, float* dst, int64_t n);
 double SumFloats(const float* data, int64_t n);
+// The compute-roofline probes (kernels/compute_peak.cc). Each returns the sum of its
+// accumulators' lanes, which tells how much work it did: FmaChains 96 * iterations (while
+// iterations <= 2^24), MaddubsChains 2016 * iterations (while no int32 lane wraps).
+// `iterations` x 12 F32 FMAs on YMM: 192 flops per iteration.
+double FmaChains(int64_t iterations);
+// `iterations` x 6 (maddubs, madd by ones, add) on YMM: 32 byte products each, 384 ops per
+// iteration.
+double MaddubsChains(int64_t iterations);
 
 // The tiled MatMul's packing, for the AVX-512 GEMM (decoders are AVX2 code): decodes weight rows
 // [j0, j0 + cols) x [k0, k0 + kc) of `a` into packed[kk * nr + c] (columns past `cols` zero).
@@ -276,6 +284,18 @@ void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 
 // Sum of n floats: the bandwidth probe's widest read loop (16 ZMM loads in flight, prefetch).
 double SumFloats(const float* data, int64_t n);
+
+// The compute-roofline probes (kernels/compute_peak.cc). Each returns the sum of its
+// accumulators' lanes, which tells how much work it did: FmaChains 192 * iterations (while
+// iterations <= 2^24), DpbusdChains 768 * iterations (while no int32 lane wraps), Dpbf16Chains
+// 192 * 2^-19 * iterations (while iterations <= 2^24).
+// `iterations` x 12 F32 FMAs on ZMM: 384 flops per iteration.
+double FmaChains(int64_t iterations);
+// `iterations` x 12 vpdpbusd on ZMM (64 byte products each): 1536 ops per iteration.
+double DpbusdChains(int64_t iterations);
+// `iterations` x 12 vdpbf16ps on ZMM (32 BF16 pairs each): 768 flops per iteration. Needs
+// AVX512_BF16 (internal::UseAvx512Bf16()).
+double Dpbf16Chains(int64_t iterations);
 
 }  // namespace avx512
 
