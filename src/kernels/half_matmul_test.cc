@@ -102,7 +102,8 @@ TEST(HalfMatMulTest, MatchesTheFmaChainOnEveryShape) {
         for (const MatMulOptions& options : HalfOptions(dtype)) {
           MatMul(x, w, got, &pool, options);
           ExpectBitExact(got, want, what + ", stored");
-          ExpectPackedBitExact(x, w, options, &pool, want, (s.n + 31) / 32 * 32 * s.k * 2, false,
+          // Pairs of 32-row tiles: n rounded up to 64 rows of k 16-bit weights.
+          ExpectPackedBitExact(x, w, options, &pool, want, (s.n + 63) / 64 * 64 * s.k * 2, false,
                                what);
         }
       }

@@ -271,8 +271,8 @@ void PackBf16(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 // (PackHalf's layout) when set: decode streams it at the read bandwidth; else MatMulTiled.
 // See matmul_half_avx512.cc.
 void MatMulHalf(const MatMulArgs& args, ThreadPool* pool);
-// Bytes of F16 or BF16 w[n, k] in MatMulHalf's packed layout: tiles of 32 rows (n rounded up),
-// element kk of a tile's rows one 64-byte line, lines in k order.
+// Bytes of F16 or BF16 w[n, k] in MatMulHalf's packed layout: pairs of 32-row tiles (n rounded
+// up to 64), element kk of a pair's 64 rows one 128-byte line, lines in k order.
 int64_t PackedHalfBytes(int64_t n, int64_t k);
 // Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out (PackedHalfBytes
 // bytes, 64-byte aligned).

@@ -3,9 +3,10 @@
 // exactly in a register (vcvtph2ps; a BF16 is the top half of its F32), so the products are
 // those of the F32 GEMM.
 //
-// Layout (PackHalf, once at load). Tiles of 32 weight rows; element kk of the tile's 32 rows is
-// one 64-byte line, the lines of kk = 0, 1, ... back to back, so a tile is one contiguous run of
-// k * 64 bytes and the whole matrix one stream. Rows past n are zero.
+// Layout (PackHalf, once at load). Tiles of 32 weight rows, in pairs: element kk of a pair's 64
+// rows is one 128-byte line (tile 2p's 32 elements, then tile 2p + 1's), the lines of kk = 0, 1,
+// ... back to back, so a pair is one contiguous run of k * 128 bytes and the whole matrix one
+// stream. Each tile reads every other 64-byte half of its pair's lines. Rows past n are zero.
 //
 // Order. Every output element is one F32 FMA chain over kk = 0, 1, ..., k - 1 starting from zero,
 // acc = fma(x[kk], w[kk], acc), whatever m, the tiles beside it or the thread count (a k block
@@ -14,11 +15,14 @@
 // batch invariant by construction.
 //
 // Kernels. Prefill (m > kMr or unpacked): groups of four tiles under blocks of twelve x rows and
-// k blocks of kKc, a 12x32 micro-kernel (twenty-four accumulators; per kk one 64-byte line
-// converted to two vectors and twelve broadcasts of x). Decode (m <= kMr): each thread streams
-// its tiles whole, two at a time for m <= 4 so that four or more independent chains hide the
-// FMA latency; x is read as broadcasts (4 bytes per 64 bytes of weights, where a row-by-row dot
-// product reads two bytes of F32 x per byte of F16 weights and loses L1 to it when k is large).
+// k blocks of kKc, a 12x32 micro-kernel (twenty-four accumulators; per kk one 64-byte half line
+// converted to two vectors and twelve broadcasts of x); a tile's sibling reads the other halves
+// of the same lines right after it, from cache. Decode (m <= kMr): each thread streams its pairs
+// whole, both tiles at once (in passes of up to six x rows), so one contiguous stream feeds four
+// or more independent chains that hide the FMA latency (two streams per thread, one per tile,
+// read 4-12% slower in the decode benchmark on a Zen 4); x is read as broadcasts (4 bytes per 64
+// bytes of weights, where a row-by-row dot product reads two bytes of F32 x per byte of F16 weights
+// and loses L1 to it when k is large).
 //
 // Everything here but the entry points is in an anonymous namespace, for the reason
 // matmul_int8_avx512.cc gives.
@@ -43,11 +47,12 @@
 namespace uc::kernels::avx512 {
 namespace {
 
-constexpr int kNr = 32;                // weight rows (output columns) per tile: two vectors
-constexpr int kMr = 12;                // x rows per micro-kernel call
-constexpr int64_t kKc = 256;           // k per block in the prefill kernel: a 16 KiB tile slice
-constexpr int64_t kTilesPerGroup = 4;  // tiles sharing one block of x rows
-constexpr int64_t kLineBytes = kNr * 2;
+constexpr int kNr = 32;                 // weight rows (output columns) per tile: two vectors
+constexpr int kMr = 12;                 // x rows per micro-kernel call
+constexpr int64_t kKc = 256;            // k per block in the prefill kernel: a 16 KiB tile slice
+constexpr int64_t kTilesPerGroup = 4;   // tiles sharing one block of x rows
+constexpr int64_t kPairLine = 2 * kNr;  // elements per line of a pair of tiles
+constexpr int kStreamRows = 6;          // x rows per streaming pass over a pair (29 registers)
 
 // 16 weights (16-bit) to F32 vectors.
 struct LoadF16 {
@@ -69,9 +74,9 @@ struct LoadBf16 {
 constexpr int64_t kPrefetchBytes = 1024;
 
 // y[r, t * 32 + c] (+)= x[r, 0..kc) · tile t's lines [0, kc), for r < MR, t < NT, and columns
-// t * 32 + c < cols (REQUIRES: cols > (NT - 1) * 32); tile t's lines start at panel + t *
-// tile_stride (elements). Accumulates into y when `accumulate`. When kPrefetch, asks for each tile
-// kPrefetchBytes ahead.
+// t * 32 + c < cols (REQUIRES: cols > (NT - 1) * 32); tile t's line kk is at panel + t *
+// tile_stride + kk * kPairLine (elements). Accumulates into y when `accumulate`. When kPrefetch,
+// asks for each line kPrefetchBytes ahead.
 template <typename L, int MR, int NT, bool kPrefetch>
 void MicroKernel(const float* x, int64_t ldx, const uint16_t* panel, int64_t tile_stride,
                  int64_t kc, float* y, int64_t ldy, int cols, bool accumulate) {
@@ -86,7 +91,7 @@ void MicroKernel(const float* x, int64_t ldx, const uint16_t* panel, int64_t til
     __m512 w[NT][2];
 #pragma GCC unroll 4
     for (int t = 0; t < NT; ++t) {
-      const uint16_t* line = panel + t * tile_stride + kk * kNr;
+      const uint16_t* line = panel + t * tile_stride + kk * kPairLine;
       if constexpr (kPrefetch) {
         _mm_prefetch(reinterpret_cast<const char*>(line) + kPrefetchBytes, _MM_HINT_T1);
       }
@@ -120,42 +125,54 @@ template <typename L>
 struct Kernels {
   // Prefill: one tile, up to kMr rows, no prefetch (the tile slice is in L1/L2 already).
   static constexpr auto kTiled = KernelTable<L, 1, false>(std::make_integer_sequence<int, kMr>());
-  // Decode: one tile and up to kMr rows, or two tiles and up to 4 rows, streaming.
-  static constexpr auto kStream1 = KernelTable<L, 1, true>(std::make_integer_sequence<int, kMr>());
-  static constexpr auto kStream2 = KernelTable<L, 2, true>(std::make_integer_sequence<int, 4>());
+  // Decode: a pair of tiles, or the last tile alone, and up to kStreamRows rows, streaming.
+  static constexpr auto kStream1 =
+      KernelTable<L, 1, true>(std::make_integer_sequence<int, kStreamRows>());
+  static constexpr auto kStream2 =
+      KernelTable<L, 2, true>(std::make_integer_sequence<int, kStreamRows>());
 };
 
+// Where tile t's line 0 is: its pair's lines, then its half of each.
 const uint16_t* TileLines(const MatMulArgs& a, int64_t t) {
-  return reinterpret_cast<const uint16_t*>(a.w_packed) + t * a.k * kNr;
+  return reinterpret_cast<const uint16_t*>(a.w_packed) + (t / 2) * a.k * kPairLine + (t % 2) * kNr;
 }
 
 int Columns(const MatMulArgs& a, int64_t j0, int64_t tiles) {
   return static_cast<int>(std::min<int64_t>(tiles * kNr, a.n - j0));
 }
 
-// Output columns [t_begin * 32, t_end * 32) ∩ [0, n), each tile streamed whole (m <= kMr).
+// x rows [i0, i0 + rows) times lines [k0, k0 + kc) of the pair (or last tile) at tile t into y,
+// streaming (rows <= kStreamRows).
+template <typename L>
+void StreamPass(const MatMulArgs& a, int64_t t, int tiles, int64_t i0, int rows, int64_t k0,
+                int64_t kc) {
+  const int64_t j0 = t * kNr;
+  const auto& kernels = tiles == 2 ? Kernels<L>::kStream2 : Kernels<L>::kStream1;
+  kernels[rows](a.x + i0 * a.k + k0, a.k, TileLines(a, t) + k0 * kPairLine, kNr, kc,
+                a.y + i0 * a.n + j0, a.n, Columns(a, j0, tiles), k0 > 0);
+}
+
+// Output columns [t_begin * 32, t_end * 32) ∩ [0, n), each pair streamed whole (m <= kMr), both
+// its tiles at once. Up to kStreamRows rows take one pass over the whole pair; more rows take
+// k blocks of kKc lines (32 KiB of a pair), each streamed by the first row group and read from
+// cache by the next. REQUIRES: t_begin even.
 template <typename L>
 void StreamTiles(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
-  const int64_t stride = a.k * kNr;
-  int64_t t = t_begin;
-  if (a.m <= 4) {
-    for (; t + 2 <= t_end; t += 2) {
-      const int64_t j0 = t * kNr;
-      Kernels<L>::kStream2[a.m](a.x, a.k, TileLines(a, t), stride, a.k, a.y + j0, a.n,
-                                Columns(a, j0, 2), false);
+  const int64_t kc = a.m <= kStreamRows ? a.k : kKc;
+  for (int64_t t = t_begin; t < t_end; t += 2) {
+    const int tiles = t + 2 <= t_end ? 2 : 1;  // an odd number of tiles: the last one alone
+    for (int64_t k0 = 0; k0 < a.k; k0 += kc) {
+      for (int64_t i0 = 0; i0 < a.m; i0 += kStreamRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kStreamRows, a.m - i0));
+        StreamPass<L>(a, t, tiles, i0, rows, k0, std::min(kc, a.k - k0));
+      }
     }
-  }
-  for (; t < t_end; ++t) {
-    const int64_t j0 = t * kNr;
-    Kernels<L>::kStream1[a.m](a.x, a.k, TileLines(a, t), stride, a.k, a.y + j0, a.n,
-                              Columns(a, j0, 1), false);
   }
 }
 
 // Output columns [t_begin * 32, t_end * 32) ∩ [0, n) in groups of tiles and k blocks.
 template <typename L>
 void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
-  const int64_t stride = a.k * kNr;
   for (int64_t g = t_begin; g < t_end; g += kTilesPerGroup) {
     const int64_t tiles = std::min(kTilesPerGroup, t_end - g);
     for (int64_t k0 = 0; k0 < a.k; k0 += kKc) {
@@ -164,8 +181,8 @@ void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
         const int64_t rows = std::min<int64_t>(kMr, a.m - i0);
         for (int64_t t = g; t < g + tiles; ++t) {
           const int64_t j0 = t * kNr;
-          Kernels<L>::kTiled[rows](a.x + i0 * a.k + k0, a.k, TileLines(a, t) + k0 * kNr, stride, kc,
-                                   a.y + i0 * a.n + j0, a.n, Columns(a, j0, 1), k0 > 0);
+          Kernels<L>::kTiled[rows](a.x + i0 * a.k + k0, a.k, TileLines(a, t) + k0 * kPairLine, kNr,
+                                   kc, a.y + i0 * a.n + j0, a.n, Columns(a, j0, 1), k0 > 0);
         }
       }
     }
@@ -176,24 +193,26 @@ template <typename L>
 void Run(const MatMulArgs& args, ThreadPool* pool) {
   const int64_t num_tiles = (args.n + kNr - 1) / kNr;
   const bool stream = args.m <= kMr;
-  // Decode pairs tiles for m <= 4: chunks of an even number of tiles keep the pairs whole.
-  const int64_t min_tiles = std::max<int64_t>(2, MinRowsPerChunk(args.m * args.k) / kNr);
+  // Threads take whole pairs, so a pair's two halves are read by one thread, in one stream.
+  const int64_t min_pairs = std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / (2 * kNr));
   ParallelFor(
-      pool, num_tiles,
+      pool, (num_tiles + 1) / 2,
       [&](int64_t begin, int64_t end) {
+        const int64_t t_end = std::min(2 * end, num_tiles);
         if (stream) {
-          StreamTiles<L>(args, begin, end);
+          StreamTiles<L>(args, 2 * begin, t_end);
         } else {
-          TiledRange<L>(args, begin, end);
+          TiledRange<L>(args, 2 * begin, t_end);
         }
       },
-      (min_tiles + 1) / 2 * 2);
+      min_pairs);
 }
 
-// Tile t of the packed layout from the stored rows: lines [0, k) of 32 elements each. Two
-// gathers fetch elements (kk, kk + 1) of the 32 rows as dwords; one permute pair splits them into
-// lines kk and kk + 1 (about 1.5 s for TinyLlama's 1.1 B weights on one Zen 4 core, where
-// element-wise copies took about 3.5 s). REQUIRES: 31 * w_row_bytes fits the gather's int32.
+// Tile t of the packed layout from the stored rows: out[kk * kPairLine + c] for kk < k, c < 32
+// (out: its half of its pair's line 0). Two gathers fetch elements (kk, kk + 1) of the 32 rows as
+// dwords; one permute pair splits them into lines kk and kk + 1 (about 1.5 s for TinyLlama's 1.1 B
+// weights on one Zen 4 core, where element-wise copies took about 3.5 s). REQUIRES: 31 *
+// w_row_bytes fits the gather's int32.
 void PackTile(const MatMulArgs& a, int64_t t, uint16_t* out) {
   const int64_t j0 = t * kNr;
   const int cols = Columns(a, j0, 1);
@@ -218,14 +237,14 @@ void PackTile(const MatMulArgs& a, int64_t t, uint16_t* out) {
         _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), lo_rows, offsets, base + kk * 2, 1);
     const __m512i hi =
         _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), hi_rows, offsets, upper + kk * 2, 1);
-    _mm512_store_si512(out + kk * kNr, _mm512_permutex2var_epi16(lo, even, hi));
-    _mm512_store_si512(out + (kk + 1) * kNr, _mm512_permutex2var_epi16(lo, odd, hi));
+    _mm512_store_si512(out + kk * kPairLine, _mm512_permutex2var_epi16(lo, even, hi));
+    _mm512_store_si512(out + (kk + 1) * kPairLine, _mm512_permutex2var_epi16(lo, odd, hi));
   }
   if (kk < a.k) {  // k odd: the last element of each row on its own
     for (int c = 0; c < kNr; ++c) {
       uint16_t v = 0;
       if (c < cols) std::memcpy(&v, base + c * a.w_row_bytes + kk * 2, sizeof(v));
-      out[kk * kNr + c] = v;
+      out[kk * kPairLine + c] = v;
     }
   }
 }
@@ -246,7 +265,9 @@ void MatMulHalf(const MatMulArgs& args, ThreadPool* pool) {
   }
 }
 
-int64_t PackedHalfBytes(int64_t n, int64_t k) { return (n + kNr - 1) / kNr * k * kLineBytes; }
+int64_t PackedHalfBytes(int64_t n, int64_t k) {
+  return (n + 2 * kNr - 1) / (2 * kNr) * k * kPairLine * 2;
+}
 
 void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool) {
   UC_CHECK(args.w_dtype == DType::kF16 || args.w_dtype == DType::kBF16,
@@ -254,10 +275,18 @@ void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool) {
   UC_CHECK(args.w_row_bytes <= INT32_MAX / kNr, "PackHalf: rows of %lld bytes are too long",
            static_cast<long long>(args.w_row_bytes));
   auto* const lines = reinterpret_cast<uint16_t*>(out);
+  const int64_t tiles = (args.n + kNr - 1) / kNr;
+  // A pair's second tile past n (n <= 32 mod 64) is zeros.
+  if (tiles % 2 != 0) {
+    uint16_t* last = lines + (tiles / 2) * args.k * kPairLine + kNr;
+    for (int64_t kk = 0; kk < args.k; ++kk) std::memset(last + kk * kPairLine, 0, kNr * 2);
+  }
   ParallelFor(
-      pool, (args.n + kNr - 1) / kNr,
+      pool, tiles,
       [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) PackTile(args, t, lines + t * args.k * kNr);
+        for (int64_t t = begin; t < end; ++t) {
+          PackTile(args, t, lines + (t / 2) * args.k * kPairLine + (t % 2) * kNr);
+        }
       },
       1);
 }
