@@ -43,7 +43,8 @@ Compute roofline, for prefill: the peak of every multiply-add instruction the ke
 FMA for F16/F32 weights (both engines; ours at --matmul exact for every type), BF16 pairs for BF16
 (vdpbf16ps: llama.cpp and ours at int8), int8 dot products for the quantized types. Each
 engine's prefill at the longest --prefill is reported as matmul work per token (2 x the weights
-a token multiplies) times tokens/s over that kind's best peak. Attention is left out, so the
+a prompt token multiplies: all but the embedding and the LM head) times tokens/s over that
+kind's best peak. Attention is left out, so the
 fractions are lower bounds, and 1 / llama.cpp's fraction is an upper bound on the ratio any
 engine can reach over it on this machine.
 
@@ -205,16 +206,15 @@ def measured_peaks(llm_bench, threads):
 
 
 def matmul_work(model):
-    """(operations per token, dominant weight type): 2 x the elements of every tensor of two or
-    more dimensions but a token embedding that is only gathered; the type holding most bytes."""
+    """(operations per prompt token, dominant weight type): 2 x the elements of every tensor of
+    two or more dimensions but the token embedding (gathered) and the LM head (a prompt's logits
+    are computed for its last token only), and the type holding most of those bytes."""
     import gguf
     r = gguf.GGUFReader(model)
-    names = {t.name for t in r.tensors}
-    tied = "output.weight" not in names
     ops = 0
     bytes_by_type = {}
     for t in r.tensors:
-        if len(t.shape) < 2 or (t.name == "token_embd.weight" and not tied):
+        if len(t.shape) < 2 or t.name in ("token_embd.weight", "output.weight"):
             continue
         ops += 2 * int(t.n_elements)
         name = t.tensor_type.name
