@@ -1,10 +1,10 @@
 // The compute-roofline probes' AVX2 loops (kernels/compute_peak.cc): F32 FMA on YMM, and the
 // AVX2 int8 dot-product idiom the integer MatMul uses (maddubs, then madd by ones, then add).
-// Registers only; every chain's result feeds the checksum so no loop is optimized away.
 #if defined(__x86_64__)
 
 #include <immintrin.h>
 
+#include "kernels/cpu/compute_peak_chains.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace uc::kernels::avx2 {
@@ -18,27 +18,25 @@ double LaneSum(__m256 v) {
   return sum;
 }
 
+double LaneSum(__m256i v) {
+  alignas(32) int32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), v);
+  double sum = 0.0;
+  for (int32_t i : lanes) sum += i;
+  return sum;
+}
+
 }  // namespace
 
 double FmaChains(int64_t iterations) {
   // acc = acc * 1 + 1: every lane counts the iterations (exactly up to 2^24, then it stays).
   // The empty asm hides the multiplier's value, so the compiler cannot drop the multiply.
-  constexpr int kChains = 12;
   __m256 factor = _mm256_set1_ps(1.0f);
   __asm__("" : "+x"(factor));
   const __m256 one = _mm256_set1_ps(1.0f);
-  __m256 acc[kChains];
-  for (auto& a : acc) {
-    a = _mm256_setzero_ps();
-    __asm__("" : "+x"(a));  // so the compiler cannot merge equal chains
-  }
-  for (int64_t i = 0; i < iterations; ++i) {
-#pragma GCC unroll 12
-    for (auto& a : acc) a = _mm256_fmadd_ps(a, factor, one);
-  }
-  double sum = 0.0;
-  for (const auto& a : acc) sum += LaneSum(a);
-  return sum;
+  return RunPeakChains(
+      iterations, _mm256_setzero_ps(), [&](__m256 a) { return _mm256_fmadd_ps(a, factor, one); },
+      [](__m256 a) { return LaneSum(a); });
 }
 
 double MaddubsChains(int64_t iterations) {
@@ -62,11 +60,7 @@ double MaddubsChains(int64_t iterations) {
     }
   }
   double sum = 0.0;
-  for (const auto& a : acc) {
-    alignas(32) int32_t lanes[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a);
-    for (int32_t v : lanes) sum += v;
-  }
+  for (const auto& a : acc) sum += LaneSum(a);
   return sum;
 }
 
