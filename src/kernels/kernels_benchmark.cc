@@ -221,9 +221,11 @@ BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
 // kPrecisionDTypes), tokens (1: decode; 16: the batched decode of sixteen sequences; both with the
 // weights cold as in BM_MatMulDecode; 128: prefill, weights warm), precision (0: kExact, 1: kInt8),
 // threads, level (the highest kernel level allowed: 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul
-// has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight).
-constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0,
-                                      DType::kQ5_K, DType::kQ4_1, DType::kQ5_0, DType::kQ3_K};
+// has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight). BF16 at kInt8
+// is the vdpbf16ps MatMul at levels 2 and 3 (AVX512_BF16).
+constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
+                                      DType::kQ8_0, DType::kQ5_K, DType::kQ4_1,
+                                      DType::kQ5_0, DType::kQ3_K, DType::kBF16};
 void BM_MatMulPrecision(benchmark::State& state) {
   const DType dtype = kPrecisionDTypes[state.range(0)];
   const int64_t tokens = state.range(1);
@@ -234,6 +236,9 @@ void BM_MatMulPrecision(benchmark::State& state) {
   SetPath(false, state);
   if (avx512 && !internal::CpuSupportsAvx512Vnni()) {
     state.SkipWithError("CPU lacks AVX-512 VNNI");
+  }
+  if (avx512 && dtype == DType::kBF16 && !internal::CpuSupportsAvx512Bf16()) {
+    state.SkipWithError("CPU lacks AVX512_BF16");
   }
   internal::ForceLevelForTesting(avx512 ? internal::KernelLevel::kAvx512
                                         : internal::KernelLevel::kAvx2);

@@ -209,7 +209,9 @@ void MatMulBf16(const MatMulArgs& args, ThreadPool* pool) {
   const Bf16Rows x{xb, ldx};
   const int64_t num_tiles = (args.n + kNr - 1) / kNr;
   const bool stream = args.w_packed != nullptr && args.m <= kMr;
-  ParallelFor(
+  // Chunks of tiles from a shared counter, as matmul_half_avx512.cc's: the results do not
+  // depend on the split, and a thread held back leaves its tiles to the others.
+  ParallelForDynamic(
       pool, num_tiles,
       [&](int64_t begin, int64_t end) {
         if (stream) {
