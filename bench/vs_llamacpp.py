@@ -12,7 +12,9 @@ Three parts, each optional:
    first in odd rounds, llama.cpp first in even ones). Each round, each engine runs a prompt of
    --prefill lengths (random token ids; the prefill tokens/s of each) and, after the first,
    decodes --decode greedy tokens (decode tokens/s over the tokens after the first). Prints the
-   medians of the rounds and the ratios ours / llama.cpp, at each --threads.
+   medians of the rounds and the ratios ours / llama.cpp, at each --threads; for decode, whose
+   memory bandwidth drifts with the host's load, also the range of each round's own ratio and
+   their median (the paired ratio).
    Ours: `undercurrent bench --batch 1 --format json` (the serving engine's own timings), once
    per --matmul mode. llama.cpp: the PyPI package llama-cpp-python (compiled from source for this
    CPU), loaded once per model and thread count, timed around its eval calls (the prompt in one
@@ -291,6 +293,11 @@ class LlamaCpp:
         return len(prompt) / prefill_s, (gen_len - 1) / decode_s if gen_len > 1 else 0.0
 
 
+def round_ratios(samples, engine, key):
+    """Each round's ours / llama.cpp for one measurement (the engines ran back to back)."""
+    return [o / t for o, t in zip(samples[engine][key], samples["llama.cpp"][key])]
+
+
 def measure_single(a, model, threads, modes, results):
     """One model at one thread count: every round runs each prefill length on every engine."""
     prefills = [int(p) for p in a.prefill.split(",")]
@@ -331,6 +338,16 @@ def measure_single(a, model, threads, modes, results):
         row["decode_tokens_per_second"] = med[k]
         row["decode_ratio"] = med[k] / base[k]
         row["decode_runs"] = samples[engine][k]
+        for p in prefills:
+            row[f"prefill{p}_round_ratios"] = round_ratios(samples, engine, ("prefill", p))
+        row["decode_round_ratios"] = round_ratios(samples, engine, k)
+        row["decode_paired_ratio"] = statistics.median(row["decode_round_ratios"])
+        if engine != "llama.cpp":
+            # Memory-bound decode drifts with the host's load: each round's own ratio (the two
+            # engines ran back to back) shows the spread, and their median pairs the rounds.
+            ratios = row["decode_round_ratios"]
+            cells.append(f"  (rounds {min(ratios):.2f}-{max(ratios):.2f}, paired "
+                         f"{row['decode_paired_ratio']:.2f}x)")
         print(f"{name:<44} {threads:>3} {label:<12} " + " ".join(cells), flush=True)
         results.append(row)
 
