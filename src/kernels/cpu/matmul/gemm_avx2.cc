@@ -189,7 +189,8 @@ void MatMulTiled(const MatMulArgs& args, ThreadPool* pool) {
   const int64_t num_tiles = (args.n + kNr - 1) / kNr;
   VisitDecoder(args.w_dtype, [&](auto decoder) {
     using D = decltype(decoder);
-    ParallelFor(
+    // Tiles are independent (any grouping gives the same bits): chunks from a shared counter.
+    ParallelForDynamic(
         pool, num_tiles, [&](int64_t begin, int64_t end) { TiledRange<D>(args, begin, end); },
         std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / kNr));
   });

@@ -114,7 +114,8 @@ void TiledRange(const MatMulArgs& a, int64_t t_begin, int64_t t_end) {
 
 void MatMulTiled(const MatMulArgs& args, ThreadPool* pool) {
   const int64_t num_tiles = (args.n + kNr - 1) / kNr;
-  ParallelFor(
+  // Tiles are independent (any grouping gives the same bits): chunks from a shared counter.
+  ParallelForDynamic(
       pool, num_tiles, [&](int64_t begin, int64_t end) { TiledRange(args, begin, end); },
       std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / kNr));
 }

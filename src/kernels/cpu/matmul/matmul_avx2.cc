@@ -149,7 +149,9 @@ template <typename D, bool kInvariant>
 void StreamAll(MatMulArgs args, ThreadPool* pool) {
   // x is permuted once per call (m * k floats) so that every weight row decodes cheaply.
   if constexpr (D::kQuadSwapped) args.x = SwapQuads(args.x, args.m * args.k);
-  ParallelFor(
+  // Chunks of rows from a shared counter (rows are independent): a thread the system holds back
+  // leaves its rows to the others.
+  ParallelForDynamic(
       pool, args.n,
       [&](int64_t begin, int64_t end) {
         if constexpr (kInvariant) {

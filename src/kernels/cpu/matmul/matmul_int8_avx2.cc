@@ -253,7 +253,8 @@ void MatMulInt8(const MatMulArgs& args, ThreadPool* pool) {
           std::max<int64_t>(1, MinRowsPerChunk(args.k) / kPanelRows));
     }
     const int64_t num_tiles = (args.n + kTileRows - 1) / kTileRows;
-    ParallelFor(
+    // Tiles are independent: chunks of them from a shared counter, as the AVX-512 kernel takes.
+    ParallelForDynamic(
         pool, num_tiles, [&](int64_t begin, int64_t end) { TileRange<K>(args, x, begin, end); },
         std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / kTileRows));
   });
