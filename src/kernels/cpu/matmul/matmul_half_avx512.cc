@@ -24,6 +24,11 @@
 // bytes of weights, where a row-by-row dot product reads two bytes of F32 x per byte of F16 weights
 // and loses L1 to it when k is large).
 //
+// The prefill micro-kernel runs at about 79% of the FMA peak `llm_bench --compute-only` measures
+// (Zen 4, one thread, kernels_benchmark BM_MatMulPrefill). Measured there and not kept: the
+// broadcasts folded into the FMAs ({1to16} memory operands) 6% slower; a 6x64 kernel on both
+// tiles of a pair (half the broadcasts, twice the conversions per FMA) level.
+//
 // Everything here but the entry points is in an anonymous namespace, for the reason
 // matmul_int8_avx512.cc gives.
 #if defined(__x86_64__)
