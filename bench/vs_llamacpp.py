@@ -311,11 +311,13 @@ def measure_single(a, model, threads, modes, results):
     engines = modes + ["llama.cpp"]
     # samples[engine][("prefill", P) | ("decode",)] -> list
     samples = {e: {} for e in engines}
+    round_bandwidth = []  # the read loop's bandwidth in each round, bytes/s
     for r in range(a.rounds):
         # The read loop runs in every round beside the engines, so the roofline sees the
         # bandwidth the host gave while they ran, not at one moment after them.
         sample = measured_bandwidth(a.llm_bench, [threads])[threads]
         BANDWIDTH_SAMPLES.setdefault(threads, []).append(sample)
+        round_bandwidth.append(sample)
         order = engines if r % 2 == 0 else engines[::-1]
         for i, p in enumerate(prefills):
             prompt = [rng.randrange(1, peer.vocab) for _ in range(p)]
@@ -351,12 +353,17 @@ def measure_single(a, model, threads, modes, results):
             row[f"prefill{p}_round_ratios"] = round_ratios(samples, engine, ("prefill", p))
         row["decode_round_ratios"] = round_ratios(samples, engine, k)
         row["decode_paired_ratio"] = statistics.median(row["decode_round_ratios"])
+        row["round_read_bandwidth_gb_s"] = [b / 1e9 for b in round_bandwidth]
         if engine != "llama.cpp":
             # Memory-bound decode drifts with the host's load: each round's own ratio (the two
             # engines ran back to back) shows the spread, and their median pairs the rounds.
+            # The read loop's range over the same rounds says how far the host's bandwidth
+            # moved while they ran.
             ratios = row["decode_round_ratios"]
             cells.append(f"  (rounds {min(ratios):.2f}-{max(ratios):.2f}, paired "
-                         f"{row['decode_paired_ratio']:.2f}x)")
+                         f"{row['decode_paired_ratio']:.2f}x; read loop "
+                         f"{min(round_bandwidth) / 1e9:.0f}-{max(round_bandwidth) / 1e9:.0f} "
+                         "GB/s)")
         print(f"{name:<44} {threads:>3} {label:<12} " + " ".join(cells), flush=True)
         results.append(row)
 
