@@ -17,6 +17,8 @@ namespace uc {
 namespace {
 thread_local bool t_inside_pool = false;
 constexpr int kSpinIterations = 20000;
+// A guided grab takes 1 / (kGuidedShares * threads) of the items left.
+constexpr int64_t kGuidedShares = 2;
 }  // namespace
 
 struct ThreadPool::Impl {
@@ -27,12 +29,15 @@ struct ThreadPool::Impl {
   std::atomic<int> pending{0};
   std::atomic<bool> stop{false};
   // The current job; valid while pending > 0. Static: chunk i runs on thread i (the caller is
-  // 0). Dynamic: every thread takes the next chunk from `next` until none is left.
+  // 0). Dynamic: every thread takes the next chunk from `next` until none is left. Guided:
+  // every thread takes the next items from `next` (an item index), a share of those left of at
+  // least `chunk`.
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0;
   int64_t num_chunks = 0;
   int64_t chunk = 0;
-  bool dynamic = false;
+  Split split = Split::kStatic;
+  int64_t share_divisor = 1;  // guided: a grab takes 1 / share_divisor of the items left
   std::atomic<int64_t> next{0};
 
   void RunChunk(int64_t index) {
@@ -43,13 +48,34 @@ struct ThreadPool::Impl {
 
   // Thread `index`'s part of the job.
   void RunPart(int index) {
-    if (!dynamic) {
-      if (index < num_chunks) RunChunk(index);
-      return;
+    switch (split) {
+      case Split::kStatic:
+        if (index < num_chunks) RunChunk(index);
+        return;
+      case Split::kDynamic:
+        for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_chunks;
+             i = next.fetch_add(1, std::memory_order_relaxed)) {
+          RunChunk(i);
+        }
+        return;
+      case Split::kGuided:
+        RunGuided();
+        return;
     }
-    for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < num_chunks;
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
-      RunChunk(i);
+  }
+
+  // Takes [begin, end) from `next` until no item is left: ceil(left / share_divisor) items, at
+  // least `chunk`, so the chunks shrink toward the end and the last ones to finish are short.
+  void RunGuided() {
+    int64_t begin = next.load(std::memory_order_relaxed);
+    while (begin < n) {
+      const int64_t left = n - begin;
+      const int64_t take = std::max(chunk, (left + share_divisor - 1) / share_divisor);
+      const int64_t end = begin + std::min(left, take);
+      if (next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+        (*fn)(begin, end);
+        begin = next.load(std::memory_order_relaxed);
+      }
     }
   }
 
@@ -113,7 +139,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   min_chunk = std::max<int64_t>(1, min_chunk);
   const int64_t max_chunks = std::max<int64_t>(1, n / min_chunk);
   const int64_t chunks = std::min<int64_t>(num_threads_, max_chunks);
-  Run(fn, n, chunks, (n + chunks - 1) / chunks, /*dynamic=*/false);
+  Run(fn, n, chunks, (n + chunks - 1) / chunks, Split::kStatic);
 }
 
 void ThreadPool::ParallelForDynamic(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
@@ -121,11 +147,19 @@ void ThreadPool::ParallelForDynamic(int64_t n, const std::function<void(int64_t,
   UC_CHECK(grain >= 1, "ParallelForDynamic: grain must be >= 1, got %lld",
            static_cast<long long>(grain));
   if (n <= 0) return;
-  Run(fn, n, (n + grain - 1) / grain, grain, /*dynamic=*/true);
+  Run(fn, n, (n + grain - 1) / grain, grain, Split::kDynamic);
+}
+
+void ThreadPool::ParallelForGuided(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                                   int64_t min_chunk) {
+  UC_CHECK(min_chunk >= 1, "ParallelForGuided: min_chunk must be >= 1, got %lld",
+           static_cast<long long>(min_chunk));
+  if (n <= 0) return;
+  Run(fn, n, (n + min_chunk - 1) / min_chunk, min_chunk, Split::kGuided);
 }
 
 void ThreadPool::Run(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int64_t num_chunks,
-                     int64_t chunk, bool dynamic) {
+                     int64_t chunk, Split split) {
   Impl& im = *impl_;
   if (num_chunks <= 1 || t_inside_pool || im.workers.empty()) {
     fn(0, n);
@@ -135,7 +169,8 @@ void ThreadPool::Run(const std::function<void(int64_t, int64_t)>& fn, int64_t n,
   im.n = n;
   im.num_chunks = num_chunks;
   im.chunk = chunk;
-  im.dynamic = dynamic;
+  im.split = split;
+  im.share_divisor = kGuidedShares * num_threads_;
   im.next.store(0, std::memory_order_relaxed);
   im.pending.store(static_cast<int>(im.workers.size()), std::memory_order_release);
   {

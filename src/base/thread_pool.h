@@ -43,6 +43,17 @@ class ThreadPool {
   void ParallelForDynamic(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
                           int64_t grain);
 
+  // Calls fn(begin, end) on contiguous chunks covering [0, n), taken in order from a shared
+  // position as ParallelForDynamic's are, but of shrinking size (guided self-scheduling): each
+  // takes half of the items left divided by the thread count, at least `min_chunk` (the last
+  // may be shorter). The first chunks are long (few stream starts) and the last ones short, so
+  // the threads finish close together, where equal chunks leave a thread idle for up to one
+  // chunk at the end of every call. Like ParallelForDynamic, which thread runs which chunk and
+  // where chunks begin are not fixed: fn's results must depend on neither.
+  // REQUIRES: min_chunk >= 1.
+  void ParallelForGuided(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn,
+                         int64_t min_chunk);
+
   // The number of hardware threads this process may use (sched affinity), at least 1.
   static int HardwareConcurrency();
 
@@ -52,8 +63,9 @@ class ThreadPool {
   // Runs fn over [0, n) in `num_chunks` chunks of `chunk` items on the workers and this thread
   // (inline when there is one chunk, no worker, or the caller is a pool thread); returns when
   // all are done. Static: chunk i runs on thread i. Dynamic: threads take chunks in turn.
+  enum class Split { kStatic, kDynamic, kGuided };
   void Run(const std::function<void(int64_t, int64_t)>& fn, int64_t n, int64_t num_chunks,
-           int64_t chunk, bool dynamic);
+           int64_t chunk, Split split);
   int num_threads_;
   std::unique_ptr<Impl> impl_;
 };

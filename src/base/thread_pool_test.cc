@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace uc {
@@ -82,6 +85,74 @@ TEST(ThreadPoolTest, DynamicChunksGoToThreadsThatAreFree) {
       1);
   EXPECT_EQ(started.load(), 16);
   EXPECT_GE(ran_by_caller.load(), 14);
+}
+
+TEST(ThreadPoolTest, GuidedCoversRangeExactlyOnceInShrinkingChunks) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 2, 7, 1000}) {
+      for (int64_t min_chunk : {1, 3, 64}) {
+        std::mutex mu;
+        std::vector<std::pair<int64_t, int64_t>> chunks;
+        pool.ParallelForGuided(
+            n,
+            [&](int64_t b, int64_t e) {
+              std::lock_guard<std::mutex> lock(mu);
+              chunks.emplace_back(b, e);
+            },
+            min_chunk);
+        std::sort(chunks.begin(), chunks.end());
+        const std::string where = "threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
+                                  " min=" + std::to_string(min_chunk);
+        ASSERT_FALSE(chunks.empty()) << where;
+        EXPECT_EQ(chunks.front().first, 0) << where;
+        EXPECT_EQ(chunks.back().second, n) << where;
+        for (size_t i = 0; i < chunks.size(); ++i) {
+          const int64_t size = chunks[i].second - chunks[i].first;
+          if (i + 1 < chunks.size()) {
+            EXPECT_EQ(chunks[i].second, chunks[i + 1].first) << where;  // no gap, no overlap
+            EXPECT_GE(size, min_chunk) << where << " chunk " << i;      // only the last is short
+          }
+          if (i > 0 && i + 1 < chunks.size()) {
+            EXPECT_LE(size, chunks[i - 1].second - chunks[i - 1].first) << where;  // shrinking
+          }
+        }
+        if (threads > 1 && n == 1000 && min_chunk == 1) {
+          // A grab takes the items left over twice the thread count: 1000 / 4 first at 2 threads,
+          // and the chunks end at one item.
+          EXPECT_EQ(chunks.front().second, (n + 2 * threads - 1) / (2 * threads)) << where;
+          EXPECT_EQ(chunks.back().second - chunks.back().first, 1) << where;
+        }
+      }
+    }
+  }
+}
+
+// As with the dynamic split, a worker held back leaves what is left to the others.
+TEST(ThreadPoolTest, GuidedChunksGoToThreadsThatAreFree) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> caller_items{0};
+  std::atomic<bool> worker_slept{false};
+  const auto caller = std::this_thread::get_id();
+  pool.ParallelForGuided(
+      1000,
+      [&](int64_t b, int64_t e) {
+        if (std::this_thread::get_id() == caller) {
+          caller_items.fetch_add(e - b);
+          // The caller's first chunk waits (up to 10 s) for the worker to have taken one.
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (!worker_slept.load() && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::yield();
+          }
+        } else if (!worker_slept.exchange(true)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      },
+      1);
+  ASSERT_TRUE(worker_slept.load());
+  // The worker's first grab is at most a quarter of the items: the caller runs the rest.
+  EXPECT_GE(caller_items.load(), 1000 - 250);
+  EXPECT_LT(caller_items.load(), 1000);
 }
 
 TEST(ThreadPoolTest, NestedCallRunsInline) {
