@@ -77,8 +77,8 @@ void PrefetchWeights(const MatMulArgs& a, int64_t j0, int64_t rows, int64_t k0, 
   const int64_t bytes = DTypeRowBytes(a.w_dtype, kc);
   for (int64_t r = 0; r < rows; ++r) {
     const char* p = reinterpret_cast<const char*>(a.w + (j0 + r) * a.w_row_bytes + offset);
-    for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
-    _mm_prefetch(p + bytes - 1, _MM_HINT_T1);
+    for (int64_t b = 0; b < bytes; b += 64) PrefetchT1(p + b);
+    PrefetchT1(p + bytes - 1);
   }
 }
 

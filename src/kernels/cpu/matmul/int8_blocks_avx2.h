@@ -11,6 +11,9 @@
 //     eight x rows at once, their blocks interleaved in a panel, adding to acc[c]: lane i = x
 //     row i's block term. The prefill shape: no horizontal sums, and four-byte groups of the
 //     weight row are simply broadcast.
+//   K::FusedTerm(rows, b, xb, x_sum) (where K::kHasFusedTerm) = Term(Prepare(rows, b), xb,
+//     x_sum) with the unpacked block kept in registers: for a pass of one x row, where
+//     Prepare's stores and reloads would not be shared.
 // Both give, lane by lane, the block term of reference::MatMulInt8: block sums are exact
 // integers (any order gives the same int32) and the F32 operations are the reference's, so
 // every path, shape and batch produces the same bits.
@@ -157,6 +160,7 @@ template <typename Block, int kOffset, bool kHasMin, bool kFifthBit>
 struct UnsignedBlocks {
   static constexpr bool kNeedsSums = kOffset != 0;
   static constexpr bool kHasPanel = true;
+  static constexpr bool kHasFusedTerm = true;
   using Panel = PanelQ8;
   struct Prep {
     alignas(32) uint8_t lo[kTileRows / 2][32];
@@ -167,44 +171,34 @@ struct UnsignedBlocks {
   using Activation = std::conditional_t<kHasMin, BlockQ8_1, BlockQ8_0>;
 
   static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
     for (int pair = 0; pair < kTileRows / 2; ++pair) {
-      const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
-      const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
-      const __m256i bytes = LoadPair(x0.qs, x1.qs);
-      __m256i lo = _mm256_and_si256(bytes, low4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
-      if constexpr (kFifthBit) {
-        const __m256i h0 = quant_detail::HighBitsTimes16(x0.qh);
-        const __m256i h1 = quant_detail::HighBitsTimes16(x1.qh);
-        lo = _mm256_or_si256(lo, _mm256_permute2x128_si256(h0, h1, 0x20));
-        hi = _mm256_or_si256(hi, _mm256_permute2x128_si256(h0, h1, 0x31));
-      }
+      __m256i lo, hi;
+      Unpack(rows, b, pair, lo, hi);
       _mm256_store_si256(reinterpret_cast<__m256i*>(p.lo[pair]), lo);
       _mm256_store_si256(reinterpret_cast<__m256i*>(p.hi[pair]), hi);
     }
-    const int64_t block = b * static_cast<int64_t>(sizeof(Block));
-    GatherF16(rows, block + offsetof(Block, d), p.d);
-    if constexpr (kHasMin) GatherF16(rows, block + offsetof(Block, m), p.m);
+    GatherScales(rows, b, p.d, p.m);
   }
 
   static __m256 Term(const Prep& p, const std::byte* xb, int32_t x_sum) {
-    const Activation& x = *reinterpret_cast<const Activation*>(xb);
-    const __m256i y_lo = Broadcast16(x.qs);
-    const __m256i y_hi = Broadcast16(x.qs + 16);
-    __m256i v[kTileRows / 2];
+    __m256i lo[kTileRows / 2], hi[kTileRows / 2];
 #pragma GCC unroll 4
     for (int pair = 0; pair < kTileRows / 2; ++pair) {
-      // Each int16 lane sums 4 products of at most 31 * 127: 15748.
-      const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(Load(p.lo[pair]), y_lo),
-                                         _mm256_maddubs_epi16(Load(p.hi[pair]), y_hi));
-      v[pair] = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+      lo[pair] = Load(p.lo[pair]);
+      hi[pair] = Load(p.hi[pair]);
     }
-    __m256i sumi = SumPairedRows(v);
-    if constexpr (kOffset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(kOffset * x_sum));
-    __m256 sx = _mm256_setzero_ps();
-    if constexpr (kHasMin) sx = _mm256_set1_ps(_cvtsh_ss(x.s));
-    return Scale(_mm256_load_ps(p.d), _mm256_set1_ps(_cvtsh_ss(x.d)), sumi, p.m, sx);
+    return TermOf(lo, hi, p.d, p.m, xb, x_sum);
+  }
+
+  // Term(Prepare(rows, b), xb, x_sum) with the unpacked block in registers.
+  static __m256 FusedTerm(const std::byte* const* rows, int64_t b, const std::byte* xb,
+                          int32_t x_sum) {
+    __m256i lo[kTileRows / 2], hi[kTileRows / 2];
+#pragma GCC unroll 4
+    for (int pair = 0; pair < kTileRows / 2; ++pair) Unpack(rows, b, pair, lo[pair], hi[pair]);
+    alignas(32) float d[kTileRows], m[kTileRows];
+    GatherScales(rows, b, d, m);
+    return TermOf(lo, hi, d, m, xb, x_sum);
   }
 
   // acc[c] += row c's block terms for the panel's eight rows, c < cols.
@@ -248,6 +242,51 @@ struct UnsignedBlocks {
   }
 
  private:
+  // Block b of rows 2 pair and 2 pair + 1: [row 2p's elements 0-15 | row 2p + 1's] and
+  // elements 16-31 likewise, as unsigned bytes.
+  static void Unpack(const std::byte* const* rows, int64_t b, int pair, __m256i& lo, __m256i& hi) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
+    const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
+    const __m256i bytes = LoadPair(x0.qs, x1.qs);
+    lo = _mm256_and_si256(bytes, low4);
+    hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4);
+    if constexpr (kFifthBit) {
+      const __m256i h0 = quant_detail::HighBitsTimes16(x0.qh);
+      const __m256i h1 = quant_detail::HighBitsTimes16(x1.qh);
+      lo = _mm256_or_si256(lo, _mm256_permute2x128_si256(h0, h1, 0x20));
+      hi = _mm256_or_si256(hi, _mm256_permute2x128_si256(h0, h1, 0x31));
+    }
+  }
+
+  static void GatherScales(const std::byte* const* rows, int64_t b, float* d, float* m) {
+    const int64_t block = b * static_cast<int64_t>(sizeof(Block));
+    GatherF16(rows, block + offsetof(Block, d), d);
+    if constexpr (kHasMin) GatherF16(rows, block + offsetof(Block, m), m);
+  }
+
+  // The block terms of the unpacked rows (lo, hi as Unpack gives them; d and m their scales)
+  // against the activation block at xb.
+  static __m256 TermOf(const __m256i* lo, const __m256i* hi, const float* d, const float* m,
+                       const std::byte* xb, int32_t x_sum) {
+    const Activation& x = *reinterpret_cast<const Activation*>(xb);
+    const __m256i y_lo = Broadcast16(x.qs);
+    const __m256i y_hi = Broadcast16(x.qs + 16);
+    __m256i v[kTileRows / 2];
+#pragma GCC unroll 4
+    for (int pair = 0; pair < kTileRows / 2; ++pair) {
+      // Each int16 lane sums 4 products of at most 31 * 127: 15748.
+      const __m256i s = _mm256_add_epi16(_mm256_maddubs_epi16(lo[pair], y_lo),
+                                         _mm256_maddubs_epi16(hi[pair], y_hi));
+      v[pair] = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    }
+    __m256i sumi = SumPairedRows(v);
+    if constexpr (kOffset != 0) sumi = _mm256_sub_epi32(sumi, _mm256_set1_epi32(kOffset * x_sum));
+    __m256 sx = _mm256_setzero_ps();
+    if constexpr (kHasMin) sx = _mm256_set1_ps(_cvtsh_ss(x.s));
+    return Scale(_mm256_load_ps(d), _mm256_set1_ps(_cvtsh_ss(x.d)), sumi, m, sx);
+  }
+
   // (dw * dx) * float(sumi), plus mw * sx with a min (the reference's term). `m` points at the
   // eight mins (broadcast_m: at the one min of all lanes).
   static __m256 Scale(__m256 dw, __m256 dx, __m256i sumi, const float* m, __m256 sx,
@@ -267,6 +306,7 @@ template <typename Block, bool kTable>
 struct SignedBlocks {
   static constexpr bool kNeedsSums = false;
   static constexpr bool kHasPanel = false;
+  static constexpr bool kHasFusedTerm = !kTable;
   using Panel = PanelQ8;
   struct Prep {
     __m256i lo[kTileRows / 2], hi[kTileRows / 2];
@@ -309,6 +349,23 @@ struct SignedBlocks {
     }
     const __m256 scale = _mm256_mul_ps(_mm256_load_ps(p.d), _mm256_set1_ps(_cvtsh_ss(x.d)));
     return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(SumPairedRows(v)));
+  }
+
+  // Term(Prepare(rows, b), xb) for Q8_0, each row's 32 quants in one register.
+  static __m256 FusedTerm(const std::byte* const* rows, int64_t b, const std::byte* xb,
+                          int32_t /*x_sum*/) requires(!kTable) {
+    const BlockQ8_0& x = *reinterpret_cast<const BlockQ8_0*>(xb);
+    const __m256i y = Load(x.qs);
+    __m256i v[kTileRows];
+#pragma GCC unroll 8
+    for (int j = 0; j < kTileRows; ++j) {
+      const __m256i w = Load(reinterpret_cast<const Block*>(rows[j])[b].qs);
+      v[j] = DotI8I8(_mm256_sign_epi8(w, w), w, y);
+    }
+    alignas(32) float d[kTileRows];
+    GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), d);
+    const __m256 scale = _mm256_mul_ps(_mm256_load_ps(d), _mm256_set1_ps(_cvtsh_ss(x.d)));
+    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(SumEach(v)));
   }
 
   static void PanelTerms(const Prep&, int, const PanelQ8&, __m256*) {}

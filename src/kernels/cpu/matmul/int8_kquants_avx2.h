@@ -47,17 +47,46 @@ struct KPrep {
 
 inline void Store(void* p, __m256i v) { _mm256_store_si256(static_cast<__m256i*>(p), v); }
 
-// Fills pair_scale from sub_scale: chunk c's pairs take [s[2c] x 8 | s[2c + 1] x 8].
+// The sixteen sub-block scales s (int16) rearranged for PairScale: [s0 s2 ... s14 | s1 s3 ... s15].
+inline __m256i ScaleLanes(__m256i s) {
+  const __m256i evens_odds = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                              0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  return _mm256_permute4x64_epi64(_mm256_shuffle_epi8(s, evens_odds), 0xd8);
+}
+
+// The scale of each maddubs pair of chunk c, [s[2c] x 8 | s[2c + 1] x 8], from lanes =
+// ScaleLanes(s): int16 c of each half.
+inline __m256i PairScale(__m256i lanes, int c) {
+  const char lo = static_cast<char>(2 * c), hi = static_cast<char>(2 * c + 1);
+  return _mm256_shuffle_epi8(
+      lanes, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
+                              hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
+}
+
+// Fills pair_scale from sub_scale.
 inline void FinishKPrep(KPrep& p) {
-  const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
-                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
   for (int j = 0; j < kTileRows; ++j) {
-    const __m256i s = Load(p.sub_scale[j]);
+    const __m256i s = ScaleLanes(Load(p.sub_scale[j]));
 #pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const __m256i pair = _mm256_permutevar8x32_epi32(s, _mm256_set1_epi32(c));
-      Store(p.pair_scale[j][c], _mm256_shuffle_epi8(pair, pick));
-    }
+    for (int c = 0; c < 8; ++c) Store(p.pair_scale[j][c], PairScale(s, c));
+  }
+}
+
+// The F32 end of a K-quant term: lane j = dy d_j sumi_j - dy dmin_j extra_j (kMin), or
+// dy d_j (sumi_j - (extra_j << kOffsetShift)) (kOffset), where sumi_j and extra_j are the sums of
+// the int32 lanes of v[j] and u[j]. KTerm and FusedTerm share it, so both give the same bits.
+template <KMins kMins, int kOffsetShift>
+__m256 KFinish(const __m256i* v, const __m256i* u, float y_d, const float* d_rows,
+               const float* dmin_rows) {
+  const __m256 dy = _mm256_set1_ps(y_d);
+  const __m256 d = _mm256_mul_ps(dy, _mm256_load_ps(d_rows));
+  if constexpr (kMins == KMins::kOffset) {
+    const __m256i sumi = _mm256_sub_epi32(SumEach(v), _mm256_slli_epi32(SumEach(u), kOffsetShift));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi));
+  } else {
+    const __m256 dmin = _mm256_mul_ps(dy, _mm256_load_ps(dmin_rows));
+    return _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(SumEach(v))),
+                         _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(SumEach(u))));
   }
 }
 
@@ -82,16 +111,7 @@ __m256 KTerm(const KPrep& p, const BlockQ8_K& y) {
   __m256i u[kTileRows];
 #pragma GCC unroll 8
   for (int j = 0; j < kTileRows; ++j) u[j] = _mm256_madd_epi16(Load(p.sub_extra[j]), bsums);
-  const __m256 dy = _mm256_set1_ps(y.d);
-  const __m256 d = _mm256_mul_ps(dy, _mm256_load_ps(p.d));
-  if constexpr (kMins == KMins::kOffset) {
-    const __m256i sumi = _mm256_sub_epi32(SumEach(v), _mm256_slli_epi32(SumEach(u), kOffsetShift));
-    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi));
-  } else {
-    const __m256 dmin = _mm256_mul_ps(dy, _mm256_load_ps(p.dmin));
-    return _mm256_sub_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(SumEach(v))),
-                         _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(SumEach(u))));
-  }
+  return KFinish<kMins, kOffsetShift>(v, u, y.d, p.d, p.dmin);
 }
 
 // acc[j] += row j's block terms for the eight x rows of a panel (lanes), j < cols. Each chunk
@@ -147,58 +167,105 @@ const Block& SuperBlock(const std::byte* const* rows, int j, int64_t b) {
   return reinterpret_cast<const Block*>(rows[j])[b];
 }
 
-// (bytes >> shift) & mask per byte.
-inline __m256i Bits(__m256i bytes, int shift, uint8_t mask) {
-  return quant_detail::ShiftMask(bytes, shift, mask);
+// Bits [from, from + width) of each byte, moved to [to, to + width), the others zero: one 16-bit
+// shift (the bits kept come from the same byte) and a mask. The arguments are constants after
+// unrolling, so the shift takes an immediate.
+inline __m256i BitsAt(__m256i bytes, int from, int width, int to) {
+  __m256i v = bytes;
+  if (to > from) v = _mm256_slli_epi16(v, to - from);
+  if (to < from) v = _mm256_srli_epi16(v, from - to);
+  return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(((1 << width) - 1) << to)));
 }
 
-// The kernel of an unsigned K-quant, from its Unpack(block, p, j) that fills row j of a KPrep
-// (but pair_scale, d and dmin).
+// (bytes >> shift) & (2^width - 1) per byte.
+inline __m256i Bits(__m256i bytes, int shift, int width) { return BitsAt(bytes, shift, width, 0); }
+
+// The kernel of an unsigned K-quant, from its Unpacker: Chunk(block, c), the unsigned quants of
+// chunk c, and Scales(block, scale, extra), the sixteen sub-block scales and extras (int16).
+// Prepare stores them (and pair_scale, d, dmin) in a KPrep for the x rows of a pass; FusedTerm,
+// for a pass of one x row (the decode shape), keeps them in registers: the same integer sums and
+// the same KFinish, so the same bits.
 template <typename Block, typename Unpacker, KMins kMins, int kOffsetShift, int kGroupsPerSum>
 struct KBlocks {
   static constexpr bool kNeedsSums = false;
   static constexpr bool kHasPanel = true;
+  static constexpr bool kHasFusedTerm = true;
   using Prep = KPrep;
   using Panel = PanelQ8K;
   static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
-    for (int j = 0; j < kTileRows; ++j) Unpacker::Unpack(SuperBlock<Block>(rows, j, b), p, j);
+    for (int j = 0; j < kTileRows; ++j) {
+      const Block& x = SuperBlock<Block>(rows, j, b);
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) Store(p.q[j][c], Unpacker::Chunk(x, c));
+      __m256i scale, extra;
+      Unpacker::Scales(x, scale, extra);
+      Store(p.sub_scale[j], scale);
+      Store(p.sub_extra[j], extra);
+    }
     FinishKPrep(p);
-    const int64_t block = b * static_cast<int64_t>(sizeof(Block));
-    GatherF16(rows, block + offsetof(Block, d), p.d);
-    if constexpr (kMins == KMins::kMin) GatherF16(rows, block + offsetof(Block, dmin), p.dmin);
+    GatherScales(rows, b, p.d, p.dmin);
   }
   static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
     return KTerm<kMins, kOffsetShift>(p, *reinterpret_cast<const BlockQ8_K*>(xb));
   }
+  // Term(Prepare(rows, b), xb) without the KPrep.
+  static __m256 FusedTerm(const std::byte* const* rows, int64_t b, const std::byte* xb,
+                          int32_t /*x_sum*/) {
+    const BlockQ8_K& y = *reinterpret_cast<const BlockQ8_K*>(xb);
+    const __m256i bsums = Load(y.bsums);
+    __m256i v[kTileRows], u[kTileRows];
+#pragma GCC unroll 1
+    for (int j = 0; j < kTileRows; ++j) {
+      const Block& x = SuperBlock<Block>(rows, j, b);
+      __m256i scale, extra;
+      Unpacker::Scales(x, scale, extra);
+      const __m256i lanes = ScaleLanes(scale);
+      __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) {
+        const __m256i prod = _mm256_maddubs_epi16(Unpacker::Chunk(x, c), Load(y.qs + 32 * c));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(prod, PairScale(lanes, c)));
+      }
+      v[j] = acc;
+      u[j] = _mm256_madd_epi16(extra, bsums);
+    }
+    alignas(32) float d[kTileRows], dmin[kTileRows];
+    GatherScales(rows, b, d, dmin);
+    return KFinish<kMins, kOffsetShift>(v, u, y.d, d, dmin);
+  }
   static void PanelTerms(const Prep& p, int cols, const PanelQ8K& x, __m256* acc) {
     KPanelTerms<kMins, kOffsetShift, kGroupsPerSum>(p, cols, x, acc);
+  }
+
+ private:
+  static void GatherScales(const std::byte* const* rows, int64_t b, float* d, float* dmin) {
+    const int64_t block = b * static_cast<int64_t>(sizeof(Block));
+    GatherF16(rows, block + offsetof(Block, d), d);
+    if constexpr (kMins == KMins::kMin) GatherF16(rows, block + offsetof(Block, dmin), dmin);
   }
 };
 
 struct Q2KUnpacker {
-  static void Unpack(const BlockQ2_K& x, KPrep& p, int j) {
-    const __m256i qs[2] = {Load(x.qs), Load(x.qs + 32)};
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) Store(p.q[j][c], Bits(qs[c / 4], 2 * (c % 4), 3));
+  static __m256i Chunk(const BlockQ2_K& x, int c) {
+    return Bits(Load(x.qs + 32 * (c / 4)), 2 * (c % 4), 2);
+  }
+  static void Scales(const BlockQ2_K& x, __m256i& scale, __m256i& extra) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
     const __m128i low4 = _mm_set1_epi8(0x0F);
-    Store(p.sub_scale[j], _mm256_cvtepu8_epi16(_mm_and_si128(raw, low4)));
-    Store(p.sub_extra[j], _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low4)));
+    scale = _mm256_cvtepu8_epi16(_mm_and_si128(raw, low4));
+    extra = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), low4));
   }
 };
 
 struct Q3KUnpacker {
-  static void Unpack(const BlockQ3_K& x, KPrep& p, int j) {
-    const __m256i qs[2] = {Load(x.qs), Load(x.qs + 32)};
-    const __m256i hmask = Load(x.hmask);
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      // q + 4 = low bits | high bit << 2, in [0, 7].
-      Store(p.q[j][c], _mm256_or_si256(Bits(qs[c / 4], 2 * (c % 4), 3),
-                                       _mm256_slli_epi16(Bits(hmask, c, 1), 2)));
-    }
-    // The sixteen 6-bit scales + 32 (Q3KScale): low 4 bits from bytes 0-7 (low nibble for
-    // sub-blocks 0-7, high for 8-15), high 2 bits from bytes 8-11 at 2 (i / 4).
+  // q + 4 = low bits | high bit << 2, in [0, 7].
+  static __m256i Chunk(const BlockQ3_K& x, int c) {
+    return _mm256_or_si256(Bits(Load(x.qs + 32 * (c / 4)), 2 * (c % 4), 2),
+                           BitsAt(Load(x.hmask), c, 1, 2));
+  }
+  // The sixteen 6-bit scales + 32 (Q3KScale): low 4 bits from bytes 0-7 (low nibble for
+  // sub-blocks 0-7, high for 8-15), high 2 bits from bytes 8-11 at 2 (i / 4).
+  static void Scales(const BlockQ3_K& x, __m256i& scale, __m256i& extra) {
     uint32_t a[3];
     std::memcpy(a, x.scales, sizeof(a));
     const uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
@@ -206,11 +273,10 @@ struct Q3KUnpacker {
                            (a[1] & kLow4) | (((a[2] >> 2) & kLow2) << 4),
                            ((a[0] >> 4) & kLow4) | (((a[2] >> 4) & kLow2) << 4),
                            ((a[1] >> 4) & kLow4) | (((a[2] >> 6) & kLow2) << 4)};
-    const __m256i scales =
+    scale =
         _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))),
                          _mm256_set1_epi16(32));
-    Store(p.sub_scale[j], scales);
-    Store(p.sub_extra[j], scales);
+    extra = scale;
   }
 };
 
@@ -218,16 +284,16 @@ struct Q3KUnpacker {
 template <bool kFifthBit>
 struct KScaleMinUnpacker {
   template <typename Block>
-  static void Unpack(const Block& x, KPrep& p, int j) {
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      __m256i q = Bits(Load(x.qs + 32 * (c / 2)), 4 * (c % 2), 0xF);
-      if constexpr (kFifthBit) q = _mm256_or_si256(q, _mm256_slli_epi16(Bits(Load(x.qh), c, 1), 4));
-      Store(p.q[j][c], q);
-    }
-    // KScaleMin for all eight chunks, four bytes at a time: scales 0-3 are the low 6 bits of
-    // bytes 0-3, scales 4-7 the low nibbles of bytes 8-11 with the top 2 bits of bytes 0-3
-    // above them; mins likewise from bytes 4-7 and the high nibbles of 8-11.
+  static __m256i Chunk(const Block& x, int c) {
+    __m256i q = Bits(Load(x.qs + 32 * (c / 2)), 4 * (c % 2), 4);
+    if constexpr (kFifthBit) q = _mm256_or_si256(q, BitsAt(Load(x.qh), c, 1, 4));
+    return q;
+  }
+  // KScaleMin for all eight chunks, four bytes at a time: scales 0-3 are the low 6 bits of
+  // bytes 0-3, scales 4-7 the low nibbles of bytes 8-11 with the top 2 bits of bytes 0-3
+  // above them; mins likewise from bytes 4-7 and the high nibbles of 8-11.
+  template <typename Block>
+  static void Scales(const Block& x, __m256i& scale, __m256i& extra) {
     uint32_t a[3];
     std::memcpy(a, x.scales, sizeof(a));
     const uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
@@ -240,24 +306,21 @@ struct KScaleMinUnpacker {
       const __m128i w = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<int64_t>(v)));
       return _mm256_set_m128i(_mm_unpackhi_epi16(w, w), _mm_unpacklo_epi16(w, w));
     };
-    Store(p.sub_scale[j], per_sub_block(scales));
-    Store(p.sub_extra[j], per_sub_block(mins));
+    scale = per_sub_block(scales);
+    extra = per_sub_block(mins);
   }
 };
 
 struct Q6KUnpacker {
-  static void Unpack(const BlockQ6_K& x, KPrep& p, int j) {
-#pragma GCC unroll 8
-    for (int c = 0; c < 8; ++c) {
-      const int h = c / 4, r = c % 4;
-      const __m256i low = Bits(Load(x.ql + 64 * h + 32 * (r % 2)), 4 * (r / 2), 0xF);
-      const __m256i high = Bits(Load(x.qh + 32 * h), 2 * r, 3);
-      Store(p.q[j][c], _mm256_or_si256(low, _mm256_slli_epi16(high, 4)));  // q + 32, in [0, 63]
-    }
-    const __m256i scales =
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
-    Store(p.sub_scale[j], scales);
-    Store(p.sub_extra[j], scales);
+  // q + 32, in [0, 63].
+  static __m256i Chunk(const BlockQ6_K& x, int c) {
+    const int h = c / 4, r = c % 4;
+    const __m256i low = Bits(Load(x.ql + 64 * h + 32 * (r % 2)), 4 * (r / 2), 4);
+    return _mm256_or_si256(low, BitsAt(Load(x.qh + 32 * h), 2 * r, 2, 4));
+  }
+  static void Scales(const BlockQ6_K& x, __m256i& scale, __m256i& extra) {
+    scale = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+    extra = scale;
   }
 };
 
@@ -271,6 +334,7 @@ using Q6KBlocks = KBlocks<BlockQ6_K, Q6KUnpacker, KMins::kOffset, 5, 2>;
 struct Q8KBlocks {
   static constexpr bool kNeedsSums = false;
   static constexpr bool kHasPanel = false;
+  static constexpr bool kHasFusedTerm = false;
   using Panel = PanelQ8K;
   struct Prep {
     __m256i w[kTileRows][8];

@@ -5,7 +5,8 @@
 //     once per call, and each weight row of the tile is dotted with a whole panel (lane = x
 //     row), which needs no horizontal sums: the prefill shape;
 //   - the other x rows (the m % 8 left over, every row of the decode shape, and all rows of
-//     Q8_0, IQ4_NL and Q8_K) are dotted with the tile (lane = weight row).
+//     Q8_0, IQ4_NL and Q8_K) are dotted with the tile (lane = weight row); a lone such row,
+//     with a K-quant, takes the fused kernel that unpacks each block in registers.
 // Each output adds its block terms alone, in block order, with the reference's operations, so
 // the result does not depend on m, on which of the two shapes a row goes through, on the thread
 // count, or on the path (portable or AVX2).
@@ -85,7 +86,7 @@ struct alignas(32) Bytes32 {
 
 // Asks for bytes [begin, end) to be brought into L1.
 void PrefetchBytes(const std::byte* begin, const std::byte* end) {
-  for (const std::byte* p = begin; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+  for (const std::byte* p = begin; p < end; p += 64) PrefetchT0(p);
 }
 
 // y rows [i0, i0 + 8) x columns [j0, j0 + cols) from acc[c] (lane i = row i0 + i, column j0 + c).
@@ -124,11 +125,27 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
     const std::byte* next_end = a.w + std::min(j0 + 2 * kTileRows, a.n) * a.w_row_bytes;
     const int64_t share = kTileRows * a.w_row_bytes / x.blocks;
     bool prefetched = false;
-    auto prepare = [&](int64_t b) {
+    auto prefetch = [&](int64_t b) {
       if (!prefetched && next < next_end) {
         PrefetchBytes(next + b * share, std::min(next + (b + 1) * share, next_end));
       }
+    };
+    auto prepare = [&](int64_t b) {
+      prefetch(b);
       K::Prepare(rows, b, prep);
+    };
+    // x row i's outputs of the tile, through K::FusedTerm.
+    auto fused_row = [&](int64_t i) {
+      __m256 sum = _mm256_setzero_ps();
+      if constexpr (K::kHasFusedTerm) {
+        const std::byte* xr = x.rows + i * x.row_bytes;
+        for (int64_t b = 0; b < x.blocks; ++b) {
+          prefetch(b);
+          const int32_t x_sum = K::kNeedsSums ? x.sums[i * x.blocks + b] : 0;
+          sum = _mm256_add_ps(sum, K::FusedTerm(rows, b, xr + b * x.block_bytes, x_sum));
+        }
+      }
+      return sum;
     };
     // Panels: acc[8 g + c] = column j0 + c of panel g's eight rows.
     for (int64_t i0 = 0; i0 < x.panel_rows; i0 += kRowsPerPass) {
@@ -149,8 +166,11 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
     // Single rows: acc[r] = row i0 + r of columns j0..j0 + 7.
     for (int64_t i0 = x.panel_rows; i0 < a.m; i0 += kRowsPerPass) {
       const int64_t count = std::min(kRowsPerPass, a.m - i0);
-      for (int64_t r = 0; r < count; ++r) acc[r] = _mm256_setzero_ps();
-      for (int64_t b = 0; b < x.blocks; ++b) {
+      // A lone row has nothing to share an unpacked block with: it stays in registers.
+      const bool fused = K::kHasFusedTerm && count == 1;
+      if (fused) acc[0] = fused_row(i0);
+      for (int64_t r = 0; r < count && !fused; ++r) acc[r] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < x.blocks && !fused; ++b) {
         prepare(b);
         const std::byte* xb = x.rows + i0 * x.row_bytes + b * x.block_bytes;
         for (int64_t r = 0; r < count; ++r) {
