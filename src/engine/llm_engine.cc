@@ -11,7 +11,7 @@
 namespace uc::engine {
 namespace {
 
-bool Contains(const std::vector<int32_t>& ids, int32_t id) {
+bool IsOneOf(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
@@ -418,8 +418,8 @@ bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out)
   r.output_ids.push_back(token);
   out.request_id = r.id;
   out.new_token_ids = {token};
-  const bool is_eos = !r.params.ignore_eos && Contains(eos_ids_, token);
-  const bool is_stop_id = Contains(r.params.stop_token_ids, token);
+  const bool is_eos = !r.params.ignore_eos && IsOneOf(eos_ids_, token);
+  const bool is_stop_id = IsOneOf(r.params.stop_token_ids, token);
   std::string text = (is_eos || is_stop_id) ? r.decoder->Flush() : r.decoder->Add(token);
   out.new_text = r.stops->Push(text);
   bool done = false;

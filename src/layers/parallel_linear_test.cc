@@ -17,6 +17,7 @@ namespace {
 using distributed::GroupCoordinator;
 using distributed::RunWithThreadGroup;
 
+using testing::ExpectClose;
 using testing::RandomF32;
 using testing::RandomWeight;
 
@@ -27,17 +28,6 @@ std::vector<float> Columns(const Tensor& t, int64_t begin, int64_t end) {
     for (int64_t j = begin; j < end; ++j) out.push_back(t.data<float>()[i * t.dim(1) + j]);
   }
   return out;
-}
-
-// max |got - want| <= 1e-5 * max(1, max |want|).
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  float scale = 1.0f, err = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(want[i]));
-    err = std::max(err, std::fabs(got[i] - want[i]));
-  }
-  EXPECT_LE(err, 1e-5f * scale);
 }
 
 Tensor Reference(const Tensor& x, const Tensor& weight, const Tensor& bias) {

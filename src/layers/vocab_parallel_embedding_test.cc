@@ -18,35 +18,26 @@ namespace {
 using distributed::GroupCoordinator;
 using distributed::RunWithThreadGroup;
 
+using testing::ExpectClose;
 using testing::RandomF32;
 using testing::RandomWeight;
 
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  float scale = 1.0f, err = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(want[i]));
-    err = std::max(err, std::fabs(got[i] - want[i]));
-  }
-  EXPECT_LE(err, 1e-5f * scale);
-}
-
-struct Case {
+struct EmbeddingCase {
   int tp;
   DType dtype;
   int64_t vocab_size;
 };
 
-void PrintTo(const Case& c, std::ostream* os) {
+void PrintTo(const EmbeddingCase& c, std::ostream* os) {
   *os << "tp " << c.tp << " " << DTypeName(c.dtype) << " vocab " << c.vocab_size;
 }
 
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+std::string EmbeddingCaseName(const ::testing::TestParamInfo<EmbeddingCase>& info) {
   return "Tp" + std::to_string(info.param.tp) + std::string(DTypeName(info.param.dtype)) + "Vocab" +
          std::to_string(info.param.vocab_size);
 }
 
-class VocabParallelTest : public ::testing::TestWithParam<Case> {
+class VocabParallelTest : public ::testing::TestWithParam<EmbeddingCase> {
  protected:
   int tp() const { return GetParam().tp; }
   DType dtype() const { return GetParam().dtype; }
@@ -97,12 +88,13 @@ TEST_P(VocabParallelTest, LmHeadGathersFullLogits) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, VocabParallelTest,
-                         ::testing::Values(Case{1, DType::kF32, 37}, Case{2, DType::kF32, 37},
-                                           Case{4, DType::kF32, 37}, Case{4, DType::kF32, 64},
-                                           Case{4, DType::kF32, 3}, Case{2, DType::kQ8_0, 37},
-                                           Case{4, DType::kQ4_1, 50}),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Cases, VocabParallelTest,
+    ::testing::Values(EmbeddingCase{1, DType::kF32, 37}, EmbeddingCase{2, DType::kF32, 37},
+                      EmbeddingCase{4, DType::kF32, 37}, EmbeddingCase{4, DType::kF32, 64},
+                      EmbeddingCase{4, DType::kF32, 3}, EmbeddingCase{2, DType::kQ8_0, 37},
+                      EmbeddingCase{4, DType::kQ4_1, 50}),
+    EmbeddingCaseName);
 
 TEST(VocabShardTest, ShardsCoverTheVocabularyInOrder) {
   for (int64_t vocab : {1, 3, 37, 512, 49152}) {

@@ -8,7 +8,7 @@ namespace {
 using internal::ByteReader;
 using internal::ByteWriter;
 
-constexpr uint32_t kMagic = 0x55435330;  // "UCS0"
+constexpr uint32_t kSchedulerOutputMagic = 0x55435330;  // "UCS0"
 
 void PutParams(ByteWriter& w, const SamplingParams& p) {
   w.Put(p.temperature);
@@ -63,7 +63,7 @@ int32_t SchedulerOutput::num_sampled() const {
 
 std::string SchedulerOutput::Serialize() const {
   ByteWriter w;
-  w.Put(kMagic);
+  w.Put(kSchedulerOutputMagic);
   w.Put(step);
   w.Put<uint32_t>(static_cast<uint32_t>(scheduled.size()));
   for (const ScheduledSequence& s : scheduled) {
@@ -101,7 +101,7 @@ StatusOr<SchedulerOutput> SchedulerOutput::Parse(const std::string& bytes) {
   SchedulerOutput out;
   ByteReader r(bytes);
   uint32_t magic = 0, n = 0;
-  if (!r.Get(magic) || magic != kMagic || !r.Get(out.step) || !r.Get(n)) {
+  if (!r.Get(magic) || magic != kSchedulerOutputMagic || !r.Get(out.step) || !r.Get(n)) {
     return InvalidArgumentError("malformed scheduler output (header)");
   }
   for (uint32_t i = 0; i < n; ++i) {

@@ -5,7 +5,7 @@
 namespace uc::worker {
 namespace {
 
-SchedulerOutput Example() {
+SchedulerOutput ExampleOutput() {
   SchedulerOutput out;
   out.step = 42;
   ScheduledSequence a;
@@ -40,7 +40,7 @@ SchedulerOutput Example() {
 }
 
 TEST(SchedulerOutputTest, SerializeParseRoundTrip) {
-  const SchedulerOutput in = Example();
+  const SchedulerOutput in = ExampleOutput();
   StatusOr<SchedulerOutput> out = SchedulerOutput::Parse(in.Serialize());
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(out->step, 42);
@@ -81,7 +81,7 @@ TEST(SchedulerOutputTest, SerializeParseRoundTrip) {
 }
 
 TEST(SchedulerOutputTest, TruncatedOrPaddedMessagesAreRefused) {
-  const std::string bytes = Example().Serialize();
+  const std::string bytes = ExampleOutput().Serialize();
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     EXPECT_FALSE(SchedulerOutput::Parse(bytes.substr(0, cut)).ok()) << "cut at " << cut;
   }

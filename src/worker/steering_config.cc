@@ -10,7 +10,7 @@ namespace {
 using internal::ByteReader;
 using internal::ByteWriter;
 
-constexpr uint32_t kMagic = 0x55435354;  // "UCST"
+constexpr uint32_t kSteeringMagic = 0x55435354;  // "UCST"
 
 bool IsSteerableSite(models::Site site) {
   return site == models::Site::kResidPost || site == models::Site::kAttnOut ||
@@ -53,7 +53,7 @@ Status SteeringConfig::Validate(int hidden_size, int num_layers, const std::stri
 
 std::string SteeringConfig::Serialize() const {
   ByteWriter w;
-  w.Put(kMagic);
+  w.Put(kSteeringMagic);
   w.Put<uint32_t>(static_cast<uint32_t>(vectors.size()));
   for (const SteeringVector& v : vectors) {
     w.Put(v.layer);
@@ -71,7 +71,7 @@ std::string SteeringConfig::Serialize() const {
 StatusOr<SteeringConfig> SteeringConfig::Parse(const std::string& bytes) {
   ByteReader r(bytes);
   uint32_t magic = 0, n = 0;
-  if (!r.Get(magic) || magic != kMagic || !r.Get(n)) {
+  if (!r.Get(magic) || magic != kSteeringMagic || !r.Get(n)) {
     return InvalidArgumentError("malformed steering config (header)");
   }
   SteeringConfig config;

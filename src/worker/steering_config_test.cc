@@ -7,7 +7,7 @@
 namespace uc::worker {
 namespace {
 
-SteeringConfig Example() {
+SteeringConfig ExampleConfig() {
   SteeringConfig c;
   c.vectors.push_back({.layer = 1, .values = {1.0f, -2.0f, 0.5f, 0.0f}});
   c.vectors.push_back({.layer = 3,
@@ -21,7 +21,7 @@ SteeringConfig Example() {
 }
 
 TEST(SteeringConfigTest, SerializeParseRoundTripAndCanonicalBytes) {
-  const SteeringConfig in = Example();
+  const SteeringConfig in = ExampleConfig();
   StatusOr<SteeringConfig> out = SteeringConfig::Parse(in.Serialize());
   ASSERT_TRUE(out.ok()) << out.status().ToString();
   EXPECT_EQ(*out, in);
@@ -32,7 +32,7 @@ TEST(SteeringConfigTest, SerializeParseRoundTripAndCanonicalBytes) {
 }
 
 TEST(SteeringConfigTest, TruncatedOrPaddedBytesAreRefused) {
-  const std::string bytes = Example().Serialize();
+  const std::string bytes = ExampleConfig().Serialize();
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     EXPECT_FALSE(SteeringConfig::Parse(bytes.substr(0, cut)).ok()) << "cut at " << cut;
   }
@@ -40,29 +40,29 @@ TEST(SteeringConfigTest, TruncatedOrPaddedBytesAreRefused) {
 }
 
 TEST(SteeringConfigTest, ValidateNamesTheFieldAndVector) {
-  EXPECT_TRUE(Example().Validate(4, 5, "steering_vectors").ok());
+  EXPECT_TRUE(ExampleConfig().Validate(4, 5, "steering_vectors").ok());
   auto message = [](const SteeringConfig& c) {
     return c.Validate(4, 5, "steering_vectors").ToString();
   };
-  SteeringConfig bad = Example();
+  SteeringConfig bad = ExampleConfig();
   bad.vectors[1].layer = 5;
 
   EXPECT_NE(message(bad).find("steering_vectors[1] (layer 5): the model has layers 0 to 4"),
             std::string::npos)
       << message(bad);
-  bad = Example();
+  bad = ExampleConfig();
   bad.vectors[0].values.push_back(1.0f);
   EXPECT_NE(message(bad).find("steering_vectors[0] (layer 1) has 5 values; the model's hidden "
                               "size is 4"),
             std::string::npos)
       << message(bad);
-  bad = Example();
+  bad = ExampleConfig();
   bad.vectors[0].values[2] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_NE(message(bad).find("non-finite value at index 2"), std::string::npos) << message(bad);
-  bad = Example();
+  bad = ExampleConfig();
   bad.vectors[1].values = {0, 0, 0, 0};
   EXPECT_NE(message(bad).find("all zeros"), std::string::npos) << message(bad);
-  bad = Example();
+  bad = ExampleConfig();
   bad.vectors[0].site = models::Site::kFinalNorm;
   EXPECT_NE(message(bad).find("residual_stream, attn_out or mlp_out"), std::string::npos);
 }

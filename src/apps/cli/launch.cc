@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "base/thread_pool.h"
+#include "distributed/mpi/mpi_runtime.h"
 
 namespace uc::cli {
 namespace {
@@ -52,6 +53,15 @@ Status ReexecUnderMpirun(int world_size, int argc, char** argv) {
   execvp("mpirun", c_args.data());
   return UnavailableError(std::string("cannot run mpirun (install openmpi-bin): ") +
                           std::strerror(errno));
+}
+
+bool IsDriverRank() {
+  return !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
+}
+
+int FinishMpi(int code) {
+  if (distributed::MpiRuntime::initialized()) (void)distributed::MpiRuntime::Finalize();
+  return code;
 }
 
 }  // namespace uc::cli

@@ -26,4 +26,11 @@ std::vector<std::string> MpirunCommand(int world_size, const std::string& self,
 // process was already re-executed once and still sees no launcher).
 Status ReexecUnderMpirun(int world_size, int argc, char** argv);
 
+// True when this process prints for the job: rank 0 under MPI, or the only process.
+bool IsDriverRank();
+
+// Ends MPI (when this process started it) and passes `code` through: how a command that may run
+// under mpirun returns from its handler.
+int FinishMpi(int code);
+
 }  // namespace uc::cli

@@ -14,7 +14,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::filesystem::path kData = std::filesystem::path(UC_SOURCE_DIR) / "tests/testdata";
+const std::filesystem::path kTestData = std::filesystem::path(UC_SOURCE_DIR) / "tests/testdata";
 
 json Load(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -27,10 +27,10 @@ class SaeTest : public ::testing::TestWithParam<std::string> {};
 // gives (tools/reference/make_sae_reference.py) within 1e-5 of max(|value|, 0.1): sae-lens
 // works in float32, we in double.
 TEST_P(SaeTest, FeaturesMatchSaeLens) {
-  const json reference = Load(kData / "probes/sae/reference.json");
-  const json streams = Load(kData / "probes/aggregate/streams.json")["streams"];
+  const json reference = Load(kTestData / "probes/sae/reference.json");
+  const json streams = Load(kTestData / "probes/aggregate/streams.json")["streams"];
   const auto features = reference["features"].get<std::vector<int64_t>>();
-  const auto sae = SaeEncoder::Load(kData / "probes/sae" / GetParam(), features);
+  const auto sae = SaeEncoder::Load(kTestData / "probes/sae" / GetParam(), features);
   ASSERT_TRUE(sae.ok()) << sae.status().ToString();
   const json& encoded = reference["saes"][GetParam()]["encoded"];
   double worst = 0.0;
@@ -70,16 +70,16 @@ TEST(SaeProbeTest, ScoresTheNamedFeaturesAndNamesBadArguments) {
   ProbeRegistry registry;
   ProbeEnv env;
   env.hidden_size = 64;
-  env.base_dir = kData / "probes/sae";
+  env.base_dir = kTestData / "probes/sae";
   const auto create = [&](const json& args) {
     const ExtractionPoint point = testing::Point("p", "sae", ProbeKind::kSingleShot, args);
     return registry.Create(point, env);
   };
   const auto type = create({{"sae", "jumprelu"}, {"features", {3, 17}}, {"score", "sum"}});
   ASSERT_TRUE(type.ok()) << type.status().ToString();
-  const json streams = Load(kData / "probes/aggregate/streams.json")["streams"];
+  const json streams = Load(kTestData / "probes/aggregate/streams.json")["streams"];
   const auto x = streams[0][5].get<std::vector<float>>();
-  const auto sae = SaeEncoder::Load(kData / "probes/sae/jumprelu", {3, 17});
+  const auto sae = SaeEncoder::Load(kTestData / "probes/sae/jumprelu", {3, 17});
   ASSERT_TRUE(sae.ok());
   const std::vector<double> f = (*sae)->Encode(x);
   const testing::ProbeRun run = testing::RunProbe(**type, {testing::Record(x)});

@@ -19,13 +19,13 @@ nlohmann::json GoldenCases() {
   return nlohmann::json::parse(ReadFileOrDie(TestData("golden/tok512_encode.json")))["cases"];
 }
 
-std::unique_ptr<Tokenizer> LoadOrDie(StatusOr<std::unique_ptr<Tokenizer>> loaded) {
+std::unique_ptr<Tokenizer> LoadLlama2cOrDie(StatusOr<std::unique_ptr<Tokenizer>> loaded) {
   EXPECT_TRUE(loaded.ok()) << loaded.status().ToString();
   return loaded.ok() ? std::move(loaded).value() : nullptr;
 }
 
 TEST(Llama2cTest, EncodesLikeLlama2c) {
-  auto tok = LoadOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
+  auto tok = LoadLlama2cOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 512);
   EXPECT_EQ(tok->bos_id(), 1);
@@ -45,7 +45,7 @@ TEST(Llama2cTest, EncodesLikeLlama2c) {
 }
 
 TEST(Llama2cTest, PiecesMatchTheGolden) {
-  auto tok = LoadOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
+  auto tok = LoadLlama2cOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
   ASSERT_NE(tok, nullptr);
   for (const auto& c : GoldenCases()) {
     const auto ids = c["ids_no_bos"].get<std::vector<int32_t>>();
@@ -59,7 +59,7 @@ TEST(Llama2cTest, PiecesMatchTheGolden) {
 }
 
 TEST(Llama2cTest, SentencePieceModelEncodesLikeSentencePiece) {
-  auto tok = LoadOrDie(LoadSentencePieceModel(TestData("stories260K/tok512.model")));
+  auto tok = LoadLlama2cOrDie(LoadSentencePieceModel(TestData("stories260K/tok512.model")));
   ASSERT_NE(tok, nullptr);
   EXPECT_EQ(tok->vocab_size(), 512);
   EXPECT_EQ(tok->bos_id(), 1);
@@ -81,9 +81,9 @@ TEST(Llama2cTest, SentencePieceModelEncodesLikeSentencePiece) {
 }
 
 TEST(Llama2cTest, SameVocabularyFromAllThreeFiles) {
-  auto bin = LoadOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
-  auto model = LoadOrDie(LoadTokenizer(TestData("stories260K-hf")));
-  auto gguf = LoadOrDie(LoadTokenizer(TestData("stories260K/stories260K.gguf")));
+  auto bin = LoadLlama2cOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
+  auto model = LoadLlama2cOrDie(LoadTokenizer(TestData("stories260K-hf")));
+  auto gguf = LoadLlama2cOrDie(LoadTokenizer(TestData("stories260K/stories260K.gguf")));
   ASSERT_TRUE(bin && model && gguf);
   for (int32_t id = 3; id < 512; ++id) {
     EXPECT_EQ(bin->TokenText(id), model->TokenText(id)) << id;
@@ -98,7 +98,7 @@ TEST(Llama2cTest, SameVocabularyFromAllThreeFiles) {
 }
 
 TEST(Llama2cTest, SpecialTokensWhenParsing) {
-  auto tok = LoadOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
+  auto tok = LoadLlama2cOrDie(LoadLlama2cTokenizer(TestData("stories260K/tok512.bin"), 512));
   ASSERT_NE(tok, nullptr);
   // The golden README: with special parsing on, <s>, </s>, <unk> become ids 1, 2, 0.
   const std::vector<int32_t> ids = tok->Encode("<s> </s> <unk>", false, true);

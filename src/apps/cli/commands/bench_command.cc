@@ -33,11 +33,6 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-int Fail(const Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.message().c_str());
-  return kExitFailure;
-}
-
 int RunBench(const BenchOptions& o) {
   std::optional<probe::Spec> spec;
   if (!o.spec_file.empty()) {

@@ -36,11 +36,6 @@ struct CalibrateOptions {
   std::vector<std::string> probe_plugins;
 };
 
-int Fail(const std::string& message, int code = kExitFailure) {
-  std::fprintf(stderr, "error: %s\n", message.c_str());
-  return code;
-}
-
 // Every prompt of the file through one engine with `spec`'s probes; per request, each point's
 // result, in the spec's order.
 StatusOr<std::vector<std::vector<probe::ProbeResult>>> RunSpec(

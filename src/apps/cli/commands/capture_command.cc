@@ -135,15 +135,6 @@ StatusOr<std::unique_ptr<engine::LLMEngine>> OpenEngine(const CaptureOptions& o,
   return engine::LLMEngine::OpenDriver(o.engine, std::move(deployment));
 }
 
-int Finish(int code) {
-  if (distributed::MpiRuntime::initialized()) (void)distributed::MpiRuntime::Finalize();
-  return code;
-}
-
-bool IsRank0() {
-  return !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
-}
-
 struct RunTotals {
   int64_t prompts = 0;
   int64_t records = 0;
@@ -179,13 +170,13 @@ int RunCapture(CaptureOptions& o) {
   StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
   StatusOr<int64_t> shard_bytes = engine::ParseByteSize(o.shard_size);
   if (!kv_bytes.ok() || !shard_bytes.ok() || *shard_bytes <= 0) {
-    if (IsRank0()) {
+    if (IsDriverRank()) {
       std::fprintf(stderr, "error: %s\n",
                    !kv_bytes.ok() ? ("--kv-cache-memory: " + kv_bytes.status().message()).c_str()
                    : !shard_bytes.ok() ? ("--shard-size: " + shard_bytes.status().message()).c_str()
                                        : "--shard-size: must be more than 0 bytes");
     }
-    return Finish(kExitUsage);
+    return FinishMpi(kExitUsage);
   }
   o.engine.kv_cache_bytes = *kv_bytes;
   if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
@@ -193,8 +184,8 @@ int RunCapture(CaptureOptions& o) {
   // Every rank reads the inputs, so a bad file fails everywhere alike, before any collective.
   StatusOr<PromptSet> prompts = ReadPromptSet(o.prompts_file, o.sampling);
   if (!prompts.ok()) {
-    if (IsRank0()) std::fprintf(stderr, "error: %s\n", prompts.status().message().c_str());
-    return Finish(kExitFailure);
+    if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", prompts.status().message().c_str());
+    return FinishMpi(kExitFailure);
   }
   StatusOr<probe::Spec> spec = probe::ParseSpecFile(o.spec_file);
   if (spec.ok()) {
@@ -203,27 +194,27 @@ int RunCapture(CaptureOptions& o) {
     }
   }
   if (!spec.ok()) {
-    if (IsRank0()) std::fprintf(stderr, "error: %s\n", spec.status().message().c_str());
-    return Finish(kExitFailure);
+    if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", spec.status().message().c_str());
+    return FinishMpi(kExitFailure);
   }
-  if (IsRank0()) {
+  if (IsDriverRank()) {
     for (const std::string& w : spec->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
   }
 
   bool served = false;
   StatusOr<std::unique_ptr<engine::LLMEngine>> opened = OpenEngine(o, &served);
   if (!opened.ok()) {
-    if (IsRank0()) std::fprintf(stderr, "error: %s\n", opened.status().message().c_str());
-    return Finish(kExitFailure);
+    if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", opened.status().message().c_str());
+    return FinishMpi(kExitFailure);
   }
-  if (served) return Finish(kExitOk);
+  if (served) return FinishMpi(kExitOk);
   std::unique_ptr<engine::LLMEngine> engine = std::move(opened).value();
   // From here on only the driver runs; every early return shuts the other ranks down first.
   auto fail = [&engine](const Status& status) {
     std::fprintf(stderr, "error: %s\n", status.message().c_str());
     engine->SetObserver(nullptr);
     engine.reset();
-    return Finish(kExitFailure);
+    return FinishMpi(kExitFailure);
   };
 
   const probe::Spec capture_spec = probe::CaptureSpec(*spec);
@@ -422,7 +413,7 @@ int RunCapture(CaptureOptions& o) {
           summary["bench"]["capture_vs_generate_throughput"].get<double>());
     }
   }
-  return Finish(totals.rejected == 0 ? kExitOk : kExitFailure);
+  return FinishMpi(totals.rejected == 0 ? kExitOk : kExitFailure);
 }
 
 }  // namespace

@@ -115,11 +115,6 @@ StatusOr<std::unique_ptr<engine::LLM>> OpenLLM(GenerateOptions& o, bool* served)
 }
 
 // Ends MPI (when it was started) and passes `code` through.
-int Finish(int code) {
-  if (distributed::MpiRuntime::initialized()) (void)distributed::MpiRuntime::Finalize();
-  return code;
-}
-
 nlohmann::json OutputToJson(const engine::RequestOutput& r) {
   nlohmann::json j = {
       {"id", r.request_id},
@@ -208,14 +203,14 @@ int RunPrompts(GenerateOptions& o) {
       !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
   if (!requests.ok()) {
     if (rank0) std::fprintf(stderr, "error: %s\n", requests.status().message().c_str());
-    return Finish(kExitFailure);
+    return FinishMpi(kExitFailure);
   }
   std::optional<probe::Spec> spec;
   if (!o.spec_file.empty()) {
     StatusOr<probe::Spec> parsed = LoadSpec(o);
     if (!parsed.ok()) {
       if (rank0) std::fprintf(stderr, "error: %s\n", parsed.status().message().c_str());
-      return Finish(kExitFailure);
+      return FinishMpi(kExitFailure);
     }
     spec = std::move(parsed).value();
   }
@@ -225,14 +220,14 @@ int RunPrompts(GenerateOptions& o) {
       !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
   if (!llm.ok()) {
     if (driver) std::fprintf(stderr, "error: %s\n", llm.status().message().c_str());
-    return Finish(kExitFailure);
+    return FinishMpi(kExitFailure);
   }
-  if (served) return Finish(kExitOk);
+  if (served) return FinishMpi(kExitOk);
   StatusOr<std::unique_ptr<ProbingRuntime>> runtime = ProbingRuntime::Create(o.probing);
   if (!runtime.ok()) {
     std::fprintf(stderr, "error: %s\n", runtime.status().message().c_str());
     llm->reset();
-    return Finish(kExitUsage);
+    return FinishMpi(kExitUsage);
   }
   (*runtime)->Attach((*llm)->engine());
   std::unique_ptr<probe::ProbingSession> session;
@@ -248,7 +243,7 @@ int RunPrompts(GenerateOptions& o) {
     if (!created.ok()) {
       std::fprintf(stderr, "error: %s\n", created.status().message().c_str());
       llm->reset();
-      return Finish(kExitFailure);
+      return FinishMpi(kExitFailure);
     }
     session = std::move(created).value();
   }
@@ -286,7 +281,7 @@ int RunPrompts(GenerateOptions& o) {
     if (const Status attached = session->AttachTo((*llm)->engine()); !attached.ok()) {
       std::fprintf(stderr, "error: %s\n", attached.message().c_str());
       llm->reset();
-      return Finish(kExitFailure);
+      return FinishMpi(kExitFailure);
     }
   }
   const std::string source = o.prompts_file.empty() ? "--prompt" : o.prompts_file;
@@ -324,7 +319,7 @@ int RunPrompts(GenerateOptions& o) {
   if (!closed.ok()) std::fprintf(stderr, "warning: %s\n", closed.message().c_str());
   (*llm)->engine().SetObserver(nullptr);
   llm->reset();  // shuts the other ranks down
-  return Finish(rejected == 0 ? kExitOk : kExitFailure);
+  return FinishMpi(rejected == 0 ? kExitOk : kExitFailure);
 }
 
 int RunGenerate(GenerateOptions& o) {
@@ -337,7 +332,7 @@ int RunGenerate(GenerateOptions& o) {
   StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
   if (!kv_bytes.ok()) {
     std::fprintf(stderr, "error: --kv-cache-memory: %s\n", kv_bytes.status().message().c_str());
-    return Finish(kExitUsage);
+    return FinishMpi(kExitUsage);
   }
   o.engine.kv_cache_bytes = *kv_bytes;
   if (!o.tokenizer.empty()) o.generator.tokenizer_path = o.tokenizer;
@@ -351,9 +346,9 @@ int RunGenerate(GenerateOptions& o) {
       !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
   if (!gen.ok()) {
     if (rank0) std::fprintf(stderr, "error: %s\n", gen.status().message().c_str());
-    return Finish(kExitFailure);
+    return FinishMpi(kExitFailure);
   }
-  if (served) return Finish(kExitOk);
+  if (served) return FinishMpi(kExitOk);
   engine::TextCallback stream = nullptr;
   if (!o.json) {
     stream = [](std::string_view text) {
@@ -366,7 +361,7 @@ int RunGenerate(GenerateOptions& o) {
   gen->reset();  // shuts the other ranks down
   if (!result.ok()) {
     std::fprintf(stderr, "error: %s\n", result.status().message().c_str());
-    return Finish(kExitFailure);
+    return FinishMpi(kExitFailure);
   }
   if (o.json) {
     std::cout << ResultToJson(*result).dump() << std::endl;
@@ -378,7 +373,7 @@ int RunGenerate(GenerateOptions& o) {
                  result->timings.generated_tokens, result->timings.decode_tokens_per_second(),
                  result->stop_reason.c_str());
   }
-  return Finish(kExitOk);
+  return FinishMpi(kExitOk);
 }
 
 }  // namespace

@@ -27,11 +27,6 @@ struct PerplexityFlags {
   bool json = false;
 };
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "error: %s\n", message.c_str());
-  return kExitFailure;
-}
-
 int RunPerplexity(PerplexityFlags& o) {
   StatusOr<std::string> text = io::ReadTextFile(o.file, kMaxTextBytes, "text file");
   if (!text.ok()) return Fail(text.status().message());

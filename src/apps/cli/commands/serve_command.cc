@@ -107,19 +107,10 @@ StatusOr<std::vector<probe::ProbeSetSource>> ProbeSetSources(const ServeOptions&
   return sources;
 }
 
-bool IsDriver() {
-  return !distributed::MpiRuntime::initialized() || distributed::MpiRuntime::world_rank() == 0;
-}
-
-// Ends MPI (when it was started) and passes `code` through.
-int Finish(int code) {
-  if (distributed::MpiRuntime::initialized()) (void)distributed::MpiRuntime::Finalize();
-  return code;
-}
-
-int Fail(const std::string& message) {
-  if (IsDriver()) std::fprintf(stderr, "error: %s\n", message.c_str());
-  return Finish(kExitFailure);
+// Reports on the driver rank only, ends MPI, and returns kExitFailure.
+int FailOnDriver(const std::string& message) {
+  if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", message.c_str());
+  return FinishMpi(kExitFailure);
 }
 
 // The engine of this process: alone, or as the driver of a multi-rank deployment. The other
@@ -303,32 +294,32 @@ int RunServe(ServeOptions& o) {
   StatusOr<std::vector<probe::ProbeSetSource>> sources = ProbeSetSources(o);
   if (!sources.ok()) {
     std::fprintf(stderr, "error: %s\n", sources.status().message().c_str());
-    return Finish(kExitUsage);
+    return FinishMpi(kExitUsage);
   }
   if (!sources->empty()) {
     for (const std::string& plugin : o.probe_plugins) {
       const Status status = probe::ProbeRegistry::Global().LoadPlugin(plugin);
-      if (!status.ok()) return Fail(status.message());
+      if (!status.ok()) return FailOnDriver(status.message());
     }
     // Specs are checked before the model loads: a typo fails in a second, not a minute.
     for (const probe::ProbeSetSource& source : *sources) {
       StatusOr<probe::Spec> parsed = probe::ParseSpecFile(source.file);
-      if (!parsed.ok()) return Fail(parsed.status().message());
+      if (!parsed.ok()) return FailOnDriver(parsed.status().message());
     }
   }
   StatusOr<std::unique_ptr<engine::LLMEngine>> engine = OpenEngine(o);
-  if (!engine.ok()) return Fail(engine.status().message());
-  if (*engine == nullptr) return Finish(kExitOk);  // a follower rank, shut down by the driver
+  if (!engine.ok()) return FailOnDriver(engine.status().message());
+  if (*engine == nullptr) return FinishMpi(kExitOk);  // a follower rank, shut down by the driver
   if (const Status loaded = LoadSteeringModules(o, (*engine)->config()); !loaded.ok()) {
     engine->reset();
-    return Fail(loaded.message());
+    return FailOnDriver(loaded.message());
   }
 
   StatusOr<std::unique_ptr<server::ChatPrompt>> chat =
       server::ChatPrompt::Load(o.model, o.chat_template);
   if (!chat.ok()) {
     engine->reset();
-    return Fail(chat.status().message());
+    return FailOnDriver(chat.status().message());
   }
   if (!(*chat)->unavailable_reason().empty()) {
     std::fprintf(stderr, "undercurrent serve: %s\n", (*chat)->unavailable_reason().c_str());
@@ -338,7 +329,7 @@ int RunServe(ServeOptions& o) {
   if (!runtime.ok()) {
     engine->reset();
     std::fprintf(stderr, "error: %s\n", runtime.status().message().c_str());
-    return Finish(kExitUsage);
+    return FinishMpi(kExitUsage);
   }
   probe::Metrics& metrics = (*runtime)->metrics();
   std::unique_ptr<probe::ProbeSets> sets;
@@ -354,13 +345,13 @@ int RunServe(ServeOptions& o) {
                                  (*engine)->config(), options);
     if (!created.ok()) {
       engine->reset();
-      return Fail(created.status().message());
+      return FailOnDriver(created.status().message());
     }
     sets = std::move(created).value();
     sets->AttachTo(**engine);
   } else if (!o.default_probe_set.empty()) {
     engine->reset();
-    return Fail("--default-probe-set needs --spec");
+    return FailOnDriver("--default-probe-set needs --spec");
   }
   int code = kExitOk;
   {
@@ -391,7 +382,7 @@ int RunServe(ServeOptions& o) {
   if (!flushed.ok()) std::fprintf(stderr, "warning: %s\n", flushed.message().c_str());
   engine->reset();  // shuts the other ranks down
   if (code == kExitOk) std::fprintf(stderr, "undercurrent serve: stopped\n");
-  return Finish(code);
+  return FinishMpi(code);
 }
 
 }  // namespace

@@ -77,11 +77,6 @@ class LastTokenRecorder : public engine::StepObserver {
   std::vector<uint64_t> rows_;  // this step's captured sequences, in row order
 };
 
-int Fail(const std::string& message, int code = kExitFailure) {
-  std::fprintf(stderr, "error: %s\n", message.c_str());
-  return code;
-}
-
 // "A-B" or "A" -> [A, B]; empty -> every layer.
 StatusOr<std::vector<int>> ParseLayers(const std::string& text, int num_layers) {
   int first = 0, last = num_layers - 1;
