@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
+#include "apps/cli/exit_codes.h"
 #include "base/thread_pool.h"
 #include "distributed/mpi/mpi_runtime.h"
 
@@ -62,6 +64,11 @@ bool IsDriverRank() {
 int FinishMpi(int code) {
   if (distributed::MpiRuntime::initialized()) (void)distributed::MpiRuntime::Finalize();
   return code;
+}
+
+int FailOnDriver(const std::string& message) {
+  if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", message.c_str());
+  return FinishMpi(kExitFailure);
 }
 
 }  // namespace uc::cli

@@ -33,4 +33,7 @@ bool IsDriverRank();
 // under mpirun returns from its handler.
 int FinishMpi(int code);
 
+// Prints "error: MESSAGE" on the driver rank only, then FinishMpi(kExitFailure).
+int FailOnDriver(const std::string& message);
+
 }  // namespace uc::cli

@@ -184,8 +184,7 @@ int RunCapture(CaptureOptions& o) {
   // Every rank reads the inputs, so a bad file fails everywhere alike, before any collective.
   StatusOr<PromptSet> prompts = ReadPromptSet(o.prompts_file, o.sampling);
   if (!prompts.ok()) {
-    if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", prompts.status().message().c_str());
-    return FinishMpi(kExitFailure);
+    return FailOnDriver(prompts.status().message());
   }
   StatusOr<probe::Spec> spec = probe::ParseSpecFile(o.spec_file);
   if (spec.ok()) {
@@ -194,8 +193,7 @@ int RunCapture(CaptureOptions& o) {
     }
   }
   if (!spec.ok()) {
-    if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", spec.status().message().c_str());
-    return FinishMpi(kExitFailure);
+    return FailOnDriver(spec.status().message());
   }
   if (IsDriverRank()) {
     for (const std::string& w : spec->warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
@@ -204,8 +202,7 @@ int RunCapture(CaptureOptions& o) {
   bool served = false;
   StatusOr<std::unique_ptr<engine::LLMEngine>> opened = OpenEngine(o, &served);
   if (!opened.ok()) {
-    if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", opened.status().message().c_str());
-    return FinishMpi(kExitFailure);
+    return FailOnDriver(opened.status().message());
   }
   if (served) return FinishMpi(kExitOk);
   std::unique_ptr<engine::LLMEngine> engine = std::move(opened).value();

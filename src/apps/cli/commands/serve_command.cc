@@ -107,12 +107,6 @@ StatusOr<std::vector<probe::ProbeSetSource>> ProbeSetSources(const ServeOptions&
   return sources;
 }
 
-// Reports on the driver rank only, ends MPI, and returns kExitFailure.
-int FailOnDriver(const std::string& message) {
-  if (IsDriverRank()) std::fprintf(stderr, "error: %s\n", message.c_str());
-  return FinishMpi(kExitFailure);
-}
-
 // The engine of this process: alone, or as the driver of a multi-rank deployment. The other
 // ranks serve steps until the driver shuts them down, then get null.
 StatusOr<std::unique_ptr<engine::LLMEngine>> OpenEngine(const ServeOptions& o) {
