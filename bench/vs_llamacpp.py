@@ -169,6 +169,8 @@ def bytes_per_token(model):
 
 # {threads: read bandwidths (bytes/s) measured during the single-sequence rounds}.
 BANDWIDTH_SAMPLES = {}
+# Per --matmul mode of ours: the arithmetic each kind of weight ran on (`undercurrent bench`).
+ARITHMETIC = {}
 
 
 def measured_bandwidth(llm_bench, threads):
@@ -229,11 +231,16 @@ def matmul_work(model):
     return ops, max(bytes_by_type, key=bytes_by_type.get)
 
 
-def peak_kind(weight_type, engine):
-    """The multiply-add kind an engine's prefill runs on for weights of `weight_type` (ours at
-    --matmul exact: F32 FMA on the dequantized weights, whatever the type)."""
-    if weight_type in ("F32", "F16") or engine == "ours exact":
+def peak_kind(weight_type, row):
+    """The multiply-add kind an engine's prefill runs on for weights of `weight_type`. Ours says
+    which (`undercurrent bench`'s matmul_arithmetic: at --matmul exact F32 FMA whatever the type;
+    BF16 at int8 on vdpbf16ps or F32 FMA by the CPU); llama.cpp: F32 FMA for F32/F16, vdpbf16ps
+    for BF16, int8 dot products for the quantized types."""
+    if weight_type in ("F32", "F16"):
         return "f32"
+    key = "bf16" if weight_type == "BF16" else "quantized"
+    if row.get("matmul_arithmetic"):
+        return row["matmul_arithmetic"][key]
     return "bf16" if weight_type == "BF16" else "int8"
 
 
@@ -248,7 +255,7 @@ def compute_roofline(single, peaks, work, prefill):
         ops, wtype = work[name]
         cells = []
         for r in rows:
-            kind = peak_kind(wtype, r["engine"])
+            kind = peak_kind(wtype, r)
             peak = peaks[threads].get(kind)
             if not peak:
                 cells.append(f"{r['engine']} (no {kind} peak)")
@@ -271,6 +278,7 @@ def ours_single(binary, model, threads, prompt_len, gen_len, matmul):
            "--matmul", matmul, "--format", "json"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     j = json.loads(out)
+    ARITHMETIC[matmul] = j.get("matmul_arithmetic", {})
     return j["prefill_tokens_per_second"], j["decode_tokens_per_second"]
 
 
@@ -338,6 +346,8 @@ def measure_single(a, model, threads, modes, results):
         label = engine if engine == "llama.cpp" else f"ours {engine}"
         cells = []
         row = {"model": name, "threads": threads, "engine": label}
+        if engine != "llama.cpp":
+            row["matmul_arithmetic"] = ARITHMETIC.get(engine, {})
         for p in prefills:
             k = ("prefill", p)
             cells.append(f"{med[k]:>9.1f} {med[k] / base[k]:>5.2f}x")

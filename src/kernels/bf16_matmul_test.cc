@@ -1,8 +1,10 @@
-// BF16 weights at MatMulPrecision::kInt8. On CPUs with AVX512_BF16 that is avx512::MatMulBf16,
-// whose bits reference::MatMulBf16 defines (x rounded to BF16, vdpbf16ps's order): every check
-// against it is exact, for m from 1 to past a k block, odd k, partial tiles, packed and stored
-// weights, one to three threads. Rows must not depend on the batch they are in. Elsewhere kInt8
-// on BF16 is the exact F32 MatMul, checked here against the double-precision reference.
+// BF16 weights at MatMulPrecision::kInt8. Where internal::UseAvx512Bf16() that is
+// avx512::MatMulBf16, whose bits reference::MatMulBf16 defines (x rounded to BF16, vdpbf16ps's
+// order): every check against it is exact, for m from 1 to past a k block, odd k, partial tiles,
+// packed and stored weights, one to three threads. Rows must not depend on the batch they are in.
+// Elsewhere kInt8 on BF16 is the exact F32 MatMul, checked here against the double-precision
+// reference. Every test runs the vdpbf16ps kernel on each CPU that has it, also where the CPU
+// table (internal::CpuPrefersBf16Dot()) gives BF16 to the F32 kernel.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -46,7 +48,20 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 1},     {1, 33, 64},   {2, 70, 31},    {5, 32, 513},
                          {12, 64, 130}, {13, 97, 514}, {40, 65, 1026}, {70, 130, 600}};
 
-TEST(Bf16MatMulTest, MatchesTheReferenceOnEveryShape) {
+// ForceBf16DotForTesting(force) for a scope.
+class ScopedBf16Dot {
+ public:
+  explicit ScopedBf16Dot(bool force) { internal::ForceBf16DotForTesting(force); }
+  ~ScopedBf16Dot() { internal::ForceBf16DotForTesting(false); }
+  ScopedBf16Dot(const ScopedBf16Dot&) = delete;
+  ScopedBf16Dot& operator=(const ScopedBf16Dot&) = delete;
+};
+
+// Param: vdpbf16ps forced wherever the CPU has it (true), or the CPU table's choice (false).
+class Bf16MatMulTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Bf16MatMulTest, MatchesTheReferenceOnEveryShape) {
+  ScopedBf16Dot scoped(GetParam());
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
     for (const Shape& s : kShapes) {
@@ -69,14 +84,46 @@ TEST(Bf16MatMulTest, MatchesTheReferenceOnEveryShape) {
       }
     }
   }
-  NoteIfUntested(internal::UseAvx512Bf16(),
-                 "CPU lacks AVX512_BF16: BF16 kInt8 is the F32 MatMul here; the vdpbf16ps kernel");
+  if (GetParam()) {
+    NoteIfUntested(
+        internal::UseAvx512Bf16(),
+        "CPU lacks AVX512_BF16: BF16 kInt8 is the F32 MatMul here; the vdpbf16ps kernel");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, Bf16MatMulTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Vdpbf16psForced" : "CpuChoice";
+                         });
+
+// BF16 kInt8 goes to vdpbf16ps exactly where the table says (and the CPU has it), and
+// MatMulArithmetic names the kernel that runs.
+TEST(Bf16MatMulChoiceTest, FollowsTheCpuTable) {
+  EXPECT_EQ(internal::CpuPrefersBf16Dot(),
+            internal::CpuSupportsAvx512Bf16() && internal::CpuIsAmd());
+  EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuPrefersBf16Dot());
+  EXPECT_EQ(MatMulArithmetic(DType::kBF16, MatMulPrecision::kInt8),
+            internal::CpuPrefersBf16Dot() ? "bf16" : "f32");
+  EXPECT_EQ(MatMulArithmetic(DType::kBF16, MatMulPrecision::kExact), "f32");
+  EXPECT_EQ(MatMulArithmetic(DType::kF16, MatMulPrecision::kInt8), "f32");
+  EXPECT_EQ(MatMulArithmetic(DType::kQ4_K, MatMulPrecision::kInt8), "int8");
+  EXPECT_EQ(MatMulArithmetic(DType::kQ4_K, MatMulPrecision::kExact), "f32");
+  {
+    ScopedBf16Dot scoped(true);
+    EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuSupportsAvx512Bf16());
+    EXPECT_EQ(MatMulArithmetic(DType::kBF16, MatMulPrecision::kInt8),
+              internal::CpuSupportsAvx512Bf16() ? "bf16" : "f32");
+  }
+  EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuPrefersBf16Dot());
+  std::printf("[ NOTE     ] BF16 weights at kInt8 multiply on %s here\n",
+              internal::UseAvx512Bf16() ? "vdpbf16ps" : "F32 FMAs");
 }
 
 // The kernel really rounds x to BF16 (llama.cpp's vec_dot_type for BF16 weights) and its error
 // against the exact product stays inside that rounding's bound: |x - bf16(x)| <= 2^-9 |x|, so
 // |y - exact| <= 2^-9 sum |x w| plus F32 accumulation.
-TEST(Bf16MatMulTest, ErrorIsBf16RoundingOfActivations) {
+TEST(Bf16MatMulDotTest, ErrorIsBf16RoundingOfActivations) {
+  ScopedBf16Dot scoped(true);
   if (!internal::UseAvx512Bf16()) GTEST_SKIP() << "CPU lacks AVX512_BF16";
   const int64_t m = 9, n = 40, k = 1024;
   const Tensor x = RandomX(m, k, 11);
@@ -102,7 +149,8 @@ TEST(Bf16MatMulTest, ErrorIsBf16RoundingOfActivations) {
 }
 
 // A row's bits do not depend on the rows beside it, the chunk it is in, packing or threads.
-TEST(Bf16MatMulTest, RowsAreBatchInvariant) {
+TEST(Bf16MatMulDotTest, RowsAreBatchInvariant) {
+  ScopedBf16Dot scoped(true);
   if (!internal::UseAvx512Bf16()) GTEST_SKIP() << "CPU lacks AVX512_BF16";
   const int64_t m = 37, n = 100, k = 300;
   const Tensor x = RandomX(m, k, 21);

@@ -30,7 +30,9 @@ std::vector<Probe> AvailableProbes() {
     probes.push_back({"fma-f32 zmm", "f32", &avx512::FmaChains, 384});
     probes.push_back({"vpdpbusd zmm", "int8", &avx512::DpbusdChains, 1536});
   }
-  if (internal::UseAvx512Bf16()) {
+  // Measured wherever the CPU has it, used or not: the peak says whether the table behind
+  // internal::CpuPrefersBf16Dot() is right for this CPU.
+  if (internal::UseAvx512Vnni() && internal::CpuSupportsAvx512Bf16()) {
     probes.push_back({"vdpbf16ps zmm", "bf16", &avx512::Dpbf16Chains, 768});
   }
 #endif

@@ -39,9 +39,25 @@ bool UseAvx2();
 // below kAvx512 is forced.
 bool UseAvx512Vnni();
 
-// True when BF16 weights at MatMulPrecision::kInt8 use avx512::MatMulBf16:
-// CpuSupportsAvx512Bf16() and no level below kAvx512 is forced.
+// True where vdpbf16ps multiplies BF16 weights faster than F32 FMAs on the widened weights, by a
+// fixed table of CPUs, never a measurement at start-up (a timing race could flip the kernel, and
+// so a request's bits, between two runs on one machine): AMD CPUs with AVX512_BF16 (Zen 4 and
+// later, where one vdpbf16ps does 32 products at the zmm FMA's issue rate; BF16 prefill ~1.9x
+// faster than on F32 FMAs), and not Intel ones (a Sapphire Rapids-class Xeon measured vdpbf16ps
+// zmm at 86.5 GOP/s a core against 174.8 for F32 FMA: BF16 prefill 1.44x faster on F32 FMAs).
+// `llm_bench --compute-only` prints both peaks for a CPU outside the table. Cached; thread-safe.
+bool CpuPrefersBf16Dot();
+
+// True when BF16 weights at MatMulPrecision::kInt8 use avx512::MatMulBf16 (vdpbf16ps):
+// CpuSupportsAvx512Bf16(), CpuPrefersBf16Dot() or ForceBf16DotForTesting(true), and no level
+// below kAvx512 is forced. Otherwise they take the exact F32 MatMul.
 bool UseAvx512Bf16();
+
+// Lets BF16 weights at kInt8 use vdpbf16ps on every CPU that has it (true), or only where
+// CpuPrefersBf16Dot() (false, the default), so the vdpbf16ps kernel is tested on CPUs that do
+// not prefer it. For tests and benchmarks only; must not race with ops running on other threads,
+// and a PackedWeight must be used under the setting it was packed with.
+void ForceBf16DotForTesting(bool force);
 
 // Caps the level ops use at `level` (they still never use one the CPU lacks), until the next
 // call; ForceLevelForTesting(KernelLevel::kAvx512) restores the best available. For tests and

@@ -579,7 +579,7 @@ TEST(Int8MatMulApiTest, LevelsFollowTheCpu) {
   EXPECT_FALSE(internal::UseAvx512Vnni());
   internal::ForcePortableForTesting(false);
   EXPECT_EQ(internal::UseAvx512Vnni(), internal::CpuSupportsAvx512Vnni());
-  EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuSupportsAvx512Bf16());
+  EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuPrefersBf16Dot());
   {
     ScopedPath scoped(Path::kAvx2);
     EXPECT_FALSE(internal::UseAvx512Bf16());

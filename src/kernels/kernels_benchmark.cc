@@ -222,7 +222,7 @@ BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
 // weights cold as in BM_MatMulDecode; 128: prefill, weights warm), precision (0: kExact, 1: kInt8),
 // threads, level (the highest kernel level allowed: 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul
 // has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight). BF16 at kInt8
-// is the vdpbf16ps MatMul at levels 2 and 3 (AVX512_BF16).
+// is the vdpbf16ps MatMul at levels 2 and 3 (AVX512_BF16), whatever the CPU table prefers.
 constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
                                       DType::kQ8_0, DType::kQ5_K, DType::kQ4_1,
                                       DType::kQ5_0, DType::kQ3_K, DType::kBF16};
@@ -242,6 +242,8 @@ void BM_MatMulPrecision(benchmark::State& state) {
   }
   internal::ForceLevelForTesting(avx512 ? internal::KernelLevel::kAvx512
                                         : internal::KernelLevel::kAvx2);
+  // BF16 at levels 2 and 3 measures vdpbf16ps also where the CPU table prefers F32 FMAs.
+  internal::ForceBf16DotForTesting(true);
   std::vector<Tensor> copies = {BenchWeights(kIntermediate, kHidden, dtype, 1)};
   const int64_t copies_needed =
       tokens <= 16 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
@@ -274,6 +276,7 @@ void BM_MatMulPrecision(benchmark::State& state) {
                                                   : avx512 ? " int8 avx512"
                                                            : " int8 avx2"));
   internal::ForceLevelForTesting(internal::KernelLevel::kAvx512);
+  internal::ForceBf16DotForTesting(false);
 }
 
 // Per dtype, shape and thread count: kExact, kInt8 on AVX2 and kInt8 on AVX-512 VNNI.

@@ -20,6 +20,7 @@ namespace internal {
 namespace {
 
 std::atomic<KernelLevel> g_max_level{KernelLevel::kAvx512};
+std::atomic<bool> g_force_bf16_dot{false};
 
 bool DetectAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -106,7 +107,14 @@ bool UseAvx2() { return CpuSupportsAvx2() && MaxLevel() >= KernelLevel::kAvx2; }
 
 bool UseAvx512Vnni() { return CpuSupportsAvx512Vnni() && MaxLevel() >= KernelLevel::kAvx512; }
 
-bool UseAvx512Bf16() { return CpuSupportsAvx512Bf16() && MaxLevel() >= KernelLevel::kAvx512; }
+bool CpuPrefersBf16Dot() { return CpuSupportsAvx512Bf16() && CpuIsAmd(); }
+
+bool UseAvx512Bf16() {
+  return CpuSupportsAvx512Bf16() && MaxLevel() >= KernelLevel::kAvx512 &&
+         (CpuPrefersBf16Dot() || g_force_bf16_dot.load(std::memory_order_relaxed));
+}
+
+void ForceBf16DotForTesting(bool force) { g_force_bf16_dot.store(force); }
 
 void ForceLevelForTesting(KernelLevel level) { g_max_level.store(level); }
 
@@ -559,5 +567,11 @@ void Softmax(Tensor& x) {
 }
 
 bool HasAvx2() { return internal::UseAvx2(); }
+
+std::string_view MatMulArithmetic(DType dtype, MatMulPrecision precision) {
+  if (precision != MatMulPrecision::kInt8) return "f32";
+  if (DTypeIsQuantized(dtype)) return "int8";
+  return dtype == DType::kBF16 && internal::UseAvx512Bf16() ? "bf16" : "f32";
+}
 
 }  // namespace uc::kernels

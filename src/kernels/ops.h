@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include "base/huge_pages.h"
 #include "base/thread_pool.h"
@@ -37,11 +38,13 @@ namespace uc::kernels {
 //     at most 0.57 d (d = the block's max |x| / 127; 0.5 d for Q8_K), so
 //     |y_int8 - y_exact| <= sum_l |w_l| * 0.57 d_l plus F32 rounding, typically ~0.5% of |y|.
 //     REQUIRES: x finite and, for the Q8_0 / Q8_1 formats, every |x| < 65504 * 127.
-//     BF16 weights on CPUs with AVX512_BF16: each x element rounded to BF16 (llama.cpp's
-//     vec_dot_type for BF16; relative error at most 2^-9 per element) and multiplied with
-//     vdpbf16ps in the fixed order reference::MatMulBf16 defines, bit-identical for every m and
-//     thread count, packed or not (twice the F32 FMA rate: prefill ~1.9x kExact's). Elsewhere
-//     BF16 weights ignore kInt8 (kExact).
+//     BF16 weights on CPUs with AVX512_BF16 where vdpbf16ps outruns F32 FMAs (a fixed table:
+//     internal::CpuPrefersBf16Dot(), today AMD Zen 4 and later): each x element rounded to BF16
+//     (llama.cpp's vec_dot_type for BF16; relative error at most 2^-9 per element) and
+//     multiplied with vdpbf16ps in the fixed order reference::MatMulBf16 defines, bit-identical
+//     for every m and thread count, packed or not (twice the F32 FMA rate there: prefill ~1.9x
+//     kExact's). Elsewhere BF16 weights ignore kInt8 (kExact: on Intel CPUs with AVX512_BF16
+//     the F32 FMA prefill is the faster one). MatMulArithmetic() says which runs.
 enum class MatMulPrecision { kExact, kInt8 };
 
 // How MatMul multiplies.
@@ -222,5 +225,10 @@ void Softmax(Tensor& x);
 
 // True when the optimized AVX2 path is in use (for logs and benchmarks).
 bool HasAvx2();
+
+// The multiply-add MatMul runs on for weights of `dtype` at `precision` on this CPU, named as
+// ComputePeak::kind (kernels/compute_peak.h) names it: "f32" (F32 FMA), "bf16" (vdpbf16ps) or
+// "int8" (integer dot products). Benchmarks divide prefill by that instruction's peak.
+std::string_view MatMulArithmetic(DType dtype, MatMulPrecision precision);
 
 }  // namespace uc::kernels

@@ -149,8 +149,9 @@ struct LoadOptions {
   // How the linear layers and the LM head multiply quantized weights. kExact: F32 activations,
   // within 1e-5 of the dequantized matmul (the oracle path; the default). kInt8: activations
   // quantized to 8 bits per block and integer dot products, as llama.cpp's CPU backend (faster,
-  // ~0.5% error per matmul); BF16 weights on CPUs with AVX512_BF16: activations rounded to BF16
-  // and vdpbf16ps. F32/F16 weights ignore it. See kernels::MatMulPrecision.
+  // ~0.5% error per matmul); BF16 weights where vdpbf16ps outruns F32 FMAs (AMD with
+  // AVX512_BF16): activations rounded to BF16 and vdpbf16ps. F32/F16 weights ignore it. See
+  // kernels::MatMulPrecision.
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kExact;
   // Every row's activations and logits independent of the batch it runs in (its bits equal
   // alone, in any batch, at any prefill chunking); see kernels::MatMulOptions::batch_invariant.

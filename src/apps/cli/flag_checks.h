@@ -42,7 +42,7 @@ inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
   cmd->add_option("--matmul", load->matmul_precision,
                   "Quantized and BF16 weights: exact (F32 activations, matches transformers) or "
                   "int8 (as llama.cpp; faster: 8-bit activations and integer dot products, BF16 "
-                  "activations and vdpbf16ps for BF16 weights on CPUs with AVX512_BF16)")
+                  "activations and vdpbf16ps for BF16 weights on AMD CPUs with AVX512_BF16)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
       ->default_str("exact");
   cmd->add_flag("--batch-invariant", load->batch_invariant,

@@ -90,6 +90,11 @@ int RunBench(const BenchOptions& o) {
         {"threads", o.threads},
         {"matmul", o.load.matmul_precision == kernels::MatMulPrecision::kInt8 ? "int8" : "exact"},
         {"batch_invariant", o.load.batch_invariant},
+        // The multiply-add each kind of weight runs on here (kernels::MatMulArithmetic).
+        {"matmul_arithmetic",
+         {{"f16", kernels::MatMulArithmetic(DType::kF16, o.load.matmul_precision)},
+          {"bf16", kernels::MatMulArithmetic(DType::kBF16, o.load.matmul_precision)},
+          {"quantized", kernels::MatMulArithmetic(DType::kQ4_K, o.load.matmul_precision)}}},
         {"spec", o.spec_file.empty() ? nlohmann::ordered_json(nullptr)
                                      : nlohmann::ordered_json(o.spec_file)},
         {"extraction_points", points},
