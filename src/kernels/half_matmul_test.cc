@@ -76,7 +76,7 @@ constexpr MatMulOptions kExact{};
 constexpr MatMulOptions kInt8{.precision = MatMulPrecision::kInt8};
 
 // The options under which `dtype` takes MatMulHalf on this CPU (BF16 at kInt8 takes vdpbf16ps
-// where the CPU has AVX512_BF16).
+// where internal::UseAvx512Bf16()).
 std::vector<MatMulOptions> HalfOptions(DType dtype) {
   if (dtype == DType::kF16 || !internal::UseAvx512Bf16()) return {kExact, kInt8};
   return {kExact};
