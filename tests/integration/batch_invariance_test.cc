@@ -5,8 +5,8 @@
 // bit for bit at every tap (each block's attn_out, mlp_out and residual stream, and the final
 // norm, which is the LM head's input), and the generated ids must be equal. Over the F32
 // checkpoint and GGUF F16, Q8_0, Q4_0, Q4_1 and BF16, with exact and int8 matmuls, on the path the
-// CPU has (portable, AVX2 or AVX-512; BF16 at int8 is the vdpbf16ps kernel where the CPU has
-// AVX512_BF16).
+// CPU has (portable, AVX2 or AVX-512; BF16 at int8 is the vdpbf16ps kernel where the CPU table
+// prefers it, kernels/dispatch.h's CpuPrefersBf16Dot(), and the exact one elsewhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
