@@ -110,7 +110,7 @@ TEST(Bf16MatMulChoiceTest, FollowsTheCpuTable) {
   EXPECT_EQ(MatMulArithmetic(DType::kQ4_K, MatMulPrecision::kExact), "f32");
   {
     ScopedBf16Dot scoped(true);
-    EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuSupportsAvx512Bf16());
+    EXPECT_EQ(internal::UseAvx512Bf16(), internal::Avx512Bf16Available());
     EXPECT_EQ(MatMulArithmetic(DType::kBF16, MatMulPrecision::kInt8),
               internal::CpuSupportsAvx512Bf16() ? "bf16" : "f32");
   }

@@ -32,7 +32,7 @@ std::vector<Probe> AvailableProbes() {
   }
   // Measured wherever the CPU has it, used or not: the peak says whether the table behind
   // internal::CpuPrefersBf16Dot() is right for this CPU.
-  if (internal::UseAvx512Vnni() && internal::CpuSupportsAvx512Bf16()) {
+  if (internal::Avx512Bf16Available()) {
     probes.push_back({"vdpbf16ps zmm", "bf16", &avx512::Dpbf16Chains, 768});
   }
 #endif

@@ -44,13 +44,17 @@ bool UseAvx512Vnni();
 // so a request's bits, between two runs on one machine): AMD CPUs with AVX512_BF16 (Zen 4 and
 // later, where one vdpbf16ps does 32 products at the zmm FMA's issue rate; BF16 prefill ~1.9x
 // faster than on F32 FMAs), and not Intel ones (a Sapphire Rapids-class Xeon measured vdpbf16ps
-// zmm at 86.5 GOP/s a core against 174.8 for F32 FMA: BF16 prefill 1.44x faster on F32 FMAs).
+// zmm at 83-87 GOP/s a core against 172-175 for F32 FMA: BF16 prefill 1.44x faster on F32 FMAs).
 // `llm_bench --compute-only` prints both peaks for a CPU outside the table. Cached; thread-safe.
 bool CpuPrefersBf16Dot();
 
+// True when the vdpbf16ps kernel can run: CpuSupportsAvx512Bf16() and no level below kAvx512
+// is forced (UseAvx512Bf16() says whether BF16 weights take it).
+bool Avx512Bf16Available();
+
 // True when BF16 weights at MatMulPrecision::kInt8 use avx512::MatMulBf16 (vdpbf16ps):
-// CpuSupportsAvx512Bf16(), CpuPrefersBf16Dot() or ForceBf16DotForTesting(true), and no level
-// below kAvx512 is forced. Otherwise they take the exact F32 MatMul.
+// Avx512Bf16Available(), and CpuPrefersBf16Dot() or ForceBf16DotForTesting(true). Otherwise
+// they take the exact F32 MatMul.
 bool UseAvx512Bf16();
 
 // Lets BF16 weights at kInt8 use vdpbf16ps on every CPU that has it (true), or only where

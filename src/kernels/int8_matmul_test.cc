@@ -580,8 +580,10 @@ TEST(Int8MatMulApiTest, LevelsFollowTheCpu) {
   internal::ForcePortableForTesting(false);
   EXPECT_EQ(internal::UseAvx512Vnni(), internal::CpuSupportsAvx512Vnni());
   EXPECT_EQ(internal::UseAvx512Bf16(), internal::CpuPrefersBf16Dot());
+  EXPECT_EQ(internal::Avx512Bf16Available(), internal::CpuSupportsAvx512Bf16());
   {
     ScopedPath scoped(Path::kAvx2);
+    EXPECT_FALSE(internal::Avx512Bf16Available());
     EXPECT_FALSE(internal::UseAvx512Bf16());
   }
 #if defined(__x86_64__)

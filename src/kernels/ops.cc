@@ -109,8 +109,10 @@ bool UseAvx512Vnni() { return CpuSupportsAvx512Vnni() && MaxLevel() >= KernelLev
 
 bool CpuPrefersBf16Dot() { return CpuSupportsAvx512Bf16() && CpuIsAmd(); }
 
+bool Avx512Bf16Available() { return CpuSupportsAvx512Bf16() && MaxLevel() >= KernelLevel::kAvx512; }
+
 bool UseAvx512Bf16() {
-  return CpuSupportsAvx512Bf16() && MaxLevel() >= KernelLevel::kAvx512 &&
+  return Avx512Bf16Available() &&
          (CpuPrefersBf16Dot() || g_force_bf16_dot.load(std::memory_order_relaxed));
 }
 
