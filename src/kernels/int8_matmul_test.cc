@@ -32,6 +32,8 @@ namespace kernels {
 namespace {
 
 using testing::ExpectBitExact;
+using testing::HalfScaleOffsets;
+using testing::RandomWeights;
 using testing::RandomX;
 
 enum class Path { kPortable, kAvx2, kAvx512 };
@@ -85,56 +87,6 @@ class ScopedPath {
 const DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0,
                                   DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K,
                                   DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K, DType::kQ8_K};
-
-// Byte offsets of a block's f16 scale fields (d, then m / dmin when there is one).
-std::vector<size_t> HalfScaleOffsets(DType dtype) {
-  switch (dtype) {
-    case DType::kQ4_1:
-    case DType::kQ5_1:
-      return {0, 2};
-    case DType::kQ2_K:
-      return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
-    case DType::kQ3_K:
-      return {offsetof(BlockQ3_K, d)};
-    case DType::kQ4_K:
-    case DType::kQ5_K:
-      return {0, 2};
-    case DType::kQ6_K:
-      return {offsetof(BlockQ6_K, d)};
-    case DType::kQ8_K:
-      return {};  // F32 d
-    default:
-      return {0};
-  }
-}
-
-// [n, k] weights of `dtype`: random quant bytes and plausible scales (for K-quants the 6-bit
-// sub-block scales are random too, so they are at most 63 times d).
-Tensor RandomWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(0.002f, 0.05f);
-  std::uniform_real_distribution<float> offset(-0.2f, 0.2f);
-  Tensor w = Tensor::Empty({n, k}, dtype);
-  auto* bytes = static_cast<uint8_t*>(w.raw());
-  for (int64_t i = 0; i < w.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(byte(rng));
-  const int64_t block_bytes = DTypeBlockBytes(dtype);
-  const float shrink = DTypeBlockSize(dtype) == 32 ? 1.0f : 8.0f;
-  for (int64_t b = 0; b < w.nbytes() / block_bytes; ++b) {
-    uint8_t* block = bytes + b * block_bytes;
-    const std::vector<size_t> halves = HalfScaleOffsets(dtype);
-    for (size_t f = 0; f < halves.size(); ++f) {
-      const bool is_m = f == 1 && DTypeBlockSize(dtype) == 32;
-      const uint16_t h = F32ToF16(is_m ? offset(rng) : scale(rng) / shrink);
-      std::memcpy(block + halves[f], &h, 2);
-    }
-    if (dtype == DType::kQ8_K) {
-      const float d = scale(rng) / 4;
-      std::memcpy(block, &d, 4);
-    }
-  }
-  return w;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers.
@@ -464,8 +416,9 @@ TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
 }
 
 // Pack makes a copy exactly where a kernel reads one (kInt8, AVX-512 VNNI; every quantized type
-// but Q2_K, Q3_K and Q8_K), MatMul reads that copy (the stored bytes may change after packing),
-// and a lower kernel level forced after packing multiplies the stored rows.
+// but Q2_K, Q3_K and Q8_K; kExact only for the types of quant_exact_matmul_test), MatMul reads
+// that copy (the stored bytes may change after packing), and a lower kernel level forced after
+// packing multiplies the stored rows.
 TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
   ThreadPool pool(2);
   const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
@@ -475,7 +428,9 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
     const std::string name(DTypeName(dtype));
     const bool packs = dtype != DType::kQ2_K && dtype != DType::kQ3_K && dtype != DType::kQ8_K;
     Tensor w = RandomWeights(n, k, dtype, 42);
-    EXPECT_EQ(PackedWeight::Pack(w, MatMulOptions{}, &pool), nullptr) << name << " kExact";
+    EXPECT_EQ(PackedWeight::Pack(w, MatMulOptions{}, &pool) != nullptr,
+              internal::CpuSupportsAvx512Vnni() && reference::HasExactGrouped(dtype))
+        << name << " kExact";
     {
       ScopedPath avx2(Path::kAvx2);
       EXPECT_EQ(PackedWeight::Pack(w, int8, &pool), nullptr) << name << " AVX2";

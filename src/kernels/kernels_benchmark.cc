@@ -21,6 +21,7 @@
 #include "kernels/bandwidth.h"
 #include "kernels/dispatch.h"
 #include "kernels/ops.h"
+#include "kernels/reference.h"
 
 namespace uc::kernels {
 namespace {
@@ -207,8 +208,10 @@ void MatMulArgs(benchmark::internal::Benchmark* b) {
   for (int64_t d = 0; d < static_cast<int64_t>(std::size(kDTypes)); ++d) {
     for (int64_t threads : {1, 2}) b->Args({d, threads, 0, 0});
   }
-  // F16 and BF16 as a model's layers read them: packed where the CPU has a layout for them.
-  for (int64_t d : {1, 2}) {
+  // F16, BF16 and the quantized types with the packed exact layout as a model's layers read
+  // them: packed where the CPU has a layout for them.
+  for (int64_t d = 1; d < static_cast<int64_t>(std::size(kDTypes)); ++d) {
+    if (d > 2 && !reference::HasExactGrouped(kDTypes[d])) continue;
     for (int64_t threads : {1, 2}) b->Args({d, threads, 0, 1});
   }
   b->Args({2, 2, 1, 0});  // BF16 on the portable path, for comparison
@@ -221,8 +224,9 @@ BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
 // kPrecisionDTypes), tokens (1: decode; 16: the batched decode of sixteen sequences; both with the
 // weights cold as in BM_MatMulDecode; 128: prefill, weights warm), precision (0: kExact, 1: kInt8),
 // threads, level (the highest kernel level allowed: 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul
-// has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight). BF16 at kInt8
-// is the vdpbf16ps MatMul at levels 2 and 3 (AVX512_BF16), whatever the CPU table prefers.
+// has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight: kInt8, and kExact
+// for the dtypes with the packed exact layout). BF16 at kInt8 is the vdpbf16ps MatMul at levels 2
+// and 3 (AVX512_BF16), whatever the CPU table prefers.
 constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
                                       DType::kQ8_0, DType::kQ5_K, DType::kQ4_1,
                                       DType::kQ5_0, DType::kQ3_K, DType::kBF16};
@@ -271,7 +275,8 @@ void BM_MatMulPrecision(benchmark::State& state) {
   state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
   state.counters["FLOP/s"] = benchmark::Counter(
       2.0 * tokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(DTypeName(dtype)) + (precision == MatMulPrecision::kExact ? " exact"
+  state.SetLabel(std::string(DTypeName(dtype)) + (precision == MatMulPrecision::kExact
+                                                      ? (pack ? " exact packed" : " exact")
                                                   : pack   ? " int8 avx512 packed"
                                                   : avx512 ? " int8 avx512"
                                                            : " int8 avx2"));
@@ -286,6 +291,9 @@ void PrecisionArgs(benchmark::internal::Benchmark* b) {
     for (int64_t tokens : {1, 16, 128}) {
       for (int64_t threads : {1, 2}) {
         b->Args({d, tokens, 0, threads, 2});
+        if (reference::HasExactGrouped(kPrecisionDTypes[d])) {  // the packed exact layout
+          b->Args({d, tokens, 0, threads, 3});
+        }
         b->Args({d, tokens, 1, threads, 1});
         b->Args({d, tokens, 1, threads, 2});
         const DType dtype = kPrecisionDTypes[d];

@@ -1,22 +1,25 @@
 // File: matmul_test_util.h
 // -----------------------------------------------------------------------------
-// What the MatMul tests share (test-only, header-only): random activations, the exact comparison
-// of two F32 tensors, the checks of a packed copy, of row chunks and of the exact F32 MatMul, and
-// the note for a kernel this CPU cannot run.
+// What the MatMul tests share (test-only, header-only): random activations and quantized weights,
+// the exact comparison of two F32 tensors, the checks of a packed copy, of row chunks and of the
+// exact F32 MatMul, and the note for a kernel this CPU cannot run.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "kernels/reference.h"
+#include "tensor/dtype.h"
 #include "tensor/tensor.h"
 
 namespace uc::kernels::testing {
@@ -28,6 +31,56 @@ inline Tensor RandomX(int64_t m, int64_t k, uint32_t seed, float stddev = 1.0f) 
   Tensor x = Tensor::Empty({m, k}, DType::kF32);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = dist(rng);
   return x;
+}
+
+// Byte offsets of a block's f16 scale fields (d, then m / dmin when there is one).
+inline std::vector<size_t> HalfScaleOffsets(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+      return {0, 2};
+    case DType::kQ2_K:
+      return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
+    case DType::kQ3_K:
+      return {offsetof(BlockQ3_K, d)};
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return {0, 2};
+    case DType::kQ6_K:
+      return {offsetof(BlockQ6_K, d)};
+    case DType::kQ8_K:
+      return {};  // F32 d
+    default:
+      return {0};
+  }
+}
+
+// [n, k] weights of `dtype`: random quant bytes and plausible scales (for K-quants the 6-bit
+// sub-block scales are random too, so they are at most 63 times d).
+inline Tensor RandomWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.002f, 0.05f);
+  std::uniform_real_distribution<float> offset(-0.2f, 0.2f);
+  Tensor w = Tensor::Empty({n, k}, dtype);
+  auto* bytes = static_cast<uint8_t*>(w.raw());
+  for (int64_t i = 0; i < w.nbytes(); ++i) bytes[i] = static_cast<uint8_t>(byte(rng));
+  const int64_t block_bytes = DTypeBlockBytes(dtype);
+  const float shrink = DTypeBlockSize(dtype) == 32 ? 1.0f : 8.0f;
+  for (int64_t b = 0; b < w.nbytes() / block_bytes; ++b) {
+    uint8_t* block = bytes + b * block_bytes;
+    const std::vector<size_t> halves = HalfScaleOffsets(dtype);
+    for (size_t f = 0; f < halves.size(); ++f) {
+      const bool is_m = f == 1 && DTypeBlockSize(dtype) == 32;
+      const uint16_t h = F32ToF16(is_m ? offset(rng) : scale(rng) / shrink);
+      std::memcpy(block + halves[f], &h, 2);
+    }
+    if (dtype == DType::kQ8_K) {
+      const float d = scale(rng) / 4;
+      std::memcpy(block, &d, 4);
+    }
+  }
+  return w;
 }
 
 // got and want F32 of one shape, equal bit for bit; names the first differing elements.

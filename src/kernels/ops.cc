@@ -205,6 +205,10 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     // F16, and BF16 multiplied exactly: one order for every m (batch invariant).
     args.w_packed = packed;
     avx512::MatMulHalf(args, pool);
+  } else if (packed != nullptr && DTypeIsQuantized(w.dtype()) && internal::UseAvx512Vnni()) {
+    // Packed at kExact: the grouped order, one for every m (batch invariant).
+    args.w_packed = packed;
+    avx512::MatMulQuantExact(args, pool);
 #endif
   } else if (options.batch_invariant) {
     // The portable MatMul sums every row in one order for any m.
@@ -248,7 +252,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
     return nullptr;
   }
   // The layout of the kernel MatMulImpl picks for (dtype, precision) on this CPU.
-  enum class Layout { kNone, kInt8, kBf16, kHalf };
+  enum class Layout { kNone, kInt8, kBf16, kHalf, kQuantExact };
   const bool int8 = options.precision == MatMulPrecision::kInt8;
   Layout layout = Layout::kNone;
   if (int8 && DTypeIsQuantized(w.dtype())) {
@@ -257,13 +261,17 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
     layout = Layout::kBf16;
   } else if (IsHalfDType(w.dtype())) {
     layout = Layout::kHalf;
+  } else if (!int8 && DTypeIsQuantized(w.dtype())) {
+    layout = Layout::kQuantExact;
   }
   const int64_t n = w.dim(0);
   const int64_t k = w.dim(1);
   const int64_t bytes = layout == Layout::kInt8   ? avx512::PackedInt8Bytes(w.dtype(), n, k)
                         : layout == Layout::kBf16 ? avx512::PackedBf16Bytes(n, k)
                         : layout == Layout::kHalf ? avx512::PackedHalfBytes(n, k)
-                                                  : 0;
+                        : layout == Layout::kQuantExact
+                            ? avx512::PackedQuantExactBytes(w.dtype(), n, k)
+                            : 0;
   if (bytes == 0) return nullptr;
   std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes));
   const MatMulArgs args{nullptr, 0, k, w.row(0), w.dtype(), n, w.row_bytes(), nullptr};
@@ -272,6 +280,8 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
     avx512::PackInt8(args, out, pool);
   } else if (layout == Layout::kBf16) {
     avx512::PackBf16(args, out, pool);
+  } else if (layout == Layout::kQuantExact) {
+    avx512::PackQuantExact(args, out, pool);
   } else {
     avx512::PackHalf(args, out, pool);
   }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstring>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "base/check.h"
@@ -189,6 +190,127 @@ void MatMulBf16(const Tensor& x, const Tensor& w, Tensor& y) {
         const float odd = product(2 * p + 1);
         const float even = product(2 * p);
         acc = (acc + odd) + even;
+      }
+      y.data<float>()[i * n + j] = acc;
+    }
+  }
+}
+
+namespace {
+
+// Group g of a row of `dtype`: codes q[0, size), dl and nml as MatMulExactGrouped defines them.
+// Returns the group size.
+int ExactGroup(DType dtype, const std::byte* row, int64_t g, float* q, float* dl, float* nml) {
+  switch (dtype) {
+    case DType::kQ8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + g;
+      for (int l = 0; l < 32; ++l) q[l] = static_cast<float>(b->qs[l]);
+      *dl = F16ToF32(b->d);
+      *nml = 0.0f;
+      return 32;
+    }
+    case DType::kQ4_0:
+    case DType::kQ4_1: {
+      const bool q4_1 = dtype == DType::kQ4_1;
+      const uint8_t* qs;
+      if (q4_1) {
+        const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + g;
+        qs = b->qs;
+        *dl = F16ToF32(b->d);
+        *nml = F16ToF32(b->m);
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + g;
+        qs = b->qs;
+        *dl = F16ToF32(b->d);
+        *nml = *dl * -8.0f;
+      }
+      for (int l = 0; l < 16; ++l) {
+        q[l] = static_cast<float>(qs[l] & 15);
+        q[l + 16] = static_cast<float>(qs[l] >> 4);
+      }
+      return 32;
+    }
+    case DType::kQ4_K:
+    case DType::kQ5_K: {
+      const int64_t sb = g / 8;
+      const int gi = static_cast<int>(g % 8);
+      const uint8_t *scales, *qs, *qh = nullptr;
+      uint16_t d, dmin;
+      if (dtype == DType::kQ5_K) {
+        const auto* b = reinterpret_cast<const BlockQ5_K*>(row) + sb;
+        scales = b->scales, qs = b->qs, qh = b->qh, d = b->d, dmin = b->dmin;
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ4_K*>(row) + sb;
+        scales = b->scales, qs = b->qs, d = b->d, dmin = b->dmin;
+      }
+      uint8_t scale, min;
+      KScaleMin(scales, gi, &scale, &min);
+      for (int l = 0; l < 32; ++l) {
+        int code = (qs[32 * (gi / 2) + l] >> (4 * (gi % 2))) & 15;
+        if (qh != nullptr) code |= ((qh[l] >> gi) & 1) << 4;
+        q[l] = static_cast<float>(code);
+      }
+      *dl = F16ToF32(d) * static_cast<float>(scale);
+      *nml = (0.0f - F16ToF32(dmin)) * static_cast<float>(min);
+      return 32;
+    }
+    case DType::kQ6_K: {
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + g / 16;
+      const int i = static_cast<int>(g % 16);
+      for (int j = 0; j < 16; ++j) {
+        const int e = 16 * i + j;
+        const int h = e / 128, r = (e % 128) / 32, l = e % 32;
+        const int code = ((b->ql[64 * h + 32 * (r % 2) + l] >> (4 * (r / 2))) & 15) |
+                         (((b->qh[32 * h + l] >> (2 * r)) & 3) << 4);
+        q[j] = static_cast<float>(code);
+      }
+      *dl = F16ToF32(b->d) * static_cast<float>(b->scales[i]);
+      *nml = *dl * -32.0f;
+      return 16;
+    }
+    default:
+      UC_CHECK(false, "reference::MatMulExactGrouped: no grouped form for %s",
+               std::string(DTypeName(dtype)).c_str());
+      return 0;
+  }
+}
+
+}  // namespace
+
+bool HasExactGrouped(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void MatMulExactGrouped(const Tensor& x, const Tensor& w, Tensor& y) {
+  const int64_t m = x.dim(0), k = x.dim(1), n = w.dim(0);
+  UC_CHECK(w.dim(1) == k && y.dim(0) == m && y.dim(1) == n && HasExactGrouped(w.dtype()),
+           "reference::MatMulExactGrouped: bad shapes or dtype");
+  const int group = w.dtype() == DType::kQ6_K ? 16 : 32;
+  std::vector<float> q(32);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x.data<float>() + i * k;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < k / group; ++g) {
+        float dl = 0.0f, nml = 0.0f;
+        ExactGroup(w.dtype(), w.row(j), g, q.data(), &dl, &nml);
+        float p = 0.0f, s = 0.0f;
+        for (int l = 0; l < group; ++l) {
+          p = std::fma(xi[g * group + l], q[l], p);
+          s += xi[g * group + l];
+        }
+        acc = std::fma(dl, p, acc);
+        acc = std::fma(nml, s, acc);
       }
       y.data<float>()[i * n + j] = acc;
     }

@@ -281,6 +281,21 @@ int64_t PackedHalfBytes(int64_t n, int64_t k);
 // bytes, 64-byte aligned).
 void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 
+// Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K weights multiplied exactly (MatMulPrecision::kExact),
+// from PackQuantExact's layout (args.w_packed, required): the F32 codes of each scale group
+// dotted with x, then the group's scale and offset applied with one FMA each, in the order
+// reference::MatMulExactGrouped defines, bit for bit, for every m and thread count (batch
+// invariant). Decode streams the layout at the read bandwidth. See matmul_quant_exact_avx512.cc.
+void MatMulQuantExact(const MatMulArgs& args, ThreadPool* pool);
+// Bytes of w[n, k] of `dtype` in MatMulQuantExact's layout, or 0 for a dtype without one: pairs
+// of 32-row tiles (n rounded up to 64), each a run of records (256 elements for the K-quants, 32
+// for the others) of the 64 rows' scale fields and 64-byte lines of their codes, one byte a row.
+// About the stored size (Q4_K 4.625 bits a weight against 4.5).
+int64_t PackedQuantExactBytes(DType dtype, int64_t n, int64_t k);
+// Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out
+// (PackedQuantExactBytes bytes, 64-byte aligned). REQUIRES: PackedQuantExactBytes(...) > 0.
+void PackQuantExact(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
+
 // CausalAttention with 512-bit score and value loops (all of a KV head's query heads share each
 // key and value load) inside avx2::CausalAttentionWith.
 void CausalAttention(const AttentionArgs& args, ThreadPool* pool);

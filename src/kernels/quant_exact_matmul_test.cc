@@ -1,0 +1,130 @@
+// Quantized weights multiplied exactly (MatMulPrecision::kExact) from the packed layout on CPUs
+// with AVX-512 VNNI: avx512::MatMulQuantExact. Its bits are defined by the scalar
+// reference::MatMulExactGrouped (codes times x per scale group, then the group's scale and offset,
+// std::fma each), so every check against it is exact: m from 1 to past a prefill block, partial
+// tiles and pairs (n % 64), k of one record to several prefill blocks, one to three threads, random
+// codes and scales. Against the dequantized double reference (reference::MatMul) the kernel must
+// stay within the exact path's 1e-5. A row's bits must not depend on the rows beside it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/matmul_test_util.h"
+#include "kernels/ops.h"
+#include "kernels/reference.h"
+
+namespace uc::kernels {
+namespace {
+
+using testing::ExpectBitExact;
+using testing::NoteIfUntested;
+using testing::RandomWeights;
+using testing::RandomX;
+
+const DType kGroupedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+constexpr MatMulOptions kExact{};
+
+// |got - want| <= 1e-5 * (RMS(want) + |want|), element by element.
+void ExpectWithinExactTolerance(const Tensor& got, const Tensor& want, const std::string& what) {
+  double sum_sq = 0.0;
+  for (int64_t i = 0; i < want.numel(); ++i) sum_sq += std::pow(want.data<float>()[i], 2);
+  const double rms = std::sqrt(sum_sq / static_cast<double>(std::max<int64_t>(1, want.numel())));
+  int misses = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.data<float>()[i], w = want.data<float>()[i];
+    if (std::abs(g - w) <= 1e-5 * (rms + std::abs(w))) continue;
+    if (++misses <= 5) ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
+  }
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+// k in whole super-blocks (every dtype here takes it): one record, several, past a prefill block
+// (512) and not a multiple of it; n across partial tiles, one tile of a pair, odd pair counts;
+// m across the decode passes (1, 2), the prefill micro-kernel widths (3..6) and past them.
+const Shape kShapes[] = {{1, 1, 256},  {1, 64, 512},  {2, 70, 256},  {3, 33, 768},   {2, 130, 1280},
+                         {5, 96, 256}, {6, 200, 512}, {7, 64, 1024}, {13, 129, 768}, {40, 65, 256}};
+
+TEST(QuantExactMatMulTest, PackedMatchesTheGroupedOrderBitForBit) {
+  if (!internal::UseAvx512Vnni()) {
+    NoteIfUntested(false, "CPU lacks AVX-512 VNNI: avx512::MatMulQuantExact");
+    return;
+  }
+  uint32_t seed = 3;
+  for (DType dtype : kGroupedDTypes) {
+    for (const Shape& s : kShapes) {
+      const Tensor x = RandomX(s.m, s.k, seed++);
+      const Tensor w = RandomWeights(s.n, s.k, dtype, seed++);
+      Tensor want = Tensor::Empty({s.m, s.n}, DType::kF32);
+      reference::MatMulExactGrouped(x, w, want);
+      Tensor dequantized = Tensor::Empty({s.m, s.n}, DType::kF32);
+      reference::MatMul(x, w, dequantized);
+      for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        const std::string what = std::string(DTypeName(dtype)) + " m " + std::to_string(s.m) +
+                                 " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + ", " +
+                                 std::to_string(threads) + " threads";
+        const auto packed = PackedWeight::Pack(w, kExact, &pool);
+        ASSERT_NE(packed, nullptr) << what;
+        Tensor got = Tensor::Empty({s.m, s.n}, DType::kF32);
+        MatMul(x, *packed, got, &pool);
+        ExpectBitExact(got, want, what);
+        ExpectWithinExactTolerance(got, dequantized, what + ", against the dequantized product");
+      }
+    }
+  }
+}
+
+// The packed copy is all the kernel reads; and the packed size is about the stored size.
+TEST(QuantExactMatMulTest, PackedCopyStandsAloneAndStaysSmall) {
+  if (!internal::UseAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 VNNI";
+  for (DType dtype : kGroupedDTypes) {
+    const Tensor x = RandomX(3, 512, 31);
+    Tensor w = RandomWeights(128, 512, dtype, 32);
+    Tensor want = Tensor::Empty({3, 128}, DType::kF32);
+    reference::MatMulExactGrouped(x, w, want);
+    const auto packed = PackedWeight::Pack(w, kExact);
+    ASSERT_NE(packed, nullptr) << DTypeName(dtype);
+    // Scales per 64 rows are at most one extra byte per row and group over the stored fields.
+    EXPECT_LE(packed->packed_bytes(), w.nbytes() * 21 / 20) << DTypeName(dtype);
+    std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
+    Tensor got = Tensor::Empty({3, 128}, DType::kF32);
+    MatMul(x, *packed, got, nullptr);
+    ExpectBitExact(got, want, std::string(DTypeName(dtype)) + ", zeroed source");
+  }
+}
+
+// A row's bits do not depend on the rows beside it, the chunk it is in, or the thread count.
+TEST(QuantExactMatMulTest, RowsAreBatchInvariant) {
+  if (!internal::UseAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 VNNI";
+  const int64_t m = 37, n = 100, k = 768;
+  const Tensor x = RandomX(m, k, 21);
+  for (DType dtype : kGroupedDTypes) {
+    const Tensor w = RandomWeights(n, k, dtype, 22);
+    ThreadPool pool(2);
+    const auto packed = PackedWeight::Pack(w, kExact, &pool);
+    ASSERT_NE(packed, nullptr);
+    Tensor all = Tensor::Empty({m, n}, DType::kF32);
+    MatMul(x, *packed, all, &pool);
+    for (int64_t chunk : {1, 2, 3, 4, 6, 7, 13, 25}) {
+      for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+        const int64_t rows = std::min(chunk, m - i0);
+        Tensor got = Tensor::Empty({rows, n}, DType::kF32);
+        MatMul(x.Slice(i0, i0 + rows), *packed, got, chunk == 3 ? nullptr : &pool);
+        ExpectBitExact(got, all.Slice(i0, i0 + rows),
+                       std::string(DTypeName(dtype)) + " rows " + std::to_string(i0) + "+" +
+                           std::to_string(rows));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace uc::kernels
