@@ -25,8 +25,8 @@ using testing::NoteIfUntested;
 using testing::RandomWeights;
 using testing::RandomX;
 
-const DType kGroupedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
-                                DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kGroupedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 constexpr MatMulOptions kExact{};
 

@@ -230,6 +230,26 @@ int ExactGroup(DType dtype, const std::byte* row, int64_t g, float* q, float* dl
       }
       return 32;
     }
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      const uint8_t *qs, *qh;
+      if (dtype == DType::kQ5_1) {
+        const auto* b = reinterpret_cast<const BlockQ5_1*>(row) + g;
+        qs = b->qs, qh = b->qh;
+        *dl = F16ToF32(b->d);
+        *nml = F16ToF32(b->m);
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ5_0*>(row) + g;
+        qs = b->qs, qh = b->qh;
+        *dl = F16ToF32(b->d);
+        *nml = *dl * -16.0f;
+      }
+      for (int l = 0; l < 32; ++l) {
+        const int low = l < 16 ? qs[l] & 15 : qs[l - 16] >> 4;
+        q[l] = static_cast<float>(low | (((qh[l / 8] >> (l % 8)) & 1) << 4));
+      }
+      return 32;
+    }
     case DType::kQ4_K:
     case DType::kQ5_K: {
       const int64_t sb = g / 8;
@@ -282,6 +302,8 @@ bool HasExactGrouped(DType dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:

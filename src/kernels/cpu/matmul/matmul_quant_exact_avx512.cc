@@ -1,10 +1,11 @@
 // AVX-512 MatMul for quantized weights multiplied exactly (MatMulPrecision::kExact): Q8_0, Q4_0,
-// Q4_1, Q4_K, Q5_K and Q6_K, packed once at load (PackQuantExact). The F32 activations are
-// multiplied by the weights' integer codes as F32, and each scale is applied once per group.
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, packed once at load (PackQuantExact). The F32 activations
+// are multiplied by the weights' integer codes as F32, and each scale is applied once per group.
 //
 // Arithmetic (reference::MatMulExactGrouped, bit for bit). A weight of group g (the elements
 // that share a scale: 32, or 16 for Q6_K) is w = q dl - ml with q the unsigned integer code and
-// dl, ml the F32 products the dequantizer forms (Q4_0: dl = d, ml = 8 d; Q4_1: ml = -m; Q6_K: q
+// dl, ml the F32 products the dequantizer forms (Q4_0: dl = d, ml = 8 d; Q5_0: ml = 16 d; Q4_1,
+// Q5_1: ml = -m; Q6_K: q
 // the stored 6 bits, ml = 32 dl; Q8_0: q signed, ml = 0). Every output is
 //   acc = 0;  for each group g in k order:
 //     P = 0;  for l in g in order:  P = fma(x_l, q_l, P)
@@ -25,7 +26,8 @@
 // scale fields and then 64-byte lines with one byte per row: row c of the pair is byte c, tile t
 // bytes [32 t, 32 t + 32). Nibble lines hold elements 2 s (low nibble) and 2 s + 1 (high) of a
 // group; Q8_0 lines one element; Q6_K's high-bit lines the top two bits of elements 4 s .. 4 s +
-// 3 (bits 2 p, 2 p + 1 for element 4 s + p), Q5_K's the fifth bit of elements 8 s .. 8 s + 7.
+// 3 (bits 2 p, 2 p + 1 for element 4 s + p), Q5_0's, Q5_1's and Q5_K's the fifth bit of elements
+// 8 s .. 8 s + 7 of a group.
 // Every record is a whole number of lines, so the pair is one 64-byte-aligned stream.
 //
 // Kernels. Decode (m <= kStreamRows): each thread streams its pairs whole, both tiles at once,
@@ -90,6 +92,22 @@ inline uint16_t LoadU16(const std::byte* p) {
   const __m512i v = WidenU8(p);
   *lo = _mm512_permutexvar_ps(v, codes);
   *hi = ToF32(_mm512_srli_epi32(v, 4));
+}
+
+// The two elements of a nibble line with their fifth bits, bits `shift` and `shift` + 1 of the
+// high line's bytes, for the tile half at `line` / `high` (32 rows): w[e][h] as NibblePair.
+[[gnu::always_inline]] inline void FifthBitPair(const uint8_t* line, const uint8_t* high, int shift,
+                                                __m512 (&w)[2][2]) {
+  const __m512i m15 = _mm512_set1_epi32(15), m16 = _mm512_set1_epi32(16);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const __m512i v = WidenU8(line + 16 * h);
+    const __m512i b = _mm512_srl_epi32(WidenU8(high + 16 * h), _mm_cvtsi32_si128(shift));
+    const __m512i b0 = _mm512_and_si512(_mm512_slli_epi32(b, 4), m16);
+    const __m512i b1 = _mm512_and_si512(_mm512_slli_epi32(b, 3), m16);
+    w[0][h] = ToF32(_mm512_or_si512(_mm512_and_si512(v, m15), b0));
+    w[1][h] = ToF32(_mm512_or_si512(_mm512_srli_epi32(v, 4), b1));
+  }
 }
 
 // Each type: kRecordElems, kGroup, kHasMin, kRecordBytes, the offsets of its fields in a record,
@@ -182,6 +200,56 @@ struct PackQ4Block {
 using PackQ4_0 = PackQ4Block<false>;
 using PackQ4_1 = PackQ4Block<true>;
 
+// Q5_0 and Q5_1: Q4_0 and Q4_1 with a fifth bit per element (bit l of qh, little-endian), in
+// four lines of their own: line s holds elements 8 s .. 8 s + 7.
+template <bool kQ5_1>
+struct PackQ5Block {
+  static constexpr int kRecordElems = 32;
+  static constexpr int kGroup = 32;
+  static constexpr bool kHasMin = true;
+  static constexpr int64_t kD = 0;
+  static constexpr int64_t kM = kD + 2 * kPairRows;  // Q5_1's m
+  static constexpr int64_t kLines = kM + (kQ5_1 ? 2 * kPairRows : 0);
+  static constexpr int64_t kHigh = kLines + 16 * kLine;
+  static constexpr int64_t kRecordBytes = kHigh + 4 * kLine;
+  [[gnu::always_inline]] static void Decode2(const uint8_t* rec, int /*g*/, int s, int t,
+                                             __m512 (&w)[2][2]) {
+    FifthBitPair(rec + kLines + s * kLine + 32 * t, rec + kHigh + (s / 4) * kLine + 32 * t,
+                 2 * (s % 4), w);
+  }
+  [[gnu::always_inline]] static void Scales(const uint8_t* rec, int /*g*/, int t, __m512* dl,
+                                            __m512* nml) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const int64_t rows = 2 * (32 * t + 16 * h);
+      dl[h] = F16s(rec + kD + rows);
+      // Q5_0: w = d (q - 16); Q5_1: w = d q + m.
+      nml[h] = kQ5_1 ? F16s(rec + kM + rows) : _mm512_mul_ps(dl[h], _mm512_set1_ps(-16.0f));
+    }
+  }
+  static void PackRow(const std::byte* block, int c, uint8_t* rec) {
+    const uint8_t* qs;
+    const uint8_t* qh;
+    if constexpr (kQ5_1) {
+      const auto* b = reinterpret_cast<const BlockQ5_1*>(block);
+      std::memcpy(rec + kD + 2 * c, &b->d, 2);
+      std::memcpy(rec + kM + 2 * c, &b->m, 2);
+      qs = b->qs, qh = b->qh;
+    } else {
+      const auto* b = reinterpret_cast<const BlockQ5_0*>(block);
+      std::memcpy(rec + kD + 2 * c, &b->d, 2);
+      qs = b->qs, qh = b->qh;
+    }
+    auto low = [&](int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; };
+    for (int s = 0; s < 16; ++s) {
+      rec[kLines + s * kLine + c] = static_cast<uint8_t>(low(2 * s) | (low(2 * s + 1) << 4));
+    }
+    for (int s = 0; s < 4; ++s) rec[kHigh + s * kLine + c] = qh[s];
+  }
+};
+using PackQ5_0 = PackQ5Block<false>;
+using PackQ5_1 = PackQ5Block<true>;
+
 // Q4_K and Q5_K: eight groups of 32 with a 6-bit scale and min each; Q5_K's fifth bits in lines
 // of their own.
 template <bool kFifthBit>
@@ -204,18 +272,7 @@ struct PackKScaleMin {
       for (int h = 0; h < 2; ++h) NibblePair(line + 16 * h, &w[0][h], &w[1][h]);
     } else {
       // Elements 2 s and 2 s + 1 are bits 2 (s % 4) and 2 (s % 4) + 1 of high line 4 g + s / 4.
-      const uint8_t* high = rec + kHigh + (4 * g + s / 4) * kLine + 32 * t;
-      const int shift = 2 * (s % 4);
-      const __m512i m15 = _mm512_set1_epi32(15), m16 = _mm512_set1_epi32(16);
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m512i v = WidenU8(line + 16 * h);
-        const __m512i b = _mm512_srl_epi32(WidenU8(high + 16 * h), _mm_cvtsi32_si128(shift));
-        const __m512i b0 = _mm512_and_si512(_mm512_slli_epi32(b, 4), m16);
-        const __m512i b1 = _mm512_and_si512(_mm512_slli_epi32(b, 3), m16);
-        w[0][h] = ToF32(_mm512_or_si512(_mm512_and_si512(v, m15), b0));
-        w[1][h] = ToF32(_mm512_or_si512(_mm512_srli_epi32(v, 4), b1));
-      }
+      FifthBitPair(line, rec + kHigh + (4 * g + s / 4) * kLine + 32 * t, 2 * (s % 4), w);
     }
   }
   [[gnu::always_inline]] static void Scales(const uint8_t* rec, int g, int t, __m512* dl,
@@ -634,6 +691,12 @@ bool VisitPacker(DType dtype, F&& f) {
       return true;
     case DType::kQ4_1:
       f(PackQ4_1{});
+      return true;
+    case DType::kQ5_0:
+      f(PackQ5_0{});
+      return true;
+    case DType::kQ5_1:
+      f(PackQ5_1{});
       return true;
     case DType::kQ4_K:
       f(PackQ4_K{});
