@@ -235,8 +235,8 @@ void BM_MatMulPrecision(benchmark::State& state) {
   const int64_t tokens = state.range(1);
   const auto precision = state.range(2) != 0 ? MatMulPrecision::kInt8 : MatMulPrecision::kExact;
   const int threads = static_cast<int>(state.range(3));
-  const bool avx512 = state.range(4) >= 2;
-  const bool pack = state.range(4) == 3;
+  const bool avx512 = state.range(4) == 2 || state.range(4) == 3;
+  const bool pack = state.range(4) >= 3;
   SetPath(false, state);
   if (avx512 && !internal::CpuSupportsAvx512Vnni()) {
     state.SkipWithError("CPU lacks AVX-512 VNNI");
@@ -275,11 +275,12 @@ void BM_MatMulPrecision(benchmark::State& state) {
   state.counters["weight_B/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
   state.counters["FLOP/s"] = benchmark::Counter(
       2.0 * tokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(DTypeName(dtype)) + (precision == MatMulPrecision::kExact
-                                                      ? (pack ? " exact packed" : " exact")
-                                                  : pack   ? " int8 avx512 packed"
-                                                  : avx512 ? " int8 avx512"
-                                                           : " int8 avx2"));
+  state.SetLabel(std::string(DTypeName(dtype)) +
+                 (precision == MatMulPrecision::kExact
+                      ? (pack ? (avx512 ? " exact packed" : " exact avx2 packed") : " exact")
+                  : pack   ? " int8 avx512 packed"
+                  : avx512 ? " int8 avx512"
+                           : " int8 avx2"));
   internal::ForceLevelForTesting(internal::KernelLevel::kAvx512);
   internal::ForceBf16DotForTesting(false);
 }
@@ -293,6 +294,7 @@ void PrecisionArgs(benchmark::internal::Benchmark* b) {
         b->Args({d, tokens, 0, threads, 2});
         if (reference::HasExactGrouped(kPrecisionDTypes[d])) {  // the packed exact layout
           b->Args({d, tokens, 0, threads, 3});
+          b->Args({d, tokens, 0, threads, 4});
         }
         b->Args({d, tokens, 1, threads, 1});
         b->Args({d, tokens, 1, threads, 2});

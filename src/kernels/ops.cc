@@ -205,10 +205,15 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     // F16, and BF16 multiplied exactly: one order for every m (batch invariant).
     args.w_packed = packed;
     avx512::MatMulHalf(args, pool);
-  } else if (packed != nullptr && DTypeIsQuantized(w.dtype()) && internal::UseAvx512Vnni()) {
-    // Packed at kExact: the grouped order, one for every m (batch invariant).
+  } else if (packed != nullptr && DTypeIsQuantized(w.dtype()) && internal::UseAvx2()) {
+    // Packed at kExact: the grouped order, one for every m (batch invariant), the same bits at
+    // both levels.
     args.w_packed = packed;
-    avx512::MatMulQuantExact(args, pool);
+    if (internal::UseAvx512Vnni()) {
+      avx512::MatMulQuantExact(args, pool);
+    } else {
+      avx2::MatMulQuantExact(args, pool);
+    }
 #endif
   } else if (options.batch_invariant) {
     // The portable MatMul sums every row in one order for any m.
@@ -248,21 +253,22 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
                                                        const MatMulOptions& options,
                                                        ThreadPool* pool) {
 #if defined(__x86_64__)
-  if (!internal::UseAvx512Vnni() || !w.defined() || w.rank() != 2 || w.numel() == 0) {
+  if (!internal::UseAvx2() || !w.defined() || w.rank() != 2 || w.numel() == 0) {
     return nullptr;
   }
   // The layout of the kernel MatMulImpl picks for (dtype, precision) on this CPU.
   enum class Layout { kNone, kInt8, kBf16, kHalf, kQuantExact };
   const bool int8 = options.precision == MatMulPrecision::kInt8;
+  const bool avx512 = internal::UseAvx512Vnni();
   Layout layout = Layout::kNone;
-  if (int8 && DTypeIsQuantized(w.dtype())) {
+  if (avx512 && int8 && DTypeIsQuantized(w.dtype())) {
     layout = Layout::kInt8;
   } else if (int8 && w.dtype() == DType::kBF16 && internal::UseAvx512Bf16()) {
     layout = Layout::kBf16;
-  } else if (IsHalfDType(w.dtype())) {
+  } else if (avx512 && IsHalfDType(w.dtype())) {
     layout = Layout::kHalf;
   } else if (!int8 && DTypeIsQuantized(w.dtype())) {
-    layout = Layout::kQuantExact;
+    layout = Layout::kQuantExact;  // AVX2 or AVX-512
   }
   const int64_t n = w.dim(0);
   const int64_t k = w.dim(1);
@@ -270,7 +276,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
                         : layout == Layout::kBf16 ? avx512::PackedBf16Bytes(n, k)
                         : layout == Layout::kHalf ? avx512::PackedHalfBytes(n, k)
                         : layout == Layout::kQuantExact
-                            ? avx512::PackedQuantExactBytes(w.dtype(), n, k)
+                            ? avx2::PackedQuantExactBytes(w.dtype(), n, k)
                             : 0;
   if (bytes == 0) return nullptr;
   std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes));
@@ -281,7 +287,11 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   } else if (layout == Layout::kBf16) {
     avx512::PackBf16(args, out, pool);
   } else if (layout == Layout::kQuantExact) {
-    avx512::PackQuantExact(args, out, pool);
+    if (avx512) {
+      avx512::PackQuantExact(args, out, pool);
+    } else {
+      avx2::PackQuantExact(args, out, pool);
+    }
   } else {
     avx512::PackHalf(args, out, pool);
   }

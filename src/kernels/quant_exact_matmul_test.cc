@@ -1,5 +1,6 @@
-// Quantized weights multiplied exactly (MatMulPrecision::kExact) from the packed layout on CPUs
-// with AVX-512 VNNI: avx512::MatMulQuantExact. Its bits are defined by the scalar
+// Quantized weights multiplied exactly (MatMulPrecision::kExact) from the packed layout, on each
+// kernel level the CPU has: avx512::MatMulQuantExact (AVX-512 VNNI) and avx2::MatMulQuantExact
+// (forced on AVX-512 machines too). Its bits are defined by the scalar
 // reference::MatMulExactGrouped (codes times x per scale group, then the group's scale and offset,
 // std::fma each), so every check against it is exact: m from 1 to past a prefill block, partial
 // tiles and pairs (n % 64), k of one record to several prefill blocks, one to three threads, random
@@ -9,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,75 +54,126 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 256},  {1, 64, 512},  {2, 70, 256},  {3, 33, 768},   {2, 130, 1280},
                          {5, 96, 256}, {6, 200, 512}, {7, 64, 1024}, {13, 129, 768}, {40, 65, 256}};
 
+// The kernel levels this CPU can run the packed kernel at, each forced for the test's scope.
+std::vector<internal::KernelLevel> Levels() {
+  std::vector<internal::KernelLevel> levels;
+  if (internal::CpuSupportsAvx2()) levels.push_back(internal::KernelLevel::kAvx2);
+  if (internal::CpuSupportsAvx512Vnni()) levels.push_back(internal::KernelLevel::kAvx512);
+  NoteIfUntested(internal::CpuSupportsAvx512Vnni(),
+                 "CPU lacks AVX-512 VNNI: avx512::MatMulQuantExact");
+  NoteIfUntested(internal::CpuSupportsAvx2(), "CPU lacks AVX2: avx2::MatMulQuantExact");
+  return levels;
+}
+const char* LevelName(internal::KernelLevel level) {
+  return level == internal::KernelLevel::kAvx512 ? "avx512" : "avx2";
+}
+struct ScopedLevel {
+  explicit ScopedLevel(internal::KernelLevel level) { internal::ForceLevelForTesting(level); }
+  ~ScopedLevel() { internal::ForceLevelForTesting(internal::KernelLevel::kAvx512); }
+};
+
 TEST(QuantExactMatMulTest, PackedMatchesTheGroupedOrderBitForBit) {
-  if (!internal::UseAvx512Vnni()) {
-    NoteIfUntested(false, "CPU lacks AVX-512 VNNI: avx512::MatMulQuantExact");
-    return;
-  }
   uint32_t seed = 3;
-  for (DType dtype : kGroupedDTypes) {
-    for (const Shape& s : kShapes) {
-      const Tensor x = RandomX(s.m, s.k, seed++);
-      const Tensor w = RandomWeights(s.n, s.k, dtype, seed++);
-      Tensor want = Tensor::Empty({s.m, s.n}, DType::kF32);
-      reference::MatMulExactGrouped(x, w, want);
-      Tensor dequantized = Tensor::Empty({s.m, s.n}, DType::kF32);
-      reference::MatMul(x, w, dequantized);
-      for (int threads : {1, 2, 3}) {
-        ThreadPool pool(threads);
-        const std::string what = std::string(DTypeName(dtype)) + " m " + std::to_string(s.m) +
-                                 " n " + std::to_string(s.n) + " k " + std::to_string(s.k) + ", " +
-                                 std::to_string(threads) + " threads";
-        const auto packed = PackedWeight::Pack(w, kExact, &pool);
-        ASSERT_NE(packed, nullptr) << what;
-        Tensor got = Tensor::Empty({s.m, s.n}, DType::kF32);
-        MatMul(x, *packed, got, &pool);
-        ExpectBitExact(got, want, what);
-        ExpectWithinExactTolerance(got, dequantized, what + ", against the dequantized product");
+  for (internal::KernelLevel level : Levels()) {
+    ScopedLevel scoped(level);
+    for (DType dtype : kGroupedDTypes) {
+      for (const Shape& s : kShapes) {
+        const Tensor x = RandomX(s.m, s.k, seed++);
+        const Tensor w = RandomWeights(s.n, s.k, dtype, seed++);
+        Tensor want = Tensor::Empty({s.m, s.n}, DType::kF32);
+        reference::MatMulExactGrouped(x, w, want);
+        Tensor dequantized = Tensor::Empty({s.m, s.n}, DType::kF32);
+        reference::MatMul(x, w, dequantized);
+        for (int threads : {1, 2, 3}) {
+          ThreadPool pool(threads);
+          const std::string what = std::string(LevelName(level)) + " " +
+                                   std::string(DTypeName(dtype)) + " m " + std::to_string(s.m) +
+                                   " n " + std::to_string(s.n) + " k " + std::to_string(s.k) +
+                                   ", " + std::to_string(threads) + " threads";
+          const auto packed = PackedWeight::Pack(w, kExact, &pool);
+          ASSERT_NE(packed, nullptr) << what;
+          Tensor got = Tensor::Empty({s.m, s.n}, DType::kF32);
+          MatMul(x, *packed, got, &pool);
+          ExpectBitExact(got, want, what);
+          ExpectWithinExactTolerance(got, dequantized, what + ", against the dequantized product");
+        }
       }
     }
   }
 }
 
+// Both levels write the same layout and read it to the same bits: a copy packed on one runs on
+// the other.
+TEST(QuantExactMatMulTest, LevelsShareTheLayout) {
+  if (!internal::CpuSupportsAvx512Vnni()) GTEST_SKIP() << "one level only on this CPU";
+  for (DType dtype : kGroupedDTypes) {
+    const Tensor x = RandomX(9, 512, 51);
+    const Tensor w = RandomWeights(100, 512, dtype, 52);
+    const auto wide = PackedWeight::Pack(w, kExact);
+    std::shared_ptr<const PackedWeight> narrow;
+    {
+      ScopedLevel scoped(internal::KernelLevel::kAvx2);
+      narrow = PackedWeight::Pack(w, kExact);
+    }
+    ASSERT_NE(wide, nullptr);
+    ASSERT_NE(narrow, nullptr);
+    ASSERT_EQ(wide->packed_bytes(), narrow->packed_bytes());
+    EXPECT_EQ(std::memcmp(wide->packed(), narrow->packed(), wide->packed_bytes()), 0)
+        << DTypeName(dtype);
+    Tensor a = Tensor::Empty({9, 100}, DType::kF32), b = Tensor::Empty({9, 100}, DType::kF32);
+    MatMul(x, *narrow, a, nullptr);
+    {
+      ScopedLevel scoped(internal::KernelLevel::kAvx2);
+      MatMul(x, *wide, b, nullptr);
+    }
+    ExpectBitExact(b, a, std::string(DTypeName(dtype)) + ": avx2 against avx512");
+  }
+}
+
 // The packed copy is all the kernel reads; and the packed size is about the stored size.
 TEST(QuantExactMatMulTest, PackedCopyStandsAloneAndStaysSmall) {
-  if (!internal::UseAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 VNNI";
-  for (DType dtype : kGroupedDTypes) {
-    const Tensor x = RandomX(3, 512, 31);
-    Tensor w = RandomWeights(128, 512, dtype, 32);
-    Tensor want = Tensor::Empty({3, 128}, DType::kF32);
-    reference::MatMulExactGrouped(x, w, want);
-    const auto packed = PackedWeight::Pack(w, kExact);
-    ASSERT_NE(packed, nullptr) << DTypeName(dtype);
-    // Scales per 64 rows are at most one extra byte per row and group over the stored fields.
-    EXPECT_LE(packed->packed_bytes(), w.nbytes() * 21 / 20) << DTypeName(dtype);
-    std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
-    Tensor got = Tensor::Empty({3, 128}, DType::kF32);
-    MatMul(x, *packed, got, nullptr);
-    ExpectBitExact(got, want, std::string(DTypeName(dtype)) + ", zeroed source");
+  for (internal::KernelLevel level : Levels()) {
+    ScopedLevel scoped(level);
+    for (DType dtype : kGroupedDTypes) {
+      const std::string what = std::string(LevelName(level)) + " " + std::string(DTypeName(dtype));
+      const Tensor x = RandomX(3, 512, 31);
+      Tensor w = RandomWeights(128, 512, dtype, 32);
+      Tensor want = Tensor::Empty({3, 128}, DType::kF32);
+      reference::MatMulExactGrouped(x, w, want);
+      const auto packed = PackedWeight::Pack(w, kExact);
+      ASSERT_NE(packed, nullptr) << what;
+      // The scales of 64 rows add at most one byte per row and group to the stored fields.
+      EXPECT_LE(packed->packed_bytes(), w.nbytes() * 21 / 20) << what;
+      std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
+      Tensor got = Tensor::Empty({3, 128}, DType::kF32);
+      MatMul(x, *packed, got, nullptr);
+      ExpectBitExact(got, want, what + ", zeroed source");
+    }
   }
 }
 
 // A row's bits do not depend on the rows beside it, the chunk it is in, or the thread count.
 TEST(QuantExactMatMulTest, RowsAreBatchInvariant) {
-  if (!internal::UseAvx512Vnni()) GTEST_SKIP() << "CPU lacks AVX-512 VNNI";
   const int64_t m = 37, n = 100, k = 768;
   const Tensor x = RandomX(m, k, 21);
-  for (DType dtype : kGroupedDTypes) {
-    const Tensor w = RandomWeights(n, k, dtype, 22);
-    ThreadPool pool(2);
-    const auto packed = PackedWeight::Pack(w, kExact, &pool);
-    ASSERT_NE(packed, nullptr);
-    Tensor all = Tensor::Empty({m, n}, DType::kF32);
-    MatMul(x, *packed, all, &pool);
-    for (int64_t chunk : {1, 2, 3, 4, 6, 7, 13, 25}) {
-      for (int64_t i0 = 0; i0 < m; i0 += chunk) {
-        const int64_t rows = std::min(chunk, m - i0);
-        Tensor got = Tensor::Empty({rows, n}, DType::kF32);
-        MatMul(x.Slice(i0, i0 + rows), *packed, got, chunk == 3 ? nullptr : &pool);
-        ExpectBitExact(got, all.Slice(i0, i0 + rows),
-                       std::string(DTypeName(dtype)) + " rows " + std::to_string(i0) + "+" +
-                           std::to_string(rows));
+  for (internal::KernelLevel level : Levels()) {
+    ScopedLevel scoped(level);
+    for (DType dtype : kGroupedDTypes) {
+      const Tensor w = RandomWeights(n, k, dtype, 22);
+      ThreadPool pool(2);
+      const auto packed = PackedWeight::Pack(w, kExact, &pool);
+      ASSERT_NE(packed, nullptr);
+      Tensor all = Tensor::Empty({m, n}, DType::kF32);
+      MatMul(x, *packed, all, &pool);
+      for (int64_t chunk : {1, 2, 3, 4, 6, 7, 13, 25}) {
+        for (int64_t i0 = 0; i0 < m; i0 += chunk) {
+          const int64_t rows = std::min(chunk, m - i0);
+          Tensor got = Tensor::Empty({rows, n}, DType::kF32);
+          MatMul(x.Slice(i0, i0 + rows), *packed, got, chunk == 3 ? nullptr : &pool);
+          ExpectBitExact(got, all.Slice(i0, i0 + rows),
+                         std::string(LevelName(level)) + " " + std::string(DTypeName(dtype)) +
+                             " rows " + std::to_string(i0) + "+" + std::to_string(rows));
+        }
       }
     }
   }

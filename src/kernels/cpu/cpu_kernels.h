@@ -177,6 +177,22 @@ void MatMulBatchInvariant(const MatMulArgs& args, ThreadPool* pool);
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
 // Bit-identical to cpu::QuantizeActivations.
 void QuantizeActivations(ActivationFormat format, const float* x, int64_t k, std::byte* dst);
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights multiplied exactly
+// (MatMulPrecision::kExact), from PackQuantExact's layout (args.w_packed, required): the F32 codes
+// of each scale group dotted with x, then the group's scale and offset applied with one FMA each,
+// in the order reference::MatMulExactGrouped defines, bit for bit, for every m and thread count
+// (batch invariant); avx512::MatMulQuantExact gives the same bits. Decode streams the layout at
+// near the read bandwidth. See quant_exact_kernels.h.
+void MatMulQuantExact(const MatMulArgs& args, ThreadPool* pool);
+// Bytes of w[n, k] of `dtype` in MatMulQuantExact's layout, or 0 for a dtype without one: pairs
+// of 32-row tiles (n rounded up to 64), each a run of records (256 elements for the K-quants, 32
+// for the others) of the 64 rows' scale fields and 64-byte lines of their codes, one byte a row
+// (quant_exact_layout.h). About the stored size (Q4_K 4.625 bits a weight against 4.5).
+int64_t PackedQuantExactBytes(DType dtype, int64_t n, int64_t k);
+// Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out
+// (PackedQuantExactBytes bytes, 64-byte aligned). REQUIRES: PackedQuantExactBytes(...) > 0. The
+// avx512:: version writes the same bytes.
+void PackQuantExact(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 // The inner loops of CausalAttention for one token and the `heads` query heads of one KV head
 // (q and out: heads rows of hd floats; keys / values: `rows` cache rows `stride` floats apart):
@@ -281,19 +297,9 @@ int64_t PackedHalfBytes(int64_t n, int64_t k);
 // bytes, 64-byte aligned).
 void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 
-// Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K weights multiplied exactly (MatMulPrecision::kExact),
-// from PackQuantExact's layout (args.w_packed, required): the F32 codes of each scale group
-// dotted with x, then the group's scale and offset applied with one FMA each, in the order
-// reference::MatMulExactGrouped defines, bit for bit, for every m and thread count (batch
-// invariant). Decode streams the layout at the read bandwidth. See matmul_quant_exact_avx512.cc.
+// The exact quantized MatMul with 16 lanes (quant_exact_kernels.h; avx2:: has the contract).
 void MatMulQuantExact(const MatMulArgs& args, ThreadPool* pool);
-// Bytes of w[n, k] of `dtype` in MatMulQuantExact's layout, or 0 for a dtype without one: pairs
-// of 32-row tiles (n rounded up to 64), each a run of records (256 elements for the K-quants, 32
-// for the others) of the 64 rows' scale fields and 64-byte lines of their codes, one byte a row.
-// About the stored size (Q4_K 4.625 bits a weight against 4.5).
 int64_t PackedQuantExactBytes(DType dtype, int64_t n, int64_t k);
-// Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out
-// (PackedQuantExactBytes bytes, 64-byte aligned). REQUIRES: PackedQuantExactBytes(...) > 0.
 void PackQuantExact(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 
 // CausalAttention with 512-bit score and value loops (all of a KV head's query heads share each

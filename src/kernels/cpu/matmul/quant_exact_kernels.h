@@ -1,0 +1,551 @@
+// File: quant_exact_kernels.h
+// -----------------------------------------------------------------------------
+// MatMul for quantized weights multiplied exactly (MatMulPrecision::kExact) from the packed layout
+// of quant_exact_layout.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K. Written once over a
+// vector backend B (16 F32 lanes in matmul_quant_exact_avx512.cc, 8 in matmul_quant_exact_avx2.cc);
+// both give the same bits.
+//
+// Arithmetic (reference::MatMulExactGrouped, bit for bit). A weight of group g (the elements that
+// share a scale: 32, or 16 for Q6_K) is w = q dl - ml with q the unsigned integer code and dl, ml
+// the F32 products the dequantizer forms (Q4_0: dl = d, ml = 8 d; Q5_0: ml = 16 d; Q4_1, Q5_1:
+// ml = -m; Q6_K: q the stored 6 bits, ml = 32 dl; Q8_0: q signed, ml = 0). Every output is
+//   acc = 0;  for each group g in k order:
+//     P = 0;  for l in g in order:  P = fma(x_l, q_l, P)
+//     acc = fma(dl_g, P, acc);  acc = fma(-ml_g, S_g, acc)   (S_g = Σ x_l over g, in order)
+// the same sum as Σ w_l x_l up to F32 rounding (within 1e-5 of reference::MatMul), in one order
+// whatever m, the rows beside it or the thread count: batch invariant by construction.
+//
+// Why this form. Converting a block to F32 weights costs a multiply and a subtract per element on
+// top of the conversion; the decode kernel of the stored layout (avx2::MatMulStreaming) also
+// unpacks the 6-bit scales and converts d per 32 elements, about 30 instructions per 18 bytes of
+// Q4_K, where Q8_0 needs 14 per 34: Q4_K decode ran compute bound at half of Q8_0's bytes/s. Here
+// a code becomes an F32 in two or three operations (widen, mask or shift, convert), the scales
+// are applied per group with one FMA per vector of outputs, and the weight rows are the vector
+// lanes (x is read as broadcasts), so nothing is summed across lanes.
+//
+// Kernels. Decode (m <= kStreamRows): each thread streams its pairs, kDecodeRows rows of a pair
+// at a time (all 64 with 16 lanes: four chains per x row; 16 with 8 lanes, the other spans of the
+// pair from L2), prefetching kPrefetchBytes ahead into L2 (1024 bytes ran Q4_K decode at half the
+// read bandwidth on a Sapphire Rapids-class Xeon; 4096 at three quarters). Prefill: per k block of
+// kPanelKc, each span of kPanelRows rows is converted once into an F32 panel of codes and scales,
+// then every block of kPanelMr x rows runs a register-blocked micro-kernel over the group's panels
+// (the conversions amortized over m: about the F32 GEMM's speed).
+//
+// Include only from those two translation units, after <immintrin.h>: everything is in an
+// anonymous namespace (see quant_exact_layout.h).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/check.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul/quant_exact_layout.h"
+
+namespace uc::kernels::quant_exact {
+namespace {  // NOLINT(build/namespaces): see quant_exact_layout.h
+
+// The backend B: F (kLanes F32 lanes), I (kLanes int32 lanes) and
+//   WidenU8(p), WidenI8(p): kLanes bytes at p to I; F16s(p): kLanes f16 at p to F;
+//   ToF32(I); LowNibble(I) = ToF32(v & 15); And(I, int), Or(I, I), Srl(I, count),
+//   SrlI<k>(I), SllI<k>(I); Zero(), Set1(float), Mul, Fma(a, b, c) = a b + c (one rounding);
+//   Load / Store (aligned), LoadCols(p, cols) / StoreCols(p, v, cols): lanes < cols only.
+
+// Each type: its layout and
+//   Decode2<V>(rec, g, s, r0, w): elements 2 s and 2 s + 1 of group g for pair rows r0 ..
+//     r0 + V kLanes - 1 as F32 codes, w[e][h] for element e, rows r0 + kLanes h ...;
+//   Scales<V>(rec, g, r0, dl, nml): dl and -ml of group g for those rows.
+
+// The two elements of a nibble line for the lanes at p.
+template <typename B>
+[[gnu::always_inline]] inline void NibblePair(const uint8_t* p, typename B::F* lo,
+                                              typename B::F* hi) {
+  const typename B::I v = B::WidenU8(p);
+  *lo = B::LowNibble(v);
+  *hi = B::ToF32(B::template SrlI<4>(v));
+}
+
+// The two elements of a nibble line with their fifth bits, bits `shift` and `shift` + 1 of the
+// high line's bytes.
+template <typename B, int V>
+[[gnu::always_inline]] inline void FifthBitPair(const uint8_t* line, const uint8_t* high, int shift,
+                                                typename B::F (&w)[2][V]) {
+#pragma GCC unroll 4
+  for (int h = 0; h < V; ++h) {
+    const typename B::I v = B::WidenU8(line + B::kLanes * h);
+    const typename B::I b = B::Srl(B::WidenU8(high + B::kLanes * h), shift);
+    const typename B::I b0 = B::And(B::template SllI<4>(b), 16);
+    const typename B::I b1 = B::And(B::template SllI<3>(b), 16);
+    w[0][h] = B::ToF32(B::Or(B::And(v, 15), b0));
+    w[1][h] = B::ToF32(B::Or(B::template SrlI<4>(v), b1));
+  }
+}
+
+template <typename B>
+struct Q8_0 : LayoutQ8_0 {
+  template <int V>
+  [[gnu::always_inline]] static void Decode2(const uint8_t* rec, int /*g*/, int s, int r0,
+                                             typename B::F (&w)[2][V]) {
+    const uint8_t* line = rec + kLines + 2 * s * kLine + r0;
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      w[0][h] = B::ToF32(B::WidenI8(line + B::kLanes * h));
+      w[1][h] = B::ToF32(B::WidenI8(line + kLine + B::kLanes * h));
+    }
+  }
+  template <int V>
+  [[gnu::always_inline]] static void Scales(const uint8_t* rec, int /*g*/, int r0,
+                                            typename B::F* dl, typename B::F* nml) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      dl[h] = B::F16s(rec + kD + 2 * (r0 + B::kLanes * h));
+      // An offset of zero keeps the kernels those of Q4_0 (GCC 12 spilled a weight vector in
+      // every FMA of the AVX-512 prefill kernel without the offset term: 1.5x slower).
+      nml[h] = B::Zero();
+    }
+  }
+};
+
+template <typename B, bool kMin, bool kFifthBit>
+struct Block32 : LayoutBlock32<kMin, kFifthBit> {
+  using L = LayoutBlock32<kMin, kFifthBit>;
+  template <int V>
+  [[gnu::always_inline]] static void Decode2(const uint8_t* rec, int /*g*/, int s, int r0,
+                                             typename B::F (&w)[2][V]) {
+    const uint8_t* line = rec + L::kLines + s * kLine + r0;
+    if constexpr (kFifthBit) {
+      FifthBitPair<B, V>(line, rec + L::kHigh + (s / 4) * kLine + r0, 2 * (s % 4), w);
+    } else {
+#pragma GCC unroll 4
+      for (int h = 0; h < V; ++h) NibblePair<B>(line + B::kLanes * h, &w[0][h], &w[1][h]);
+    }
+  }
+  template <int V>
+  [[gnu::always_inline]] static void Scales(const uint8_t* rec, int /*g*/, int r0,
+                                            typename B::F* dl, typename B::F* nml) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      const int64_t rows = 2 * (r0 + B::kLanes * h);
+      dl[h] = B::F16s(rec + L::kD + rows);
+      // Q4_0: w = d (q - 8) = d q - 8 d; Q5_0: d (q - 16); Q4_1 and Q5_1: w = d q + m.
+      if constexpr (kMin) {
+        nml[h] = B::F16s(rec + L::kM + rows);
+      } else {
+        nml[h] = B::Mul(dl[h], B::Set1(kFifthBit ? -16.0f : -8.0f));
+      }
+    }
+  }
+};
+
+template <typename B, bool kFifthBit>
+struct KScaleMin : LayoutKScaleMin<kFifthBit> {
+  using L = LayoutKScaleMin<kFifthBit>;
+  template <int V>
+  [[gnu::always_inline]] static void Decode2(const uint8_t* rec, int g, int s, int r0,
+                                             typename B::F (&w)[2][V]) {
+    const uint8_t* line = rec + L::kLines + (16 * g + s) * kLine + r0;
+    if constexpr (kFifthBit) {
+      // Elements 2 s and 2 s + 1 are bits 2 (s % 4) and 2 (s % 4) + 1 of high line 4 g + s / 4.
+      FifthBitPair<B, V>(line, rec + L::kHigh + (4 * g + s / 4) * kLine + r0, 2 * (s % 4), w);
+    } else {
+#pragma GCC unroll 4
+      for (int h = 0; h < V; ++h) NibblePair<B>(line + B::kLanes * h, &w[0][h], &w[1][h]);
+    }
+  }
+  template <int V>
+  [[gnu::always_inline]] static void Scales(const uint8_t* rec, int g, int r0, typename B::F* dl,
+                                            typename B::F* nml) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      const int64_t row = r0 + B::kLanes * h;
+      dl[h] = B::Mul(B::F16s(rec + L::kD + 2 * row),
+                     B::ToF32(B::WidenU8(rec + L::kScale + g * kPairRows + row)));
+      const typename B::F neg_dmin = B::Sub(B::Zero(), B::F16s(rec + L::kDmin + 2 * row));
+      nml[h] = B::Mul(neg_dmin, B::ToF32(B::WidenU8(rec + L::kMin + g * kPairRows + row)));
+    }
+  }
+};
+
+template <typename B>
+struct Q6_K : LayoutQ6_K {
+  template <int V>
+  [[gnu::always_inline]] static void Decode2(const uint8_t* rec, int g, int s, int r0,
+                                             typename B::F (&w)[2][V]) {
+    const uint8_t* line = rec + kLines + (8 * g + s) * kLine + r0;
+    // Elements 2 s, 2 s + 1: bits 4 (s % 2) .. 4 (s % 2) + 3 of high line 4 g + s / 2.
+    const uint8_t* high = rec + kHigh + (4 * g + s / 2) * kLine + r0;
+    const int shift = 4 * (s % 2);
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      const typename B::I v = B::WidenU8(line + B::kLanes * h);
+      const typename B::I b = B::Srl(B::WidenU8(high + B::kLanes * h), shift);
+      w[0][h] = B::ToF32(B::Or(B::And(v, 15), B::And(B::template SllI<4>(b), 48)));
+      w[1][h] = B::ToF32(B::Or(B::template SrlI<4>(v), B::And(B::template SllI<2>(b), 48)));
+    }
+  }
+  template <int V>
+  [[gnu::always_inline]] static void Scales(const uint8_t* rec, int g, int r0, typename B::F* dl,
+                                            typename B::F* nml) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      const int64_t row = r0 + B::kLanes * h;
+      dl[h] = B::Mul(B::F16s(rec + kD + 2 * row),
+                     B::ToF32(B::WidenI8(rec + kScale + g * kPairRows + row)));
+      nml[h] = B::Mul(dl[h], B::Set1(-32.0f));
+    }
+  }
+};
+
+// y[r, c] (+)= x[r, 0..records * kRecordElems) · pair rows r0 .. r0 + V kLanes - 1 of the pair
+// whose records start at `rec`, for r < MR and c < cols (columns past cols untouched). xs: the
+// group sums of the x rows (ldxs apart) from the same k.
+template <typename B, typename T, int V, int MR, bool kPrefetch, int64_t kPrefetchBytes>
+void StreamKernel(const float* x, int64_t ldx, const float* xs, int64_t ldxs, const uint8_t* rec,
+                  int r0, int64_t records, float* y, int64_t ldy, int cols) {
+  using F = typename B::F;
+  constexpr int kGroups = T::kRecordElems / T::kGroup;
+  constexpr int kSteps = T::kGroup / 2;
+  F acc[MR][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) acc[r][h] = B::Zero();
+  }
+  for (int64_t rr = 0; rr < records; ++rr, rec += T::kRecordBytes) {
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t e0 = rr * T::kRecordElems + g * T::kGroup;
+      F p[MR][V];
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+        for (int h = 0; h < V; ++h) p[r][h] = B::Zero();
+      }
+#pragma GCC unroll 2
+      for (int s = 0; s < kSteps; ++s) {
+        if constexpr (kPrefetch) {
+          // The stream kPrefetchBytes ahead of this step's share of the record.
+          constexpr int64_t kStride = T::kRecordBytes / (kGroups * kSteps);
+          const char* ahead =
+              reinterpret_cast<const char*>(rec) + kPrefetchBytes + (g * kSteps + s) * kStride;
+#pragma GCC unroll 4
+          for (int64_t b = 0; b < kStride + kLine - 1; b += kLine) B::Prefetch(ahead + b);
+        }
+        F w[2][V];
+        T::template Decode2<V>(rec, g, s, r0, w);
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; ++e) {
+#pragma GCC unroll 8
+          for (int r = 0; r < MR; ++r) {
+            const F xb = B::Set1(x[r * ldx + e0 + 2 * s + e]);
+#pragma GCC unroll 4
+            for (int h = 0; h < V; ++h) p[r][h] = B::Fma(xb, w[e][h], p[r][h]);
+          }
+        }
+      }
+      const int64_t gi = rr * kGroups + g;
+      F dl[V], nml[V];
+      T::template Scales<V>(rec, g, r0, dl, nml);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const F s = B::Set1(xs[r * ldxs + gi]);
+#pragma GCC unroll 4
+        for (int h = 0; h < V; ++h) {
+          acc[r][h] = B::Fma(dl[h], p[r][h], acc[r][h]);
+          acc[r][h] = B::Fma(nml[h], s, acc[r][h]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h)
+      B::StoreCols(y + r * ldy + B::kLanes * h, acc[r][h], cols - B::kLanes * h);
+  }
+}
+
+// One span of R rows of a k block for the prefill kernel, as F32: the codes of element kk of the
+// block for the span's rows at codes[kk * R], and each group's dl and nml for them.
+constexpr int64_t kPanelKc = 256;  // one K-quant record
+template <int R>
+struct Panel {
+  alignas(64) float codes[kPanelKc * R];
+  alignas(64) float dl[kPanelKc / 16][R];
+  alignas(64) float nml[kPanelKc / 16][R];
+};
+
+// Pair rows r0 .. r0 + R - 1 of records [rec, rec + kc / kRecordElems) into `panel`, with the
+// decode kernel's own conversions (so the codes and scales are the same F32 values).
+template <typename B, typename T, int R>
+void FillPanel(const uint8_t* rec, int r0, int64_t kc, Panel<R>& panel) {
+  constexpr int V = R / B::kLanes;
+  constexpr int kGroups = T::kRecordElems / T::kGroup;
+  for (int64_t rr = 0; rr < kc / T::kRecordElems; ++rr, rec += T::kRecordBytes) {
+    for (int g = 0; g < kGroups; ++g) {
+      const int64_t gi = rr * kGroups + g;
+      for (int s = 0; s < T::kGroup / 2; ++s) {
+        typename B::F w[2][V];
+        T::template Decode2<V>(rec, g, s, r0, w);
+        float* out = panel.codes + (gi * T::kGroup + 2 * s) * R;
+        for (int h = 0; h < V; ++h) {
+          B::Store(out + B::kLanes * h, w[0][h]);
+          B::Store(out + R + B::kLanes * h, w[1][h]);
+        }
+      }
+      typename B::F dl[V], nml[V];
+      T::template Scales<V>(rec, g, r0, dl, nml);
+      for (int h = 0; h < V; ++h) {
+        B::Store(panel.dl[gi] + B::kLanes * h, dl[h]);
+        B::Store(panel.nml[gi] + B::kLanes * h, nml[h]);
+      }
+    }
+  }
+}
+
+// y[r, c] (+)= x[r, 0..kc) · the panel's span for r < MR, c < cols: StreamKernel's operations in
+// its order, the codes read from the panel instead of converted again.
+template <typename B, int kGroup, int R, int MR>
+void PanelKernel(const float* x, int64_t ldx, const float* xs, int64_t ldxs, const Panel<R>& panel,
+                 int64_t kc, float* y, int64_t ldy, int cols, bool accumulate) {
+  using F = typename B::F;
+  constexpr int V = R / B::kLanes;
+  F acc[MR][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      acc[r][h] =
+          accumulate ? B::LoadCols(y + r * ldy + B::kLanes * h, cols - B::kLanes * h) : B::Zero();
+    }
+  }
+  for (int64_t gi = 0; gi < kc / kGroup; ++gi) {
+    F p[MR][V];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int h = 0; h < V; ++h) p[r][h] = B::Zero();
+    }
+    const float* xg = x + gi * kGroup;
+    const float* codes = panel.codes + gi * kGroup * R;
+#pragma GCC unroll 4
+    for (int l = 0; l < kGroup; ++l) {
+      F w[V];
+#pragma GCC unroll 4
+      for (int h = 0; h < V; ++h) w[h] = B::Load(codes + l * R + B::kLanes * h);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const F xb = B::Set1(xg[r * ldx + l]);
+#pragma GCC unroll 4
+        for (int h = 0; h < V; ++h) p[r][h] = B::Fma(xb, w[h], p[r][h]);
+      }
+    }
+    F dl[V], nml[V];
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      dl[h] = B::Load(panel.dl[gi] + B::kLanes * h);
+      nml[h] = B::Load(panel.nml[gi] + B::kLanes * h);
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const F s = B::Set1(xs[r * ldxs + gi]);
+#pragma GCC unroll 4
+      for (int h = 0; h < V; ++h) {
+        acc[r][h] = B::Fma(dl[h], p[r][h], acc[r][h]);
+        acc[r][h] = B::Fma(nml[h], s, acc[r][h]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h)
+      B::StoreCols(y + r * ldy + B::kLanes * h, acc[r][h], cols - B::kLanes * h);
+  }
+}
+
+// The group sums S_g of every x row: xs[i * (k / kGroup) + g], each summed in element order.
+template <int kGroup>
+const float* GroupSums(const MatMulArgs& a) {
+  thread_local std::vector<float> sums;
+  const int64_t groups = a.k / kGroup;
+  sums.resize(static_cast<size_t>(a.m * groups));
+  for (int64_t i = 0; i < a.m; ++i) {
+    const float* row = a.x + i * a.k;
+    for (int64_t g = 0; g < groups; ++g) {
+      float s = 0.0f;
+      for (int l = 0; l < kGroup; ++l) s += row[g * kGroup + l];
+      sums[static_cast<size_t>(i * groups + g)] = s;
+    }
+  }
+  return sums.data();
+}
+
+// The tuning of one backend: rows per decode call (a multiple of kLanes dividing 64), x rows per
+// decode pass, rows per panel (a multiple of kLanes dividing 64), panels sharing a block of x
+// rows, x rows per panel micro-kernel, how far ahead the decode stream prefetches.
+struct Tuning {
+  int decode_rows;
+  int stream_rows;
+  int panel_rows;
+  int panels_per_group;
+  int panel_mr;
+  int64_t prefetch_bytes;
+};
+
+template <typename B, typename T, Tuning kT>
+struct Driver {
+  static constexpr int kDecodeV = kT.decode_rows / B::kLanes;
+  using StreamFn = void (*)(const float*, int64_t, const float*, int64_t, const uint8_t*, int,
+                            int64_t, float*, int64_t, int);
+  using PanelFn = void (*)(const float*, int64_t, const float*, int64_t,
+                           const Panel<kT.panel_rows>&, int64_t, float*, int64_t, int, bool);
+
+  template <int... kRows>
+  static constexpr auto StreamTable(std::integer_sequence<int, kRows...>) {
+    return std::array<StreamFn, sizeof...(kRows) + 1>{
+        nullptr, StreamKernel<B, T, kDecodeV, kRows + 1, true, kT.prefetch_bytes>...};
+  }
+  template <int... kRows>
+  static constexpr auto PanelTable(std::integer_sequence<int, kRows...>) {
+    return std::array<PanelFn, sizeof...(kRows) + 1>{
+        nullptr, PanelKernel<B, T::kGroup, kT.panel_rows, kRows + 1>...};
+  }
+
+  // Decode: pairs [p_begin, p_end), decode_rows rows at a time, passes of up to stream_rows x
+  // rows.
+  static void StreamPairs(const MatMulArgs& a, const float* xs, int64_t p_begin, int64_t p_end) {
+    static constexpr auto kKernels = StreamTable(std::make_integer_sequence<int, kT.stream_rows>());
+    const int64_t groups = a.k / T::kGroup;
+    const auto* packed = reinterpret_cast<const uint8_t*>(a.w_packed);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const uint8_t* rec = packed + p * PairBytes<T>(a.k);
+      for (int r0 = 0; r0 < kPairRows; r0 += kT.decode_rows) {
+        const int64_t j0 = p * kPairRows + r0;
+        if (j0 >= a.n) break;
+        const int cols = static_cast<int>(std::min<int64_t>(kT.decode_rows, a.n - j0));
+        for (int64_t i0 = 0; i0 < a.m; i0 += kT.stream_rows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kT.stream_rows, a.m - i0));
+          kKernels[rows](a.x + i0 * a.k, a.k, xs + i0 * groups, groups, rec, r0,
+                         a.k / T::kRecordElems, a.y + i0 * a.n + j0, a.n, cols);
+        }
+      }
+    }
+  }
+
+  // Prefill: pairs [p_begin, p_end) in groups of panels_per_group spans, k blocks of kPanelKc.
+  static void TiledPairs(const MatMulArgs& a, const float* xs, int64_t p_begin, int64_t p_end) {
+    constexpr int R = kT.panel_rows;
+    constexpr int kSpansPerPair = kPairRows / R;
+    static constexpr auto kKernels = PanelTable(std::make_integer_sequence<int, kT.panel_mr>());
+    thread_local std::vector<Panel<R>> panels(kT.panels_per_group);
+    const int64_t groups = a.k / T::kGroup;
+    const auto* packed = reinterpret_cast<const uint8_t*>(a.w_packed);
+    const int64_t span_end =
+        std::min(p_end * kSpansPerPair, (a.n + R - 1) / R);  // spans holding rows < n
+    for (int64_t g0 = p_begin * kSpansPerPair; g0 < span_end; g0 += kT.panels_per_group) {
+      const int64_t g_end = std::min<int64_t>(span_end, g0 + kT.panels_per_group);
+      for (int64_t k0 = 0; k0 < a.k; k0 += kPanelKc) {
+        const int64_t kc = std::min(kPanelKc, a.k - k0);
+        for (int64_t sp = g0; sp < g_end; ++sp) {
+          const uint8_t* rec = packed + (sp / kSpansPerPair) * PairBytes<T>(a.k) + PairBytes<T>(k0);
+          FillPanel<B, T, R>(rec, static_cast<int>(sp % kSpansPerPair) * R, kc, panels[sp - g0]);
+        }
+        for (int64_t i0 = 0; i0 < a.m; i0 += kT.panel_mr) {
+          const int rows = static_cast<int>(std::min<int64_t>(kT.panel_mr, a.m - i0));
+          for (int64_t sp = g0; sp < g_end; ++sp) {
+            const int64_t j0 = sp * R;
+            const int cols = static_cast<int>(std::min<int64_t>(R, a.n - j0));
+            kKernels[rows](a.x + i0 * a.k + k0, a.k, xs + i0 * groups + k0 / T::kGroup, groups,
+                           panels[sp - g0], kc, a.y + i0 * a.n + j0, a.n, cols, k0 > 0);
+          }
+        }
+      }
+    }
+  }
+
+  static void Run(const MatMulArgs& args, ThreadPool* pool) {
+    const float* xs = GroupSums<T::kGroup>(args);
+    const int64_t num_pairs = (args.n + kPairRows - 1) / kPairRows;
+    const bool stream = args.m <= kT.stream_rows;
+    const int64_t min_pairs = std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / kPairRows);
+    ParallelForDynamic(
+        pool, num_pairs,
+        [&](int64_t begin, int64_t end) {
+          if (stream) {
+            StreamPairs(args, xs, begin, end);
+          } else {
+            TiledPairs(args, xs, begin, end);
+          }
+        },
+        min_pairs);
+  }
+};
+
+// Calls f(T{}) with T the kernel type of `dtype` on backend B; false for a dtype without one.
+template <typename B, typename Fn>
+bool VisitType(DType dtype, Fn&& f) {
+  switch (dtype) {
+    case DType::kQ8_0:
+      f(Q8_0<B>{});
+      return true;
+    case DType::kQ4_0:
+      f(Block32<B, false, false>{});
+      return true;
+    case DType::kQ4_1:
+      f(Block32<B, true, false>{});
+      return true;
+    case DType::kQ5_0:
+      f(Block32<B, false, true>{});
+      return true;
+    case DType::kQ5_1:
+      f(Block32<B, true, true>{});
+      return true;
+    case DType::kQ4_K:
+      f(KScaleMin<B, false>{});
+      return true;
+    case DType::kQ5_K:
+      f(KScaleMin<B, true>{});
+      return true;
+    case DType::kQ6_K:
+      f(Q6_K<B>{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+template <typename B>
+int64_t PackedBytes(DType dtype, int64_t n, int64_t k) {
+  int64_t bytes = 0;
+  VisitType<B>(dtype, [&](auto t) {
+    using T = decltype(t);
+    if (k % T::kRecordElems == 0) bytes = (n + kPairRows - 1) / kPairRows * PairBytes<T>(k);
+  });
+  return bytes;
+}
+
+template <typename B>
+void Pack(const MatMulArgs& args, std::byte* out, ThreadPool* pool) {
+  const bool known = VisitType<B>(args.w_dtype, [&](auto t) {
+    using T = decltype(t);
+    PackPairs<T>(args, out, pool);
+  });
+  UC_CHECK(known, "PackQuantExact: no packed exact layout for %s",
+           std::string(DTypeName(args.w_dtype)).c_str());
+}
+
+template <typename B, Tuning kT>
+void MatMul(const MatMulArgs& args, ThreadPool* pool) {
+  UC_CHECK(args.w_packed != nullptr, "MatMulQuantExact: needs PackQuantExact's layout");
+  const bool known =
+      VisitType<B>(args.w_dtype, [&](auto t) { Driver<B, decltype(t), kT>::Run(args, pool); });
+  UC_CHECK(known, "MatMulQuantExact: no packed exact layout for %s",
+           std::string(DTypeName(args.w_dtype)).c_str());
+}
+
+}  // namespace
+}  // namespace uc::kernels::quant_exact
