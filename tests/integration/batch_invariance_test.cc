@@ -1,5 +1,6 @@
-// Batch invariance (models::LoadOptions::batch_invariant): a request's activations and logits
-// have the same bits alone and in any batch. 32 requests of mixed lengths are run one at a time,
+// Batch invariance (models::LoadOptions::batch_invariant, on by default: these engines are
+// built with the default options): a request's activations and logits have the same bits alone
+// and in any batch. 32 requests of mixed lengths are run one at a time,
 // then all together with prefill chunks mixed with decode rows and a KV cache small enough to
 // preempt, then alone again at another prefill chunking: every row of every request is compared
 // bit for bit at every tap (each block's attn_out, mlp_out and residual stream, and the final
@@ -38,7 +39,7 @@ engine::EngineOptions Options(const Variant& v, int prefill_chunk, int batched_t
   o.max_num_batched_tokens = batched_tokens;
   o.max_prefill_chunk = prefill_chunk;
   o.load.matmul_precision = v.precision;
-  o.load.batch_invariant = true;
+  // Batch invariance is the default: nothing to set.
   return o;
 }
 
@@ -86,6 +87,8 @@ INSTANTIATE_TEST_SUITE_P(
     Models, BatchInvarianceTest,
     ::testing::Values(Variant{"F32", "models/stories260K", kernels::MatMulPrecision::kExact},
                       Variant{"F16", "tests/testdata/gguf/f16/tiny-gqa2-F16.gguf",
+                              kernels::MatMulPrecision::kExact},
+                      Variant{"Q8_0_exact", "tests/testdata/gguf/q8_0/tiny-gqa2-Q8_0.gguf",
                               kernels::MatMulPrecision::kExact},
                       Variant{"Q8_0_int8", "tests/testdata/gguf/q8_0/tiny-gqa2-Q8_0.gguf",
                               kernels::MatMulPrecision::kInt8},

@@ -31,7 +31,8 @@ inline CLI::Range Threads() { return CLI::Range(0, kMaxFlagThreads); }
 
 // How the commands that load a model build it (models::LoadOptions), the same flags everywhere:
 //   --matmul exact|int8          how quantized and BF16 weights are multiplied (MatMulPrecision)
-//   --batch-invariant            rows' bits independent of the batch (LoadOptions::batch_invariant)
+//   --[no-]batch-invariant       rows' bits independent of the batch (LoadOptions::batch_invariant,
+//                                on by default)
 //   --control-vector FILE        add FILE's directions to the residual stream (repeatable)
 //   --control-vector-scaled FILE SCALE   the same, times SCALE (repeatable)
 //   --control-vector-layer-range START END   steer only blocks START..END (inclusive)
@@ -45,9 +46,11 @@ inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
                   "activations and vdpbf16ps for BF16 weights on AMD CPUs with AVX512_BF16)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
       ->default_str("exact");
-  cmd->add_flag("--batch-invariant", load->batch_invariant,
+  cmd->add_flag("--batch-invariant,!--no-batch-invariant", load->batch_invariant,
                 "A request's logits and activations bit-identical alone or in any batch, at any "
-                "prefill chunking (replayable probe verdicts; slower prefill with --matmul exact)");
+                "prefill chunking: replayable probe verdicts (the default; free for quantized "
+                "weights of the common types; --no-batch-invariant speeds up prefill of F32 "
+                "weights, of F16 / BF16 without AVX-512 and of Q2_K / Q3_K / IQ4_NL)");
   cmd->add_option_function<std::vector<std::string>>(
          "--control-vector",
          [load](const std::vector<std::string>& files) {
