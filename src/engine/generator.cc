@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/logging.h"
+#include "engine/kv_cache_plan.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/loaders.h"
@@ -129,8 +130,19 @@ Status Generator::Init(const GeneratorOptions& options) {
   UC_ASSIGN_OR_RETURN(tokenizer_, LoadTokenizerFor(checkpoint(), options.tokenizer_path));
   const models::ModelConfig& config = this->config();
   UC_RETURN_IF_ERROR(CheckTokenizerFits(*tokenizer_, config, options.model_path));
-  UC_ASSIGN_OR_RETURN(max_model_len_, ResolveMaxModelLen(config, options.max_model_len));
   prefill_chunk_ = std::max(1, options.prefill_chunk);
+  // The engine's decision for one sequence at its default block size: the same budget gives
+  // the same context (the cache here is one contiguous sequence, allocated per request).
+  KvCacheRequest request;
+  request.max_model_len = options.max_model_len;
+  request.kv_cache_bytes = options.kv_cache_bytes;
+  request.block_size = kDefaultKvBlockSize;
+  request.max_chunk = prefill_chunk_;
+  UC_ASSIGN_OR_RETURN(const KvCachePlan plan, PlanKvCacheFor(*deployment_, request));
+  if (plan.fitted) {
+    UC_LOG(WARNING) << plan.note;
+  }
+  max_model_len_ = plan.max_model_len;
   return OkStatus();
 }
 

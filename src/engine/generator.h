@@ -56,8 +56,12 @@ struct GeneratorOptions {
   std::filesystem::path model_path;
   std::optional<std::filesystem::path> tokenizer_path;  // default: found beside the model
   int num_threads = 0;                                  // 0: all available cores
-  int max_model_len = 0;    // context length; 0: the model's max_position_embeddings
-  int prefill_chunk = 256;  // prompt tokens per forward call
+  // Context length; 0: the model's max_position_embeddings, lowered to what the KV cache holds.
+  // Decided as the engine decides (kv_cache_plan.h) for one sequence, so a prompt runs alone
+  // exactly when it runs in a batch; a given length the cache cannot hold is an error.
+  int max_model_len = 0;
+  int64_t kv_cache_bytes = 0;  // KV cache memory per rank; 0: automatic (kv_cache_plan.h)
+  int prefill_chunk = 256;     // prompt tokens per forward call
   // How the model is built: matmul precision, control vectors (models::LoadOptions).
   models::LoadOptions load = {};
 };

@@ -1,10 +1,10 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <limits>
 
 #include "base/logging.h"
+#include "engine/kv_cache_plan.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/incremental_decoder.h"
 
@@ -13,12 +13,6 @@ namespace {
 
 bool IsOneOf(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
-}
-
-std::string Mib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buf;
 }
 
 }  // namespace
@@ -96,63 +90,37 @@ Status LLMEngine::Init(const EngineOptions& options) {
   UC_ASSIGN_OR_RETURN(tokenizer_,
                       LoadTokenizerFor(deployment_->checkpoint(), options.tokenizer_path));
   UC_RETURN_IF_ERROR(CheckTokenizerFits(*tokenizer_, config(), options.model_path));
-  UC_ASSIGN_OR_RETURN(max_model_len_, ResolveMaxModelLen(config(), options.max_model_len));
   for (int id : config().eos_token_ids) eos_ids_.push_back(id);
   for (int32_t id : tokenizer_->stop_ids()) eos_ids_.push_back(id);
   return InitKvCache();
 }
 
-// Sizes the paged cache from the budget: the rank with the most layers per block decides.
+// Sizes the paged cache and the context (kv_cache_plan.h: the policy every command shares).
 Status LLMEngine::InitKvCache() {
-  worker::Worker& worker = deployment_->worker();
+  KvCacheRequest request;
+  request.max_model_len = options_.max_model_len;
+  request.kv_cache_bytes = options_.kv_cache_bytes;
+  request.num_kv_blocks = options_.num_kv_blocks;
+  request.block_size = options_.block_size;
+  request.max_num_seqs = options_.max_num_seqs;
+  request.max_chunk = std::min(options_.max_prefill_chunk, options_.max_num_batched_tokens);
+  UC_ASSIGN_OR_RETURN(const KvCachePlan plan, PlanKvCacheFor(*deployment_, request));
+  if (plan.fitted) {
+    UC_LOG(WARNING) << plan.note;
+  }
+  max_model_len_ = plan.max_model_len;
   const int bs = options_.block_size;
-  int max_layers = 1;
-  for (const worker::RankInfo& r : worker.ranks()) {
-    max_layers = std::max(max_layers, r.layer_end - r.layer_start);
-  }
-  const int64_t block_bytes = int64_t{2} * max_layers * bs *
-                              deployment_->model().kv_size_per_rank() *
-                              static_cast<int64_t>(sizeof(float));
-  // With a window on every layer a sequence holds only its window's blocks (plus a chunk).
-  const int window = config().MaxWindow();
-  const int64_t blocks_per_seq =
-      MaxBlocksHeld(max_model_len_, bs, window,
-                    std::min(options_.max_prefill_chunk, options_.max_num_batched_tokens));
-  const int64_t useful = blocks_per_seq * options_.max_num_seqs;
-  const int64_t num_blocks = options_.num_kv_blocks > 0
-                                 ? options_.num_kv_blocks
-                                 : std::min(options_.kv_cache_bytes / block_bytes, useful);
-  if (num_blocks < blocks_per_seq) {
-    if (options_.num_kv_blocks > 0) {
-      return InvalidArgumentError(std::to_string(num_blocks) + " KV blocks of " +
-                                  std::to_string(bs) + " tokens cannot hold one sequence of " +
-                                  "max_model_len " + std::to_string(max_model_len_) +
-                                  " (it needs " + std::to_string(blocks_per_seq) + ")");
-    }
-    return InvalidArgumentError(
-        "the KV cache budget of " + Mib(options_.kv_cache_bytes) + " per rank holds " +
-        std::to_string(num_blocks * bs) + " tokens, less than one sequence of max_model_len " +
-        std::to_string(max_model_len_) + " (" + Mib(blocks_per_seq * block_bytes) +
-        "); raise --kv-cache-memory or lower --max-model-len");
-  }
-  worker.InitializeCache(static_cast<int>(num_blocks), bs);
-  blocks_ = std::make_unique<BlockManager>(static_cast<int>(num_blocks), bs);
+  deployment_->worker().InitializeCache(static_cast<int>(plan.num_blocks), bs);
+  blocks_ = std::make_unique<BlockManager>(static_cast<int>(plan.num_blocks), bs);
   SchedulerConfig sc;
   sc.max_num_seqs = options_.max_num_seqs;
   sc.max_num_batched_tokens = options_.max_num_batched_tokens;
   sc.max_prefill_chunk = options_.max_prefill_chunk;
   sc.max_model_len = max_model_len_;
-  sc.sliding_window = window;
+  sc.sliding_window = config().MaxWindow();
   sc.max_steering_configs = options_.max_steering_configs;
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get());
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "KV cache: %lld blocks of %d tokens (%s per rank); maximum concurrency %.2f "
-                "requests of %d tokens",
-                static_cast<long long>(num_blocks), bs, Mib(num_blocks * block_bytes).c_str(),
-                static_cast<double>(num_blocks) / static_cast<double>(blocks_per_seq),
-                max_model_len_);
-  UC_LOG(INFO) << line;
+  UC_LOG(INFO) << plan.Describe();
   return OkStatus();
 }
 

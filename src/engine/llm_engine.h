@@ -13,8 +13,10 @@
 //   UC_RETURN_IF_ERROR(engine->AddRequest("a", Prompt::Text("Once upon a time"), params));
 //   while (engine->HasUnfinished()) for (auto& out : engine->Step()) ...;
 //
-// The KV cache is sized by a memory budget per rank (`kv_cache_bytes`); the block count and the
-// concurrency it allows are logged at start-up.
+// The KV cache and the context are sized by PlanKvCache (kv_cache_plan.h: a budget per rank,
+// `kv_cache_bytes` or a share of the memory available; the model's context lowered to what it
+// holds unless `max_model_len` is given); the block count and the concurrency it allows are
+// logged at start-up.
 //
 // Thread-safety: AddRequest and Abort may be called from any thread (they queue work for the
 // next step); Step and the accessors are for the one engine thread.
@@ -39,6 +41,7 @@
 #include "engine/block_manager.h"
 #include "engine/deployment.h"
 #include "engine/generator.h"
+#include "engine/kv_cache_plan.h"
 #include "engine/scheduler.h"
 #include "engine/step_observer.h"
 #include "kernels/ops.h"
@@ -51,14 +54,17 @@ namespace uc::engine {
 struct EngineOptions {
   std::filesystem::path model_path;
   std::optional<std::filesystem::path> tokenizer_path;  // default: found beside the model
-  int num_threads = 0;    // per rank; 0: the cores available / ranks on this host
-  int max_model_len = 0;  // context length; 0: the model's max_position_embeddings
+  int num_threads = 0;  // per rank; 0: the cores available / ranks on this host
+  // Context length; 0: the model's max_position_embeddings, lowered to what the KV cache holds
+  // (kv_cache_plan.h). A given length the cache cannot hold is an error.
+  int max_model_len = 0;
   int max_num_seqs = 64;
   int max_num_batched_tokens = 512;
   int max_prefill_chunk = 256;
-  int block_size = 16;  // KV slots per block
-  // KV cache memory per rank. The cache never grows past max_num_seqs full-length sequences.
-  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int block_size = kDefaultKvBlockSize;  // KV slots per block
+  // KV cache memory per rank; 0: automatic (kv_cache_plan.h). The cache never grows past
+  // max_num_seqs full-length sequences.
+  int64_t kv_cache_bytes = 0;
   // When > 0: exactly this many KV blocks on every rank, whatever the budget (tests, tuning).
   int num_kv_blocks = 0;
   // How the model is built: matmul precision, control vectors (models::LoadOptions).
@@ -200,6 +206,7 @@ class LLMEngine {
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const models::ModelConfig& config() const { return deployment_->checkpoint().config; }
   Deployment& deployment() { return *deployment_; }
+  // The context every request gets (EngineOptions::max_model_len, or the fitted one).
   int max_model_len() const { return max_model_len_; }
   // The ids that end a request unless ignore_eos: the model's EOS ids and the tokenizer's.
   const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }

@@ -87,6 +87,11 @@ TEST(EngineTest, SmallKvBudgetForcesPreemptionAndStillMatches) {
 
 TEST(EngineTest, KvBudgetSizesTheCache) {
   EngineOptions o = Options();
+  // Automatic (kv_cache_bytes 0): a few MiB here, so the bound is max_num_seqs full sequences.
+  auto automatic = LLMEngine::Open(o);
+  ASSERT_TRUE(automatic.ok()) << automatic.status().ToString();
+  EXPECT_EQ((*automatic)->stats().num_kv_blocks, o.max_num_seqs * (256 / 16));
+  EXPECT_EQ((*automatic)->max_model_len(), 256);
   o.kv_cache_bytes = 1 << 20;  // stories260K: 5 layers x 2 x 16 slots x 32 floats = 20 KiB/block
   auto engine = LLMEngine::Open(o);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();

@@ -124,6 +124,18 @@ TEST(GeneratePromptsTest, BadEngineFlagsAreUsageErrors) {
   const CliResult tiny = RunCli("--prompts '" + file.string() + "' --kv-cache-memory 64KiB");
   EXPECT_EQ(tiny.exit_code, 1) << tiny.output;
   EXPECT_NE(tiny.output.find("--kv-cache-memory"), std::string::npos) << tiny.output;
+  // A context longer than the cache holds is refused, naming both flags; never shortened.
+  const CliResult too_long =
+      RunCli("--prompts '" + file.string() + "' --kv-cache-memory 1MiB --max-model-len 100000");
+  EXPECT_EQ(too_long.exit_code, 1) << too_long.output;
+  EXPECT_NE(too_long.output.find("raise --kv-cache-memory or lower --max-model-len"),
+            std::string::npos)
+      << too_long.output;
+  EXPECT_EQ(RunCli("--prompts '" + file.string() + "' --max-model-len -3").exit_code, 2);
+  const CliResult automatic =
+      RunCli("--prompts '" + file.string() + "' --kv-cache-memory auto --max-tokens 2");
+  EXPECT_EQ(automatic.exit_code, 0) << automatic.output;
+  EXPECT_NE(automatic.output.find("sized automatically"), std::string::npos) << automatic.output;
   EXPECT_EQ(RunCli("--prompts missing.jsonl").exit_code, 2);
   EXPECT_EQ(RunCli("--max-tokens 2").exit_code, 2) << "neither --prompt nor --prompts";
 }

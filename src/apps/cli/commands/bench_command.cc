@@ -8,6 +8,7 @@
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
+#include "apps/cli/kv_cache_flags.h"
 #include "engine/batch_benchmark.h"
 #include "probe/probes/registry.h"
 #include "probe/runtime/probing_session.h"
@@ -23,6 +24,7 @@ struct BenchOptions {
   int repetitions = 3;
   int threads = 0;
   models::LoadOptions load;
+  KvCacheFlags kv_cache;  // --kv-cache-memory; the context comes from the shape
   std::string spec_file;
   std::vector<std::string> probe_plugins;
   std::string format = "text";
@@ -51,6 +53,7 @@ int RunBench(const BenchOptions& o) {
   options.load = o.load;
   options.max_num_seqs = o.shape.batch;
   options.max_model_len = o.shape.prompt_tokens + o.shape.max_tokens + 8;
+  options.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
   StatusOr<std::unique_ptr<engine::LLMEngine>> opened = engine::LLMEngine::Open(options);
   if (!opened.ok()) return Fail(opened.status());
   engine::LLMEngine& llm = **opened;
@@ -160,6 +163,7 @@ void AddBenchCommand(CLI::App& app) {
       ->check(Threads())
       ->capture_default_str();
   AddModelLoadFlags(cmd, &o->load);
+  AddKvCacheFlags(cmd, &o->kv_cache, /*with_max_model_len=*/false);
   cmd->add_option("--spec", o->spec_file, "Probe spec to run during the benchmark")
       ->check(CLI::ExistingFile);
   cmd->add_option("--probe-plugin", o->probe_plugins,

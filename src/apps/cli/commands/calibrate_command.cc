@@ -10,6 +10,7 @@
 #include "apps/cli/capture_support.h"
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
+#include "apps/cli/kv_cache_flags.h"
 #include "engine/llm.h"
 #include "engine/model_fingerprint.h"
 #include "engine/prompts_file.h"
@@ -30,7 +31,7 @@ struct CalibrateOptions {
   bool measure = false;
   bool json = false;
   int threads = 0;
-  std::string kv_cache_memory = "1GiB";
+  KvCacheFlags kv_cache;
   worker::SamplingParams sampling;
   models::LoadOptions load;
   std::vector<std::string> probe_plugins;
@@ -166,15 +167,12 @@ int RunCalibrate(CalibrateOptions& o) {
   StatusOr<PromptSet> prompts = ReadPromptSet(o.prompts_file, o.sampling);
   if (!prompts.ok()) return Fail(prompts.status().message());
   if (prompts->requests.empty()) return Fail(o.prompts_file + ": no prompts");
-  StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
-  if (!kv_bytes.ok()) {
-    return Fail("--kv-cache-memory: " + kv_bytes.status().message(), kExitUsage);
-  }
   engine::EngineOptions options;
   options.model_path = o.model;
   options.num_threads = o.threads;
   options.load = o.load;
-  options.kv_cache_bytes = *kv_bytes;
+  options.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
+  options.max_model_len = o.kv_cache.max_model_len;
   auto llm = engine::LLM::Open(options);
   if (!llm.ok()) return Fail(llm.status().message());
   return o.measure ? Measure(o, **llm, *spec, prompts->requests)
@@ -215,8 +213,7 @@ void AddCalibrateCommand(CLI::App& app) {
                   "Sampling temperature (default 0: greedy)")
       ->capture_default_str();
   cmd->add_option("--threads", o->threads, "Threads (0: all cores)")->check(Threads());
-  cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache memory, e.g. 512MiB")
-      ->capture_default_str();
+  AddKvCacheFlags(cmd, &o->kv_cache);
   cmd->add_option("--probe-plugin", o->probe_plugins,
                   "Shared library that registers probe types (repeatable)")
       ->check(CLI::ExistingFile);

@@ -18,6 +18,7 @@
 #include "apps/cli/capture_support.h"
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
+#include "apps/cli/kv_cache_flags.h"
 #include "apps/cli/launch.h"
 #include "distributed/mpi/mpi_runtime.h"
 #include "engine/deployment.h"
@@ -49,7 +50,7 @@ struct CaptureOptions {
   std::string shard_size = "64MiB";
   std::string progress = "auto";
   engine::EngineOptions engine;
-  std::string kv_cache_memory = "1GiB";
+  KvCacheFlags kv_cache;
   worker::SamplingParams sampling;
   int64_t seed = -1;
   bool json = false;
@@ -167,18 +168,17 @@ StatusOr<RunTotals> GenerateOnly(engine::LLMEngine& engine, const PromptSet& pro
 int RunCapture(CaptureOptions& o) {
   o.engine.model_path = o.model;
   if (!o.tokenizer.empty()) o.engine.tokenizer_path = o.tokenizer;
-  StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
   StatusOr<int64_t> shard_bytes = engine::ParseByteSize(o.shard_size);
-  if (!kv_bytes.ok() || !shard_bytes.ok() || *shard_bytes <= 0) {
+  if (!shard_bytes.ok() || *shard_bytes <= 0) {
     if (IsDriverRank()) {
-      std::fprintf(stderr, "error: %s\n",
-                   !kv_bytes.ok() ? ("--kv-cache-memory: " + kv_bytes.status().message()).c_str()
-                   : !shard_bytes.ok() ? ("--shard-size: " + shard_bytes.status().message()).c_str()
-                                       : "--shard-size: must be more than 0 bytes");
+      std::fprintf(
+          stderr, "error: --shard-size: %s\n",
+          !shard_bytes.ok() ? shard_bytes.status().message().c_str() : "must be more than 0 bytes");
     }
     return FinishMpi(kExitUsage);
   }
-  o.engine.kv_cache_bytes = *kv_bytes;
+  o.engine.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
+  o.engine.max_model_len = o.kv_cache.max_model_len;
   if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
 
   // Every rank reads the inputs, so a bad file fails everywhere alike, before any collective.
@@ -483,9 +483,7 @@ void AddCaptureCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--block-size", options->engine.block_size, "KV cache block size in tokens")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--kv-cache-memory", options->kv_cache_memory,
-                  "KV cache memory per rank, e.g. 512MiB, 2GiB")
-      ->capture_default_str();
+  AddKvCacheFlags(cmd, &options->kv_cache);
   cmd->add_option("--max-tokens,-n", options->sampling.max_tokens, "Tokens to generate at most")
       ->capture_default_str();
   cmd->add_option("--temperature,-t", options->sampling.temperature,
@@ -506,8 +504,6 @@ void AddCaptureCommand(CLI::App& app, int argc, char** argv) {
       ->check(Threads())
       ->capture_default_str();
   AddModelLoadFlags(cmd, &options->engine.load);
-  cmd->add_option("--max-model-len", options->engine.max_model_len,
-                  "Context length (default: the model's)");
   cmd->callback([options, argc, argv] {
     const int world = options->tensor_parallel_size * options->pipeline_parallel_size;
     if (world > 1 && !distributed::LaunchedUnderMpi()) {

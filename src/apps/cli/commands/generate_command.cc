@@ -10,6 +10,7 @@
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
+#include "apps/cli/kv_cache_flags.h"
 #include "apps/cli/launch.h"
 #include "apps/cli/probing_flags.h"
 #include "distributed/mpi/mpi_runtime.h"
@@ -40,7 +41,7 @@ struct GenerateOptions {
   std::vector<std::string> probe_plugins;
   bool compare_tp_replicas = false;
   engine::EngineOptions engine;
-  std::string kv_cache_memory = "1GiB";
+  KvCacheFlags kv_cache;
   worker::SamplingParams sampling;
   int64_t seed = -1;
   bool json = false;
@@ -327,14 +328,10 @@ int RunGenerate(GenerateOptions& o) {
   o.engine.model_path = o.model;
   o.engine.num_threads = o.generator.num_threads;
   o.engine.load = o.generator.load;
-  o.engine.max_model_len = o.generator.max_model_len;
+  // --prompt and --prompts size the cache and the context alike (engine/kv_cache_plan.h).
+  o.generator.max_model_len = o.engine.max_model_len = o.kv_cache.max_model_len;
+  o.generator.kv_cache_bytes = o.engine.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
   if (!o.tokenizer.empty()) o.engine.tokenizer_path = o.tokenizer;
-  StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
-  if (!kv_bytes.ok()) {
-    std::fprintf(stderr, "error: --kv-cache-memory: %s\n", kv_bytes.status().message().c_str());
-    return FinishMpi(kExitUsage);
-  }
-  o.engine.kv_cache_bytes = *kv_bytes;
   if (!o.tokenizer.empty()) o.generator.tokenizer_path = o.tokenizer;
   if (o.seed >= 0) o.sampling.seed = static_cast<uint64_t>(o.seed);
   if (!o.prompts_file.empty() || !o.spec_file.empty() || !o.probing.metrics_file.empty()) {
@@ -440,9 +437,7 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--block-size", options->engine.block_size, "KV cache block size in tokens")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--kv-cache-memory", options->kv_cache_memory,
-                  "KV cache memory per rank, e.g. 512MiB, 2GiB (--prompts)")
-      ->capture_default_str();
+  AddKvCacheFlags(cmd, &options->kv_cache);
   cmd->add_option("--max-tokens,-n", options->sampling.max_tokens, "Tokens to generate at most")
       ->capture_default_str();
   cmd->add_option("--temperature,-t", options->sampling.temperature,
@@ -462,8 +457,6 @@ void AddGenerateCommand(CLI::App& app, int argc, char** argv) {
       ->check(Threads())
       ->capture_default_str();
   AddModelLoadFlags(cmd, &options->generator.load);
-  cmd->add_option("--max-model-len", options->generator.max_model_len,
-                  "Context length (default: the model's)");
   cmd->add_flag("--json", options->json,
                 "Print one JSON object: ids, text, finish reason and timings (with --prompts: "
                 "one line per prompt, as each finishes)");

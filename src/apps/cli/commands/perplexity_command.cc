@@ -8,6 +8,7 @@
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
+#include "apps/cli/kv_cache_flags.h"
 #include "engine/generator.h"
 #include "engine/perplexity.h"
 #include "io/text_file.h"
@@ -24,6 +25,7 @@ struct PerplexityFlags {
   std::string tokenizer;
   std::string file;
   engine::PerplexityOptions perplexity;
+  KvCacheFlags kv_cache;  // --kv-cache-memory; --max-model-len defaults to --ctx here
   bool json = false;
 };
 
@@ -35,6 +37,7 @@ int RunPerplexity(PerplexityFlags& o) {
   // The whole chunk in one forward pass, and room for it whatever the model's default length.
   o.generator.prefill_chunk = o.perplexity.context;
   if (o.generator.max_model_len == 0) o.generator.max_model_len = o.perplexity.context;
+  o.generator.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
   auto generator = engine::Generator::Open(o.generator);
   if (!generator.ok()) return Fail(generator.status().message());
   const tokenizer::Tokenizer& tok = (*generator)->tokenizer();
@@ -103,6 +106,7 @@ void AddPerplexityCommand(CLI::App& app) {
       ->check(Threads());
   cmd->add_option("--max-model-len", o->generator.max_model_len,
                   "Context length the model is built for (default: --ctx)");
+  AddKvCacheFlags(cmd, &o->kv_cache, /*with_max_model_len=*/false);
   AddModelLoadFlags(cmd, &o->generator.load);
   cmd->add_flag("--json", o->json,
                 "Print one JSON object (ppl, ppl_stderr, mean_nll, tokens, chunks, seconds)");

@@ -15,6 +15,7 @@
 
 #include "apps/cli/exit_codes.h"
 #include "apps/cli/flag_checks.h"
+#include "apps/cli/kv_cache_flags.h"
 #include "apps/cli/launch.h"
 #include "apps/cli/probing_flags.h"
 #include "apps/server/http_server.h"
@@ -44,7 +45,7 @@ struct ServeOptions {
   std::string default_probe_set;
   std::string chat_template;
   std::vector<std::string> probe_plugins;
-  std::string kv_cache_memory = "1GiB";
+  KvCacheFlags kv_cache;
   std::string max_body_size = "8MiB";
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
@@ -267,14 +268,13 @@ void BlockShutdownSignals() {
 int RunServe(ServeOptions& o) {
   o.engine.model_path = o.model;
   if (!o.tokenizer.empty()) o.engine.tokenizer_path = o.tokenizer;
-  StatusOr<int64_t> kv_bytes = engine::ParseByteSize(o.kv_cache_memory);
   StatusOr<int64_t> body_bytes = engine::ParseByteSize(o.max_body_size);
-  if (!kv_bytes.ok() || !body_bytes.ok()) {
-    std::fprintf(stderr, "error: %s: %s\n", kv_bytes.ok() ? "--max-body-size" : "--kv-cache-memory",
-                 (kv_bytes.ok() ? body_bytes : kv_bytes).status().message().c_str());
+  if (!body_bytes.ok()) {
+    std::fprintf(stderr, "error: --max-body-size: %s\n", body_bytes.status().message().c_str());
     return kExitUsage;
   }
-  o.engine.kv_cache_bytes = *kv_bytes;
+  o.engine.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
+  o.engine.max_model_len = o.kv_cache.max_model_len;
   o.server.max_body_bytes = *body_bytes;
   o.server.model_path = o.model;
   if (o.server.served_model_name.empty()) o.server.served_model_name = DefaultModelName(o.model);
@@ -442,8 +442,7 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--block-size", o->engine.block_size, "KV cache block size in tokens")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--kv-cache-memory", o->kv_cache_memory, "KV cache memory per rank")
-      ->capture_default_str();
+  AddKvCacheFlags(cmd, &o->kv_cache);
   cmd->add_option("--threads", o->engine.num_threads, "Threads per rank (0: all cores)")
       ->check(Threads())
       ->capture_default_str();
@@ -457,8 +456,6 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
                   "0: no limit)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--max-model-len", o->engine.max_model_len,
-                  "Context length (default: the model's)");
   cmd->add_option("--http-threads", o->server.http_threads,
                   "Threads that parse requests and render prompts (connections and streams "
                   "hold none)")
