@@ -3,8 +3,8 @@
 // AsyncExecutor: the bounded queues of async extraction points and the fixed worker pool that
 // serves them (DESIGN.md "Capture and routing"; Undercurrent v0.1 inventory §4, fixed).
 //
-// One Queue per (request, async point) — a "binding". Push() never waits for a probe: a full
-// queue applies its overflow policy —
+// One Queue per (request, async point) — a "binding". Push() never waits for a probe (it may
+// run one fast call itself, below): a full queue applies its overflow policy —
 //   drop_oldest  evict the oldest queued record, accept the new one (the evicted one counts)
 //   drop_newest  discard the incoming record (counts)
 //   block        wait for space (backpressure on the caller; nothing dropped)
@@ -21,8 +21,8 @@
 // The workers serve queues round-robin: a worker takes one record from the queue at the head of
 // the ready list, runs the handler, and puts the queue back at the tail if it still has work.
 // No thread is held by an idle queue and no queue starves however many are live; at most one
-// worker runs a queue's handler at a time, so a queue's records are handled one by one in push
-// order (a probe needs no locking).
+// thread (worker or pusher) runs a queue's handler at a time, so a queue's records are handled
+// one by one in push order (a probe needs no locking).
 //
 // Close(q, deadline, on_closed) ends a queue: it takes no more records, its backlog is still
 // handled, and on_closed runs exactly once — when the backlog is done, or at the deadline. At
