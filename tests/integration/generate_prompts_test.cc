@@ -4,6 +4,7 @@
 // the engine rejects gets its own error line while the others complete (exit 1).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -273,6 +274,124 @@ extraction_points:
     }
     EXPECT_EQ(line["probing"]["drift"]["verdict"]["count"], 40);
     EXPECT_EQ(line["probing"]["slow"]["verdict"]["count"], 40);
+  }
+}
+
+// An async point named `observer` at layers 0 and 4 of every generated token (issue 56).
+std::string ObserverSpec(const std::string& probe, int queue_depth, const std::string& args) {
+  return R"(version: "1"
+extraction_points:
+  - name: observer
+    layers: [0, 4]
+    tensor_type: residual_stream
+    position: "generated[*]"
+    probe_type: )" +
+         probe + R"(
+    probe_kind: trajectory
+    execution_mode: async
+    queue_depth: )" +
+         std::to_string(queue_depth) + (args.empty() ? "" : "\n    probe_args: " + args) + "\n";
+}
+
+// Issue 56: steps microseconds apart, step threads on every core (default --threads) and a busy
+// machine kept the async workers off the CPU until the request ended, so a depth-4 drop_oldest
+// queue kept 4 of 40 records. A full queue no worker has reached is now served by the engine
+// thread while its probe is fast: all 40 processed, none dropped, in each of 20 runs.
+TEST(GeneratePromptsTest, AsyncObserverSeesEveryActivationWithDefaultThreads) {
+  const fs::path spec = WriteFile("spec.yaml", ObserverSpec("running_mean", 4, ""));
+  const fs::path metrics_file = spec.parent_path() / "metrics.prom";
+  for (int run = 0; run < 20; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const CliResult r = RunCli(
+        "--prompt 'Once upon a time' --max-tokens 20 --ignore-eos --json "
+        "--spec '" +
+        spec.string() + "' --metrics-file '" + metrics_file.string() + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json line = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    const nlohmann::json& queue = line["probing"]["observer"]["metadata"]["queue"];
+    EXPECT_EQ(queue["accepted"], 40) << queue;
+    EXPECT_EQ(queue["processed"], 40) << queue;
+    EXPECT_EQ(queue["dropped"]["overflow"], 0) << queue;
+    const std::string metrics = ReadText(metrics_file);
+    EXPECT_EQ(Series(metrics,
+                     "undercurrent_probe_activations_total{execution_mode=\"async\","
+                     "extraction_point=\"observer\"}"),
+              40)
+        << metrics;
+    EXPECT_EQ(Series(metrics,
+                     "undercurrent_queue_drops_total{extraction_point=\"observer\","
+                     "reason=\"overflow\"}"),
+              0)
+        << metrics;
+  }
+}
+
+// The same with 16 concurrent requests (16 queues of depth 16 filled every step, 4 workers).
+TEST(GeneratePromptsTest, AsyncObserverSeesEveryActivationOf16Requests) {
+  std::string jsonl;
+  for (int i = 0; i < 16; ++i) {
+    jsonl += "{\"id\": \"r" + std::to_string(i) +
+             "\", \"prompt\": \"Once upon a time\", \"max_tokens\": 20, \"ignore_eos\": true, "
+             "\"seed\": " +
+             std::to_string(i) + "}\n";
+  }
+  const fs::path prompts = WriteFile("prompts.jsonl", jsonl);  // a fresh directory
+  const fs::path spec = prompts.parent_path() / "spec.yaml";
+  std::ofstream(spec) << ObserverSpec("running_mean", 16, "");
+  const fs::path metrics_file = prompts.parent_path() / "metrics.prom";
+  for (int run = 0; run < 20; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const CliResult r = RunCli("--prompts '" + prompts.string() + "' --json --spec '" +
+                               spec.string() + "' --metrics-file '" + metrics_file.string() + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto lines = JsonLines(r.output);
+    ASSERT_EQ(lines.size(), 16u) << r.output;
+    for (const auto& [id, line] : lines) {
+      const nlohmann::json& queue = line["probing"]["observer"]["metadata"]["queue"];
+      EXPECT_EQ(queue["accepted"], 40) << id << " " << queue;
+      EXPECT_EQ(queue["processed"], 40) << id << " " << queue;
+    }
+    const std::string metrics = ReadText(metrics_file);
+    EXPECT_EQ(Series(metrics,
+                     "undercurrent_probe_activations_total{execution_mode=\"async\","
+                     "extraction_point=\"observer\"}"),
+              640)
+        << metrics;
+    EXPECT_EQ(Series(metrics,
+                     "undercurrent_queue_drops_total{extraction_point=\"observer\","
+                     "reason=\"overflow\"}"),
+              0)
+        << metrics;
+  }
+}
+
+// A slow async probe (1 ms an activation) is not run on the engine thread beyond the one call
+// that measures it, so it still loses records, and only as many as its speed explains: while
+// the request ran (its latency) the probe could handle at most one record a millisecond, plus
+// that one call, plus the depth-4 backlog drained after the end.
+TEST(GeneratePromptsTest, ASlowAsyncObserverLosesWhatItsSpeedExplains) {
+  const fs::path spec =
+      WriteFile("spec.yaml", ObserverSpec("plugin_slow_count", 4, "{sleep_ms: 1}"));
+  for (int run = 0; run < 5; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    const CliResult r = RunCli(
+        "--prompt 'Once upon a time' --max-tokens 20 --ignore-eos --json "
+        "--spec '" +
+        spec.string() + "' --probe-plugin '" + UC_TEST_PROBE_PLUGIN + "'");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json line = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    const nlohmann::json& queue = line["probing"]["observer"]["metadata"]["queue"];
+    const int64_t processed = queue["processed"];
+    const int64_t dropped = queue["dropped"]["overflow"];
+    EXPECT_EQ(queue["accepted"], 40) << queue;
+    EXPECT_EQ(processed + dropped, 40) << queue;
+    EXPECT_EQ(queue["dropped"]["drain_timeout"], 0) << queue;
+    EXPECT_GE(processed, 4) << queue;
+    const double latency_ms = line["metrics"]["latency_seconds"].get<double>() * 1000;
+    EXPECT_LE(processed, 4 + 1 + static_cast<int64_t>(latency_ms) + 1)
+        << queue << " latency " << latency_ms << " ms";
+    std::printf("slow observer: %lld processed, %lld dropped, request latency %.1f ms\n",
+                static_cast<long long>(processed), static_cast<long long>(dropped), latency_ms);
   }
 }
 

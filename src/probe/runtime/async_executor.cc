@@ -3,10 +3,22 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
+#include <utility>
+
 #include "base/check.h"
 #include "base/logging.h"
 
 namespace uc::probe {
+namespace {
+// A Push that finds its queue full while no worker is in the queue's handler, and a worker is
+// free (the workers were woken but not yet scheduled: a busy machine, steps microseconds apart)
+// does not drop at once. While the handler's last call took at most kPusherServesUpTo it serves
+// the oldest record itself; otherwise it parks for up to kPusherWaitsUpTo for a worker to take
+// one, giving its CPU to the workers. Either way the step pays at most about that much for a
+// record that would otherwise be lost for want of a scheduled worker, not for the probe's speed.
+constexpr AsyncExecutor::Clock::duration kPusherServesUpTo = std::chrono::microseconds(100);
+constexpr AsyncExecutor::Clock::duration kPusherWaitsUpTo = std::chrono::milliseconds(1);
+}  // namespace
 
 nlohmann::json QueueCounts::ToJson() const {
   return {{"capacity", capacity},
@@ -30,6 +42,8 @@ class AsyncExecutor::Queue {
   bool in_ready = false;  // listed in ready_
   bool closed = false;
   bool finished = false;  // on_closed has been taken
+  // How long the handler's last call took (wall time, any thread); zero before the first.
+  Clock::duration last_call{};
   Clock::time_point deadline = Clock::time_point::max();
   OnClosed on_closed;
 
@@ -70,6 +84,20 @@ PushResult AsyncExecutor::Push(const std::shared_ptr<Queue>& queue, ActivationRe
   if (stopping_ || q.closed) {
     ++q.counts.refused_closed;
     return PushResult::kClosed;
+  }
+  const auto full = [&] { return static_cast<int>(q.items.size()) >= q.counts.capacity; };
+  if (full() && !q.running) {
+    // No worker holds the queue (see kPusherServesUpTo).
+    if (q.last_call <= kPusherServesUpTo) {
+      ServeOldestLocked(lock, queue, /*by_worker=*/false);
+    } else if (busy_workers_ < static_cast<int>(workers_.size())) {
+      space_cv_.wait_for(lock, kPusherWaitsUpTo,
+                         [&] { return stopping_ || q.closed || q.running || !full(); });
+    }
+    if (stopping_ || q.closed) {
+      ++q.counts.refused_closed;
+      return PushResult::kClosed;
+    }
   }
   PushResult result = PushResult::kAccepted;
   if (static_cast<int>(q.items.size()) >= q.counts.capacity) {
@@ -165,6 +193,48 @@ QueueCounts AsyncExecutor::Counts(const Queue& queue) const {
   return queue.counts;
 }
 
+void AsyncExecutor::ServeOldestLocked(std::unique_lock<std::mutex>& lock,
+                                      const std::shared_ptr<Queue>& queue, bool by_worker) {
+  Queue& q = *queue;
+  ActivationRecord record = std::move(q.items.front());
+  q.items.pop_front();
+  q.DepthChanged(-1);
+  q.running = true;
+  if (by_worker) ++busy_workers_;
+  space_cv_.notify_all();
+  lock.unlock();
+  const Clock::time_point start = Clock::now();
+  try {
+    q.handler(record);
+  } catch (const std::exception& e) {
+    UC_LOG(WARNING) << "async handler threw: " << e.what();
+  } catch (...) {
+    UC_LOG(WARNING) << "async handler threw a non-exception";
+  }
+  const Clock::duration took = Clock::now() - start;
+  lock.lock();
+  q.running = false;
+  if (by_worker) --busy_workers_;
+  q.last_call = took;
+  ++q.counts.processed;
+  if (q.finished) return;  // gave up at its deadline while this record ran
+  std::function<void()> done;
+  if (!q.items.empty()) {
+    if (!q.in_ready) {
+      q.in_ready = true;
+      ready_.push_back(queue);                // to the tail: round-robin among queues with work
+      if (!by_worker) work_cv_.notify_one();  // a worker goes on to ready_ by itself
+    }
+  } else if (q.closed) {
+    done = FinishLocked(q, true);
+  }
+  if (done) {
+    lock.unlock();
+    done();
+    lock.lock();
+  }
+}
+
 void AsyncExecutor::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
@@ -173,38 +243,9 @@ void AsyncExecutor::WorkerLoop() {
     std::shared_ptr<Queue> q = std::move(ready_.front());
     ready_.pop_front();
     q->in_ready = false;
-    if (q->items.empty()) continue;  // discarded while listed
-    ActivationRecord record = std::move(q->items.front());
-    q->items.pop_front();
-    q->DepthChanged(-1);
-    q->running = true;
-    space_cv_.notify_all();
-    lock.unlock();
-    try {
-      q->handler(record);
-    } catch (const std::exception& e) {
-      UC_LOG(WARNING) << "async handler threw: " << e.what();
-    } catch (...) {
-      UC_LOG(WARNING) << "async handler threw a non-exception";
-    }
-    std::function<void()> done;
-    lock.lock();
-    q->running = false;
-    ++q->counts.processed;
-    if (q->finished) continue;  // gave up at its deadline while this record ran
-    if (!q->items.empty()) {
-      if (!q->in_ready) {
-        q->in_ready = true;
-        ready_.push_back(q);  // to the tail: round-robin among queues with work
-      }
-    } else if (q->closed) {
-      done = FinishLocked(*q, true);
-    }
-    if (done) {
-      lock.unlock();
-      done();
-      lock.lock();
-    }
+    // Discarded while listed, or a pusher is serving it (it lists the queue again when done).
+    if (q->items.empty() || q->running) continue;
+    ServeOldestLocked(lock, q, /*by_worker=*/true);
   }
 }
 

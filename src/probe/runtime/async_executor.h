@@ -3,16 +3,26 @@
 // AsyncExecutor: the bounded queues of async extraction points and the fixed worker pool that
 // serves them (DESIGN.md "Capture and routing"; Undercurrent v0.1 inventory §4, fixed).
 //
-// One Queue per (request, async point) — a "binding". Push() never waits for a probe: a full
-// queue applies its overflow policy —
+// One Queue per (request, async point) — a "binding". Push() never waits for a probe (it may
+// run one fast call itself, below): a full queue applies its overflow policy —
 //   drop_oldest  evict the oldest queued record, accept the new one (the evicted one counts)
 //   drop_newest  discard the incoming record (counts)
 //   block        wait for space (backpressure on the caller; nothing dropped)
+// — except that records are not dropped for want of a scheduled worker. Under drop_oldest and
+// drop_newest, a Push that finds its queue full while no worker is in its handler (the workers
+// were woken but have not run: a busy machine, step threads on every core, steps microseconds
+// apart) first
+//   - serves the oldest record itself, on the pushing thread, while the handler's last call
+//     took at most 100 us (the pusher is delayed by about that much);
+//   - else, when some worker is not in a handler, parks for up to 1 ms for a worker to take a
+//     record (its CPU goes to the workers; the pusher waits for a worker, never for a probe);
+// and only then applies the policy. A queue a worker is running when it fills, or whose slow
+// handler finds every worker busy, loses records at once: drops then measure the probes' speed.
 // The workers serve queues round-robin: a worker takes one record from the queue at the head of
 // the ready list, runs the handler, and puts the queue back at the tail if it still has work.
 // No thread is held by an idle queue and no queue starves however many are live; at most one
-// worker runs a queue's handler at a time, so a queue's records are handled one by one in push
-// order (a probe needs no locking).
+// thread (worker or pusher) runs a queue's handler at a time, so a queue's records are handled
+// one by one in push order (a probe needs no locking).
 //
 // Close(q, deadline, on_closed) ends a queue: it takes no more records, its backlog is still
 // handled, and on_closed runs exactly once — when the backlog is done, or at the deadline. At
@@ -24,8 +34,9 @@
 // (overflow, drain_timeout, shutdown); a push into a closed queue is refused and reported as
 // kClosed. When `metrics` is given, queue depth/capacity and drops are mirrored there.
 //
-// Thread-safety: every method is thread-safe. Handlers run on the workers; on_closed runs on
-// the thread that closed the queue (if it was already idle), a worker, or the timer thread.
+// Thread-safety: every method is thread-safe. Handlers run on the workers or (see above) on a
+// pushing thread, one at a time per queue; on_closed runs on the thread that closed the queue
+// (if it was already idle), a worker, a pusher, or the timer thread.
 #pragma once
 
 #include <chrono>
@@ -96,6 +107,9 @@ class AsyncExecutor {
   std::shared_ptr<Queue> Open(int capacity, OverflowPolicy policy, Handler handler,
                               PointMetrics* metrics);
   // Queues `record` under the queue's policy. With kBlock, waits for space (or Close/Stop).
+  // When the queue is full and no worker holds it, may first run its handler once on this
+  // thread or wait up to 1 ms for a worker (see the file comment): the caller must hold nothing
+  // the handler takes.
   PushResult Push(const std::shared_ptr<Queue>& queue, ActivationRecord record);
   // Ends `queue` (see the file comment). A second Close only moves the deadline earlier.
   void Close(const std::shared_ptr<Queue>& queue, Clock::time_point deadline, OnClosed on_closed);
@@ -110,6 +124,11 @@ class AsyncExecutor {
 
  private:
   void WorkerLoop();
+  // Under `lock` (on mu_), with `queue` non-empty and not running: takes its oldest record,
+  // runs the handler unlocked (counted in busy_workers_ when `by_worker`), then relists the
+  // queue if it has more work or finishes it if it is closed and empty. Returns with `lock` held.
+  void ServeOldestLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Queue>& queue,
+                         bool by_worker);
   void TimerLoop();
   // Under mu_: marks `q` finished and returns its callback with the end state.
   std::function<void()> FinishLocked(Queue& q, bool drained);
@@ -122,6 +141,7 @@ class AsyncExecutor {
   std::deque<std::shared_ptr<Queue>> ready_;
   std::multimap<Clock::time_point, std::weak_ptr<Queue>> deadlines_;
   bool stopping_ = false;
+  int busy_workers_ = 0;  // workers in a handler
   std::vector<std::thread> workers_;
   std::thread timer_;
 };

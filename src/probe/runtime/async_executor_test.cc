@@ -4,6 +4,7 @@
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -253,6 +254,94 @@ TEST(AsyncExecutorTest, ManyQueuesShareFewWorkersFairly) {
   for (size_t k = first_third; k < order.size(); ++k) late_firsts += order[k].second == 0;
   EXPECT_LE(late_firsts, ex.num_workers() - 1)
       << "queues were served a third time before others were served at all";
+}
+
+// Issue 56: steps microseconds apart on a busy machine fill a queue before any worker runs.
+// With the only worker held elsewhere, a full queue of a fast probe is served by the pusher
+// (oldest first, in push order), so nothing is dropped for want of a scheduled worker.
+TEST(AsyncExecutorTest, APusherServesAFullQueueNoWorkerHasReached) {
+  for (OverflowPolicy policy : {OverflowPolicy::kDropOldest, OverflowPolicy::kDropNewest}) {
+    SCOPED_TRACE(std::string(Name(policy)));
+    AsyncExecutor ex(1);
+    Gate gate;
+    auto blocker = ex.Open(
+        1, OverflowPolicy::kDropOldest, [&](ActivationRecord&) { gate.Wait(); }, nullptr);
+    ex.Push(blocker, Rec("b", 0));
+    gate.WaitUntilEntered();
+    Seen seen;
+    std::atomic<int> on_pusher{0};
+    const std::thread::id pusher = std::this_thread::get_id();
+    auto q = ex.Open(
+        4, policy,
+        [&](ActivationRecord& r) {
+          if (std::this_thread::get_id() == pusher) ++on_pusher;
+          seen.Add(r.token_pos);
+        },
+        nullptr);
+    for (int p = 0; p < 10; ++p) EXPECT_EQ(ex.Push(q, Rec("a", p)), PushResult::kAccepted);
+    // The pusher served only what made room; the backlog waits for the worker.
+    EXPECT_EQ(on_pusher.load(), 6);
+    EXPECT_EQ(seen.Get(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+    EXPECT_EQ(ex.Counts(*q).depth, 4);
+    gate.Open();
+    const AsyncExecutor::EndState end = CloseAndWait(ex, q);
+    EXPECT_EQ(end.counts.processed, 10);
+    EXPECT_EQ(end.counts.dropped(), 0);
+    EXPECT_EQ(seen.Get(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+    CloseAndWait(ex, blocker);
+  }
+}
+
+// A probe slower than the pusher may be delayed by (100 us a call) is served by the pusher at
+// most once — the call that measures it — and then loses records to its policy.
+TEST(AsyncExecutorTest, APusherDoesNotServeASlowProbe) {
+  AsyncExecutor ex(1);
+  Gate gate;
+  auto blocker = ex.Open(
+      1, OverflowPolicy::kDropOldest, [&](ActivationRecord&) { gate.Wait(); }, nullptr);
+  ex.Push(blocker, Rec("b", 0));
+  gate.WaitUntilEntered();
+  std::atomic<int> calls{0};
+  auto q = ex.Open(
+      4, OverflowPolicy::kDropOldest,
+      [&](ActivationRecord&) {
+        ++calls;
+        std::this_thread::sleep_for(2ms);
+      },
+      nullptr);
+  for (int p = 0; p < 10; ++p) ex.Push(q, Rec("a", p));
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(ex.Counts(*q).dropped_overflow, 5);
+  gate.Open();
+  const AsyncExecutor::EndState end = CloseAndWait(ex, q);
+  EXPECT_EQ(end.counts.processed, 5);
+  EXPECT_EQ(end.counts.dropped_overflow, 5);
+  CloseAndWait(ex, blocker);
+}
+
+// Pushers and workers racing for one small queue: the handler never runs twice at once, records
+// are handled in push order, and every record is processed or counted.
+TEST(AsyncExecutorTest, PusherAndWorkersNeverOverlapOnAQueue) {
+  AsyncExecutor ex(4);
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  Seen seen;
+  auto q = ex.Open(
+      2, OverflowPolicy::kDropOldest,
+      [&](ActivationRecord& r) {
+        if (inside.fetch_add(1) != 0) overlapped = true;
+        seen.Add(r.token_pos);
+        inside.fetch_sub(1);
+      },
+      nullptr);
+  constexpr int kRecords = 20000;
+  for (int p = 0; p < kRecords; ++p) ex.Push(q, Rec("a", p));
+  const AsyncExecutor::EndState end = CloseAndWait(ex, q);
+  EXPECT_FALSE(overlapped.load());
+  const std::vector<int64_t> got = seen.Get();
+  EXPECT_TRUE(std::is_sorted(got.begin(), got.end()));
+  EXPECT_EQ(end.counts.processed, static_cast<int64_t>(got.size()));
+  EXPECT_EQ(end.counts.processed + end.counts.dropped(), kRecords);
 }
 
 TEST(AsyncExecutorTest, CloseDrainsTheBacklogBeforeTheCallback) {

@@ -30,8 +30,10 @@
 // Async points (async_executor.h): each (request, point) has a bounded queue (the point's
 //   queue_depth and overflow_policy, else the session defaults) served by a fixed worker pool;
 //   routing only enqueues, so a slow async probe never slows generation (unless its policy is
-//   `block`). Every record is processed or counted as dropped, per point and per binding (the
-//   result's metadata.queue).
+//   `block`): a full queue that no worker has reached is served on the engine thread when its
+//   probe is fast (at most 100 us a call), else the engine thread waits up to 1 ms for a free
+//   worker to reach it, so records are not lost for want of a scheduled worker. Every record is
+//   processed or counted as dropped, per point and per binding (the result's metadata.queue).
 // End of a request: its async queues drain (bounded by drain_timeout_seconds, after which the
 //   backlog is discarded and counted) before OnEnd; then one result per point goes to the sinks
 //   and to the result callback. Requests without async points are finalized at once, on the
