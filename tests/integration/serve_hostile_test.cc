@@ -667,36 +667,42 @@ TEST(ServeHostileTest, ErrorBodiesCapEchoedValues) {
   EXPECT_EQ(server.Wait(), 0) << server.log();
 }
 
-// One address may hold --max-connections-per-client connections; more from it get 503 while
-// another address (127.0.0.2) is still served.
+// One address may hold --max-connections-per-client connections (by default half of
+// --max-connections); more from it get 503 while another address (127.0.0.2) is still served.
 TEST(ServeHostileTest, ClientsAreCappedPerAddress) {
-  ServeProcess server({"--model", kModel, "--threads", "1", "--max-connections", "64",
-                       "--max-connections-per-client", "8"});
-  ASSERT_TRUE(server.ok()) << server.log();
-  const int port = server.port();
-  std::vector<int> held;
-  for (int i = 0; i < 8; ++i) {
-    const int fd = Connect(port);
-    ASSERT_GE(fd, 0);
-    held.push_back(fd);
+  for (const std::vector<std::string>& limits :
+       {std::vector<std::string>{"--max-connections", "64", "--max-connections-per-client", "8"},
+        std::vector<std::string>{"--max-connections", "16"}}) {
+    SCOPED_TRACE(limits.size() == 2 ? "default cap" : "explicit cap");
+    std::vector<std::string> args = {"--model", kModel, "--threads", "1"};
+    args.insert(args.end(), limits.begin(), limits.end());
+    ServeProcess server(args);
+    ASSERT_TRUE(server.ok()) << server.log();
+    const int port = server.port();
+    std::vector<int> held;
+    for (int i = 0; i < 8; ++i) {
+      const int fd = Connect(port);
+      ASSERT_GE(fd, 0);
+      held.push_back(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::string r = testing::RawHttp(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(StatusOf(r), 503) << r;
+    EXPECT_EQ(ErrorCode(r), "server_busy") << r;
+    const int other = ConnectFrom("127.0.0.2", port);
+    ASSERT_GE(other, 0) << "cannot bind 127.0.0.2";
+    ASSERT_TRUE(SendAll(other, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    const std::string served = ReadAll(other, 5);
+    close(other);
+    EXPECT_EQ(StatusOf(served), 200) << served;
+    close(held.back());
+    held.pop_back();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(HttpGet(port, "/health").status, 200);
+    for (int fd : held) close(fd);
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(), 0) << server.log();
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  const std::string r = testing::RawHttp(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_EQ(StatusOf(r), 503) << r;
-  EXPECT_EQ(ErrorCode(r), "server_busy") << r;
-  const int other = ConnectFrom("127.0.0.2", port);
-  ASSERT_GE(other, 0) << "cannot bind 127.0.0.2";
-  ASSERT_TRUE(SendAll(other, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-  const std::string served = ReadAll(other, 5);
-  close(other);
-  EXPECT_EQ(StatusOf(served), 200) << served;
-  close(held.back());
-  held.pop_back();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(HttpGet(port, "/health").status, 200);
-  for (int fd : held) close(fd);
-  server.Signal(SIGTERM);
-  EXPECT_EQ(server.Wait(), 0) << server.log();
 }
 
 // `ulimit -n 128` used to compute "-128 connections" and answer everything with 503: now the

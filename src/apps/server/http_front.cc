@@ -653,6 +653,9 @@ Status HttpFront::Impl::Bind() {
     acceptor_.close(ec);
     return fits;
   }
+  if (options_.max_connections_per_client < 0) {
+    options_.max_connections_per_client = std::max(1, options_.max_connections / 2);
+  }
   return OkStatus();
 }
 

@@ -60,7 +60,9 @@ struct HttpFrontOptions {
   int io_threads = 2;
   int handler_threads = 8;
   int max_connections = 1024;
-  int max_connections_per_client = 128;  // by peer address; 0: no limit
+  // By peer address: -1 (default) half of max_connections (after it is fitted to the open-file
+  // limit), 0 no limit.
+  int max_connections_per_client = -1;
   int64_t max_header_bytes = 32 << 10;
   int max_header_fields = 100;
   int64_t max_body_bytes = int64_t{8} << 20;

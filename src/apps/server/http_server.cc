@@ -192,7 +192,7 @@ Server::Server(engine::LLMEngine* engine, probe::ProbeSets* probe_sets, probe::M
   front.port = options_.port;
   front.handler_threads = std::max(1, options_.http_threads);
   front.max_connections = std::max(1, options_.max_connections);
-  front.max_connections_per_client = std::max(0, options_.max_connections_per_client);
+  front.max_connections_per_client = std::max(-1, options_.max_connections_per_client);
   front.light_paths = {"/health", "/metrics"};
   front.max_body_bytes = options_.max_body_bytes;
   front.idle_timeout_seconds = options_.idle_timeout_seconds;

@@ -73,11 +73,12 @@ struct ServerOptions {
   int64_t max_body_bytes = int64_t{8} << 20;  // after Content-Encoding is undone
   int http_threads = 8;  // handler threads (parse, render, tokenize); connections need none
   int max_connections = 1024;
-  int max_connections_per_client = 128;  // open connections from one address; 0: no limit
-  double idle_timeout_seconds = 60;      // a kept-alive connection waiting for its next request
-  double header_timeout_seconds = 10;    // a request head, from its first byte
-  double body_timeout_seconds = 60;      // a request body
-  double write_timeout_seconds = 60;     // each write of a response
+  // Open connections from one address: -1 half of max_connections, 0 no limit.
+  int max_connections_per_client = -1;
+  double idle_timeout_seconds = 60;    // a kept-alive connection waiting for its next request
+  double header_timeout_seconds = 10;  // a request head, from its first byte
+  double body_timeout_seconds = 60;    // a request body
+  double write_timeout_seconds = 60;   // each write of a response
   double heartbeat_seconds = 1.0;
   // How long a finished response waits for its probe results (async points deliver them once
   // their queues drained, which the session bounds by its own drain timeout).
