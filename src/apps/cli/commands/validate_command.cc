@@ -42,10 +42,12 @@ std::vector<std::string> CheckProbes(const probe::Spec& spec, probe::MessageStyl
   return problems;
 }
 
-// Always: the numeric probe_args of built-in probe types are finite (generate and serve refuse
-// a NaN or infinite threshold when they build the probe; validate must not call it OK).
+// Always: the numeric arguments built-in probe types read (threshold, bias, alpha, window) are
+// finite: generate and serve refuse a NaN or infinite one when they build the probe, so
+// validate must not call it OK. Other keys are left to the probe (v0.1 checks none).
 std::vector<std::string> CheckBuiltinArgs(const probe::Spec& spec, probe::MessageStyle style) {
   static const std::vector<std::string> builtins = probe::ProbeRegistry().List();
+  static const std::vector<std::string> numeric = {"threshold", "bias", "alpha", "window"};
   std::vector<std::string> problems;
   for (size_t i = 0; i < spec.extraction_points.size(); ++i) {
     const probe::ExtractionPoint& p = spec.extraction_points[i];
@@ -54,7 +56,10 @@ std::vector<std::string> CheckBuiltinArgs(const probe::Spec& spec, probe::Messag
       continue;
     }
     for (const auto& [key, value] : p.probe_args.items()) {
-      if (!value.is_number_float() || std::isfinite(value.get<double>())) continue;
+      if (std::find(numeric.begin(), numeric.end(), key) == numeric.end() ||
+          !value.is_number_float() || std::isfinite(value.get<double>())) {
+        continue;
+      }
       const double v = value.get<double>();
       std::string where;
       if (style == probe::MessageStyle::kV0_1) {
