@@ -6,7 +6,12 @@ Starts the server on a free loopback port, then for --duration seconds runs:
     probability --disconnect-rate (a client that goes away);
   * --slowloris clients that dribble a request head one byte at a time and reconnect whenever the
     server cuts them off;
-  * --idle sockets that connect and never send.
+  * --idle sockets that connect and never send;
+  * --attackers clients that cycle through the attacks of the second hardening round: an 8 MiB
+    body announced without the API key (with --api-key) and mostly sent, 8e6 '[' as a JSON body,
+    a Transfer-Encoding/Content-Length smuggling pair, a 4 MB unknown field name; their answers
+    are counted by status, apart from the well-behaved clients' errors;
+  * one liveness prober: GET /health every 100 ms, its latency percentiles reported.
 Every second it samples the server's resident memory and open file descriptors. At the end it
 prints (and writes as JSON with --json) completions/s, latency and time-to-first-token
 percentiles, errors, peak RSS and the fd counts at start and end.
@@ -58,16 +63,23 @@ class Stats:
         self.ttft = []
         self.tokens = 0
         self.slowloris_cutoffs = 0
+        self.attacks = {}
+        self.health_ms = []
+        self.health_errors = 0
 
 
-async def stream_once(port, body, drop_after, stats):
+def auth_header(args):
+    return f"Authorization: Bearer {args.api_key}\r\n".encode() if args.api_key else b""
+
+
+async def stream_once(port, body, drop_after, stats, auth=b""):
     start = time.monotonic()
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         payload = json.dumps(body).encode()
         writer.write(
             b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+            + auth + f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
         await writer.drain()
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 120)
         status = int(head.split(b" ", 2)[1])
@@ -125,7 +137,7 @@ async def client_loop(port, args, stats, deadline, rng):
         drop = rng.randint(1, max(1, args.max_tokens // 2)) \
             if rng.random() < args.disconnect_rate else None
         try:
-            await stream_once(port, body, drop, stats)
+            await stream_once(port, body, drop, stats, auth_header(args))
         except Exception as e:  # a failure the server caused
             stats.errors.append(f"{type(e).__name__}: {e}")
             await asyncio.sleep(0.1)
@@ -173,6 +185,74 @@ async def idle_loop(port, deadline):
             writer.close()
 
 
+async def attack_once(port, name, payload, send_limit=None):
+    """Sends `payload` (at most `send_limit` bytes of it) and returns the answer's status."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        data = payload if send_limit is None else payload[:send_limit]
+        for i in range(0, len(data), 1 << 20):
+            writer.write(data[i:i + (1 << 20)])
+            try:
+                await asyncio.wait_for(writer.drain(), 10)
+            except (ConnectionError, OSError, asyncio.TimeoutError):
+                break  # the server answered and closed before the rest: the point
+        head = await asyncio.wait_for(reader.read(64), 30)
+        return head[9:12].decode(errors="replace") if head else "closed"
+    except (ConnectionError, OSError, asyncio.TimeoutError) as e:
+        return type(e).__name__
+    finally:
+        writer.close()
+
+
+async def attacker_loop(port, args, stats, deadline):
+    auth = auth_header(args)
+    deep = b"[" * 8000000
+    huge_field = b'{"prompt": "x", "' + b"k" * (4 << 20) + b'": 1}'
+    attacks = []
+    if args.api_key:
+        attacks.append(("unauthenticated_8mib_body",
+                        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                        b"Content-Length: 8388608\r\n\r\n" + b"[" * (7 << 20), None))
+    attacks.append(("deep_json", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth +
+                    f"Content-Length: {len(deep)}\r\n\r\n".encode() + deep, None))
+    small = b'{"prompt": "Once", "max_tokens": 2}'
+    attacks.append(("smuggling", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth +
+                    b"Transfer-Encoding: chunked, identity\r\n" +
+                    f"Content-Length: {len(small)}\r\n\r\n".encode() + small +
+                    b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", None))
+    attacks.append(("unknown_4mb_field", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth +
+                    f"Content-Length: {len(huge_field)}\r\n\r\n".encode() + huge_field, None))
+    i = 0
+    while time.monotonic() < deadline:
+        name, payload, limit = attacks[i % len(attacks)]
+        i += 1
+        try:
+            status = await attack_once(port, name, payload, limit)
+        except OSError as e:
+            status = type(e).__name__
+        key = f"{name}:{status}"
+        stats.attacks[key] = stats.attacks.get(key, 0) + 1
+        await asyncio.sleep(0.05)
+
+
+async def health_loop(port, stats, deadline):
+    while time.monotonic() < deadline:
+        start = time.monotonic()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            head = await asyncio.wait_for(reader.read(64), 30)
+            writer.close()
+            if head.startswith(b"HTTP/1.1 200"):
+                stats.health_ms.append((time.monotonic() - start) * 1000)
+            else:
+                stats.health_errors += 1
+        except (ConnectionError, OSError, asyncio.TimeoutError):
+            stats.health_errors += 1
+        await asyncio.sleep(0.1)
+
+
 async def sampler(pid, samples, deadline):
     while time.monotonic() < deadline:
         samples.append((time.monotonic(),) + proc_sample(pid))
@@ -189,6 +269,8 @@ async def run(port, pid, args):
               for _ in range(args.clients)]
     tasks += [slowloris_loop(port, stats, deadline) for _ in range(args.slowloris)]
     tasks += [idle_loop(port, deadline) for _ in range(args.idle)]
+    tasks += [attacker_loop(port, args, stats, deadline) for _ in range(args.attackers)]
+    tasks.append(health_loop(port, stats, deadline))
     started = time.monotonic()
     await asyncio.gather(*tasks)
     return stats, samples, time.monotonic() - started
@@ -207,18 +289,22 @@ def main():
     p.add_argument("--disconnect-rate", type=float, default=0.2)
     p.add_argument("--threads", type=int, default=1, help="engine threads")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--attackers", type=int, default=0,
+                   help="clients cycling through the hostile requests above")
+    p.add_argument("--api-key", default="", help="serve with this key; clients send it")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("serve_args", nargs="*", help="extra `serve` flags (after --)")
     args = p.parse_args()
 
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = args.clients + args.slowloris + args.idle + 256
+    want = args.clients + args.slowloris + args.idle + args.attackers + 256
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
 
     cmd = [args.binary, "serve", "--model", args.model, "--port", "0", "--threads",
-           str(args.threads)] + args.serve_args
+           str(args.threads)] + (["--api-key", args.api_key] if args.api_key else []) + \
+        args.serve_args
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     port = None
     for line in server.stdout:
@@ -258,6 +344,12 @@ def main():
         "ttft_p50_s": round(percentile(stats.ttft, 50), 3),
         "ttft_p99_s": round(percentile(stats.ttft, 99), 3),
         "slowloris_cut_off": stats.slowloris_cutoffs,
+        "attackers": args.attackers,
+        "attacks": dict(sorted(stats.attacks.items())),
+        "health_probes": len(stats.health_ms),
+        "health_errors": stats.health_errors,
+        "health_p50_ms": round(percentile(stats.health_ms, 50), 1),
+        "health_p99_ms": round(percentile(stats.health_ms, 99), 1),
         "rss_mib_start": round(rss0, 1),
         "rss_mib_end": round(rss1, 1),
         "rss_mib_peak": round(hwm, 1),

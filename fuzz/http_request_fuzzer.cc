@@ -4,7 +4,7 @@
 // bundled stories260K, serving in the background as `undercurrent serve` does. A request that
 // starts a generation is followed to its end (bounded) like a client would. Everything a client
 // sends must end in an HTTP status with a JSON (or metrics) body: never a crash, an exception or
-// a hang.
+// a hang; an accepted request has unambiguous framing, and an error body stays small.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -92,12 +92,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   UC_FUZZ_ASSERT(static_cast<int64_t>(request.body.size()) <= World::kMaxBody,
                  "the decoded body is within the limit");
+  UC_FUZZ_ASSERT(uc::server::CheckFraming(request.headers) == 0,
+                 "an accepted request has unambiguous framing (RFC 9112 6.1, 6.3)");
   HttpResponse response = world.server->Handle(request);
   UC_FUZZ_ASSERT(response.status >= 200 && response.status < 600, "an HTTP status");
   if (response.stream == nullptr) {
     if (response.content_type.rfind("application/json", 0) == 0) {
       UC_FUZZ_ASSERT(IsJson(response.body), "a JSON body is JSON");
     }
+    // Echoed values are cut: an error body stays small whatever the request held.
+    UC_FUZZ_ASSERT(response.status < 400 || response.body.size() <= 8192,
+                   "an error body is at most 8 KiB");
     Trace(request, response.status, 0);
     return 0;
   }

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,7 +31,8 @@ double SecondsSince(Clock::time_point start) {
 
 }  // namespace
 
-ServeProcess::ServeProcess(const std::vector<std::string>& args, double timeout_seconds) {
+ServeProcess::ServeProcess(const std::vector<std::string>& args, double timeout_seconds,
+                           int open_file_limit) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return;
   const std::string binary = CliBinary().string();
@@ -43,6 +45,11 @@ ServeProcess::ServeProcess(const std::vector<std::string>& args, double timeout_
     dup2(pipe_fds[1], 2);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
+    if (open_file_limit > 0) {
+      const rlimit limit{static_cast<rlim_t>(open_file_limit),
+                         static_cast<rlim_t>(open_file_limit)};
+      if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(126);
+    }
     std::vector<char*> c_args;
     for (std::string& a : argv) c_args.push_back(a.data());
     c_args.push_back(nullptr);

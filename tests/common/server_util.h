@@ -17,8 +17,10 @@ namespace uc::testing {
 class ServeProcess {
  public:
   // Starts `undercurrent serve --port 0 ARGS...` and waits (up to `timeout_seconds`) for its
-  // "listening on" line. Check ok() and log() on failure.
-  explicit ServeProcess(const std::vector<std::string>& args, double timeout_seconds = 120);
+  // "listening on" line. Check ok() and log() on failure. A non-zero `open_file_limit` is the
+  // process's open-file limit, soft and hard (as `ulimit -n` sets it).
+  explicit ServeProcess(const std::vector<std::string>& args, double timeout_seconds = 120,
+                        int open_file_limit = 0);
   ~ServeProcess();  // SIGKILLs a process still running
 
   bool ok() const { return port_ > 0; }

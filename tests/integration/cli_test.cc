@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "common/test_util.h"
 
@@ -36,6 +37,9 @@ CliResult RunCliStdout(const std::string& args) {
       "{ " + testing::CliBinary().string() + " " + args + " 2>/dev/null; }", &r.output);
   return r;
 }
+
+// The largest --threads the commands accept (flag_checks.h).
+constexpr int kThreadsFlagMax = 1024;
 
 // The bundled model (a Hugging Face directory).
 const std::string kModel = std::string(UC_SOURCE_DIR) + "/models/stories260K";
@@ -206,13 +210,84 @@ TEST(CliTest, NonRegularFilesAreRefused) {
        "prompts file " + fifo.string() + ": is a FIFO, not a regular file"},
       {"serve --model " + kModel + " --port 0 --chat-template /dev/zero",
        "chat template file /dev/zero: is a character device, not a regular file"},
+      // capture read its prompts whole with a stream: a FIFO blocked, /dev/urandom grew to
+      // gigabytes.
+      {"capture --model " + kModel + " --spec " + (dir / "spec.yaml").string() + " --prompts " +
+           fifo.string() + " --out " + (dir / "out").string(),
+       "prompts file " + fifo.string() + ": is a FIFO, not a regular file"},
+      {"capture --model " + kModel + " --spec " + (dir / "spec.yaml").string() +
+           " --prompts /dev/urandom --out " + (dir / "out").string(),
+       "prompts file /dev/urandom: is a character device, not a regular file"},
   };
+  std::ofstream(dir / "spec.yaml")
+      << "version: \"1\"\nextraction_points:\n"
+         "  - {name: n, layers: [1], tensor_type: residual_stream, position: \"prompt[*]\"}\n";
   for (const Case& c : cases) {
     std::string output;
     const int code = testing::RunCommand(t + c.args, &output);
     EXPECT_EQ(code, 1) << c.args << "\n" << output;
     EXPECT_NE(output.find(c.message), std::string::npos) << c.args << "\n" << output;
   }
+}
+
+// NaN or infinite durations are usage errors (exit 2, naming the flag): a NaN deadline used to
+// mean "at once" (SIGTERM aborted everything, every connection closed at 0 s).
+TEST(CliTest, NonFiniteDurationsAreUsageErrors) {
+  for (const std::string& flags :
+       {"serve --model " + kModel + " --drain-timeout nan",
+        "serve --model " + kModel + " --header-timeout nan",
+        "serve --model " + kModel + " --idle-timeout NaN",
+        "serve --model " + kModel + " --body-timeout inf",
+        "serve --model " + kModel + " --write-timeout -inf",
+        "generate --model " + kModel + " --prompt x --probe-drain-timeout nan"}) {
+    const CliResult r = RunCli(flags);
+    EXPECT_EQ(r.exit_code, 2) << flags << "\n" << r.output;
+    EXPECT_NE(r.output.find("is not a finite number of seconds"), std::string::npos)
+        << flags << "\n"
+        << r.output;
+  }
+}
+
+// validate used to print OK for a spec whose built-in probe has a NaN or infinite threshold,
+// which generate and serve refuse when they build the probe.
+TEST(CliTest, ValidateRefusesNonFiniteBuiltinProbeArguments) {
+  const fs::path dir = testing::ScratchDir("cli_validate_nan");
+  for (const std::string value : {".nan", ".inf", "-.inf"}) {
+    SCOPED_TRACE(value);
+    std::ofstream(dir / "spec.yaml")
+        << "version: \"1\"\nextraction_points:\n"
+           "  - {name: n, layers: [1], tensor_type: residual_stream, position: \"generated[*]\", "
+           "probe_type: norm_gate, probe_kind: single_shot, probe_args: {threshold: "
+        << value << "}}\n";
+    const CliResult r = RunCli("validate " + (dir / "spec.yaml").string());
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("'n'.probe_args.threshold: expected a finite number"),
+              std::string::npos)
+        << r.output;
+  }
+  std::ofstream(dir / "spec.yaml")
+      << "version: \"1\"\nextraction_points:\n"
+         "  - {name: n, layers: [1], tensor_type: residual_stream, position: \"generated[*]\", "
+         "probe_type: norm_gate, probe_kind: single_shot, probe_args: {threshold: 2.5}}\n";
+  const CliResult ok = RunCli("validate " + (dir / "spec.yaml").string());
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+}
+
+// --threads far above the machine's cores is accepted with a warning (the parse warns before
+// the command runs; here the model is missing, so nothing else starts).
+TEST(CliTest, ThreadsFarAboveTheCoresWarn) {
+  if (std::thread::hardware_concurrency() * 4 >= kThreadsFlagMax) {
+    GTEST_SKIP() << "this machine has enough cores for --threads " << kThreadsFlagMax;
+  }
+  const CliResult r = RunCli("generate --model /nonexistent --prompt x --threads " +
+                             std::to_string(kThreadsFlagMax));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("warning: --threads " + std::to_string(kThreadsFlagMax) +
+                          " is far above this machine's"),
+            std::string::npos)
+      << r.output;
+  const CliResult quiet = RunCli("generate --model /nonexistent --prompt x --threads 1");
+  EXPECT_EQ(quiet.output.find("warning: --threads"), std::string::npos) << quiet.output;
 }
 
 // Sizes a file states are checked against sane bounds before anything is allocated for them:

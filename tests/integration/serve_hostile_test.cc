@@ -2,7 +2,9 @@
 // that are too large only after chunked or gzip decoding (413, the server's peak memory stays
 // small), floods of headers (431), idle and slowloris connections that must not starve a normal
 // client or stop SIGTERM, pipelined requests, half-closed connections, Expect: 100-continue,
-// the connection limit, and a chat template that runs away on one request.
+// the connection limit, and a chat template that runs away on one request. Then what a second
+// attack run found: unauthenticated bodies (401 on the head), deeply nested JSON, request
+// smuggling, echoed values, one client holding every connection, a low open-file limit.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -72,13 +74,59 @@ bool ClosedWithin(int fd, double seconds) {
   return false;
 }
 
-// The server's peak resident memory (VmHWM) in MiB.
-double PeakRssMiB(pid_t pid) {
+// A field of /proc/PID/status in MiB (VmHWM: peak resident memory, VmRSS: now).
+double StatusMiB(pid_t pid, const std::string& field) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
   }
   return -1;
+}
+double PeakRssMiB(pid_t pid) { return StatusMiB(pid, "VmHWM"); }
+double RssMiB(pid_t pid) { return StatusMiB(pid, "VmRSS"); }
+
+// Samples a process's VmRSS every 20 ms on a thread of its own, keeping the largest.
+class RssSampler {
+ public:
+  explicit RssSampler(pid_t pid)
+      : thread_([this, pid] {
+          while (!stop_) {
+            const double rss = RssMiB(pid);
+            if (rss > max_) max_ = rss;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }) {}
+  ~RssSampler() { Stop(); }
+  double Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return max_;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<double> max_{0};
+  std::thread thread_;
+};
+
+// A socket to 127.0.0.1:port bound to the loopback source address `from` (e.g. 127.0.0.2: a
+// second client, as far as the server can tell), or -1.
+int ConnectFrom(const char* from, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in src{};
+  src.sin_family = AF_INET;
+  inet_pton(AF_INET, from, &src.sin_addr);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(static_cast<uint16_t>(port));
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&src), sizeof(src)) != 0 ||
+      connect(fd, reinterpret_cast<const sockaddr*>(&dst), sizeof(dst)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 int StatusOf(const std::string& response) {
@@ -239,8 +287,9 @@ TEST(ServeHostileTest, HeaderFloodsAre431) {
 // after --header-timeout; SIGTERM ends the process promptly although they keep trying.
 TEST(ServeHostileTest, IdleAndSlowlorisClientsStarveNobody) {
   RaiseFileLimit(2048);
-  ServeProcess server(
-      {"--model", kModel, "--threads", "1", "--header-timeout", "3", "--drain-timeout", "5"});
+  // All from 127.0.0.1: the per-client cap is lifted (ClientsAreCappedPerAddress tests it).
+  ServeProcess server({"--model", kModel, "--threads", "1", "--header-timeout", "3",
+                       "--drain-timeout", "5", "--max-connections-per-client", "0"});
   ASSERT_TRUE(server.ok()) << server.log();
   const int port = server.port();
   std::vector<int> idle;
@@ -429,6 +478,251 @@ TEST(ServeHostileTest, ARunawayTemplateFailsOneRequestWithinItsBudget) {
   EXPECT_EQ(HttpPost(server.port(), "/v1/chat/completions", ok.dump()).status, 200);
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(30), 0) << server.log();
+}
+
+// 256 clients without the API key each announce an 8 MiB body, send 2 MiB of it and hold back
+// the rest: each gets 401 on its head and its connection closes; the server reads none of the
+// bodies into memory (RSS stays within 100 MiB of idle; it used to grow by every byte sent).
+// Expect: 100-continue gets 401, not 100 Continue, without the key; 100 Continue with it.
+TEST(ServeHostileTest, UnauthenticatedBodiesAreRefusedOnTheHead) {
+  RaiseFileLimit(2048);
+  // All from 127.0.0.1: the per-client cap is lifted to measure the head check alone.
+  ServeProcess server({"--model", kModel, "--threads", "1", "--api-key", "sesame",
+                       "--max-connections-per-client", "0"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const int port = server.port();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double idle = RssMiB(server.pid());
+  RssSampler sampler(server.pid());
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+      "Content-Length: 8388608\r\n\r\n";
+  const std::string part(2 << 20, '[');
+  std::vector<int> clients;
+  for (int i = 0; i < 256; ++i) {
+    const int fd = Connect(port);
+    ASSERT_GE(fd, 0) << i;
+    timeval timeout{5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+    SendAll(fd, head);
+    SendAll(fd, part);  // may fail once the server has answered and closed: that is the point
+    clients.push_back(fd);
+  }
+  int refused = 0;
+  for (int fd : clients) {
+    const std::string r = ReadAll(fd, 5);
+    if (StatusOf(r) == 401 && ErrorCode(r) == "invalid_api_key") ++refused;
+    close(fd);
+  }
+  const double peak = sampler.Stop();
+  EXPECT_EQ(refused, 256);
+  EXPECT_LT(peak - idle, 100) << "RSS MiB: idle " << idle << ", peak " << peak;
+
+  const int fd = Connect(port);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(SendAll(fd,
+                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      "Content-Length: 8000000\r\n\r\n"));
+  const std::string r = ReadAll(fd, 5);
+  close(fd);
+  EXPECT_EQ(StatusOf(r), 401) << r;
+  EXPECT_EQ(r.find("100 Continue"), std::string::npos) << r;
+  const int ok = Connect(port);
+  ASSERT_GE(ok, 0);
+  ASSERT_TRUE(SendAll(ok,
+                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                      "Authorization: Bearer sesame\r\nConnection: close\r\nContent-Length: " +
+                          std::to_string(kSmallCompletion.size()) + "\r\n\r\n"));
+  char buf[256];
+  pollfd p{ok, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1) << "no 100 Continue";
+  const ssize_t n = recv(ok, buf, sizeof(buf), 0);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, static_cast<size_t>(n)).rfind("HTTP/1.1 100 Continue", 0), 0u);
+  ASSERT_TRUE(SendAll(ok, kSmallCompletion));
+  const std::string answered = ReadAll(ok, 30);
+  close(ok);
+  EXPECT_EQ(StatusOf(answered), 200) << answered;
+  // /health needs no key and is never refused on its head.
+  EXPECT_EQ(HttpGet(port, "/health").status, 200);
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(), 0) << server.log();
+}
+
+// 4 bodies of 8e6 '[' at once (inside the body limit) are refused as they are scanned, before
+// the JSON parser builds a level (it took 9 s and 656 MB each): 400 json_too_deep at once, peak
+// RSS within 400 MiB of idle. After large requests that do parse (4 x 2.5M token ids), the
+// server gives the memory back: RSS ends within 50 MiB of idle.
+TEST(ServeHostileTest, DeepJsonFailsFastAndLargeRequestsGiveMemoryBack) {
+  ServeProcess server({"--model", kModel, "--threads", "1"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const int port = server.port();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double idle = RssMiB(server.pid());
+  RssSampler sampler(server.pid());
+  const std::string deep =
+      Post("/v1/completions", std::string(8000000, '['), "Connection: close\r\n");
+  std::vector<std::string> answers(4);
+  std::vector<double> seconds(4);
+  {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 4; ++i) {
+      clients.emplace_back([&, i] {
+        const auto started = Clock::now();
+        answers[i] = testing::RawHttp(port, deep, 30);
+        seconds[i] = std::chrono::duration<double>(Clock::now() - started).count();
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  }
+  const double peak = sampler.Stop();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(StatusOf(answers[i]), 400) << answers[i].substr(0, 300);
+    EXPECT_EQ(ErrorCode(answers[i]), "json_too_deep") << answers[i].substr(0, 300);
+    EXPECT_LT(seconds[i], 5.0);
+  }
+  EXPECT_LT(peak - idle, 400) << "RSS MiB: idle " << idle << ", peak " << peak;
+
+  // Large requests that parse whole (a flat array of ids; too long for the context: 400).
+  std::string ids = R"({"prompt": [)";
+  for (int i = 0; i < 2500000; ++i) ids += i == 0 ? "1" : ",1";
+  ids += "]}";
+  {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < 4; ++i) {
+      clients.emplace_back([&, i] {
+        answers[i] =
+            testing::RawHttp(port, Post("/v1/completions", ids, "Connection: close\r\n"), 60);
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(ErrorCode(answers[i]), "context_length_exceeded") << answers[i].substr(0, 300);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double after = RssMiB(server.pid());
+  EXPECT_LT(after - idle, 50) << "RSS MiB: idle " << idle << ", after " << after;
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(), 0) << server.log();
+}
+
+// RFC 9112 §6.1/§6.3: a Transfer-Encoding other than plain `chunked` beside a Content-Length
+// used to be framed by the Content-Length on a reused connection, so the bytes after it were
+// served as a second request. Now: 400, the connection closes, nothing more is answered.
+// `CHUNKED` in capitals is chunked.
+TEST(ServeHostileTest, SmuggledRequestsAreRefusedAndTheConnectionCloses) {
+  ServeProcess server({"--model", kModel, "--threads", "1"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const int port = server.port();
+  for (const std::string te : {"identity", "gzip", "chunked, identity", "chunked"}) {
+    SCOPED_TRACE(te);
+    const int fd = Connect(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(
+        SendAll(fd, Post("/v1/completions", kSmallCompletion, "Transfer-Encoding: " + te + "\r\n") +
+                        "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"));
+    const std::string r = ReadAll(fd, 10);
+    close(fd);
+    EXPECT_EQ(StatusOf(r), 400) << r;
+    EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
+    EXPECT_EQ(r.find("HTTP/1.1", 1), std::string::npos) << "a second response: " << r;
+  }
+  char size[16];
+  std::snprintf(size, sizeof(size), "%zx", kSmallCompletion.size());
+  const std::string r =
+      testing::RawHttp(port,
+                       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: CHUNKED\r\n"
+                       "Connection: close\r\n\r\n" +
+                           std::string(size) + "\r\n" + kSmallCompletion + "\r\n0\r\n\r\n");
+  EXPECT_EQ(StatusOf(r), 200) << r;
+  EXPECT_NE(r.find("\"text_completion\""), std::string::npos) << r;
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(), 0) << server.log();
+}
+
+// A 4 MB unknown field name, probe_set, model or role: a small 400 (or 404) at once, the value
+// cut in the message (it was echoed whole, twice, after 13 s).
+TEST(ServeHostileTest, ErrorBodiesCapEchoedValues) {
+  ServeProcess server({"--model", kModel, "--threads", "1"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const std::string huge(4 << 20, 'q');
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/v1/completions", json{{"prompt", "x"}, {huge, 1}}.dump()},
+      {"/v1/completions", json{{"prompt", "x"}, {"probe_set", huge}}.dump()},
+      {"/v1/completions", json{{"prompt", "x"}, {"model", huge}}.dump()},
+      {"/v1/chat/completions", json{{"messages", {{{"role", huge}, {"content", "x"}}}}}.dump()},
+      {"/v1/completions", "{\"prompt\": \"" + huge + "\x01\"}"},  // a parse error's "last read"
+  };
+  for (const auto& [path, body] : cases) {
+    const auto started = Clock::now();
+    const std::string r =
+        testing::RawHttp(server.port(), Post(path, body, "Connection: close\r\n"));
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - started).count(), 3.0);
+    EXPECT_TRUE(StatusOf(r) == 400 || StatusOf(r) == 404) << r.substr(0, 300);
+    EXPECT_LT(r.size(), 1500u) << r.substr(0, 600);
+    EXPECT_EQ(r.find(std::string(65, 'q')), std::string::npos) << r.substr(0, 600);
+  }
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(), 0) << server.log();
+}
+
+// One address may hold --max-connections-per-client connections (by default half of
+// --max-connections); more from it get 503 while another address (127.0.0.2) is still served.
+TEST(ServeHostileTest, ClientsAreCappedPerAddress) {
+  for (const std::vector<std::string>& limits :
+       {std::vector<std::string>{"--max-connections", "64", "--max-connections-per-client", "8"},
+        std::vector<std::string>{"--max-connections", "16"}}) {
+    SCOPED_TRACE(limits.size() == 2 ? "default cap" : "explicit cap");
+    std::vector<std::string> args = {"--model", kModel, "--threads", "1"};
+    args.insert(args.end(), limits.begin(), limits.end());
+    ServeProcess server(args);
+    ASSERT_TRUE(server.ok()) << server.log();
+    const int port = server.port();
+    std::vector<int> held;
+    for (int i = 0; i < 8; ++i) {
+      const int fd = Connect(port);
+      ASSERT_GE(fd, 0);
+      held.push_back(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    const std::string r = testing::RawHttp(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(StatusOf(r), 503) << r;
+    EXPECT_EQ(ErrorCode(r), "server_busy") << r;
+    const int other = ConnectFrom("127.0.0.2", port);
+    ASSERT_GE(other, 0) << "cannot bind 127.0.0.2";
+    ASSERT_TRUE(SendAll(other, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    const std::string served = ReadAll(other, 5);
+    close(other);
+    EXPECT_EQ(StatusOf(served), 200) << served;
+    close(held.back());
+    held.pop_back();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(HttpGet(port, "/health").status, 200);
+    for (int fd : held) close(fd);
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(), 0) << server.log();
+  }
+}
+
+// `ulimit -n 128` used to compute "-128 connections" and answer everything with 503: now the
+// server keeps half for its own files and serves 64 connections; a limit that leaves too few
+// refuses to start, naming `ulimit -n`.
+TEST(ServeHostileTest, ALowOpenFileLimitIsFittedOrRefused) {
+  {
+    ServeProcess server({"--model", kModel, "--threads", "1"}, 60, /*open_file_limit=*/128);
+    ASSERT_TRUE(server.ok()) << server.log();
+    EXPECT_EQ(HttpGet(server.port(), "/health").status, 200) << server.log();
+    EXPECT_NE(server.log().find("allows only 64 connections"), std::string::npos) << server.log();
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(), 0) << server.log();
+  }
+  {
+    ServeProcess server({"--model", kModel, "--threads", "1"}, 60, /*open_file_limit=*/24);
+    EXPECT_FALSE(server.ok());
+    EXPECT_NE(server.Wait(), 0);
+    EXPECT_NE(server.log().find("ulimit -n"), std::string::npos) << server.log();
+  }
 }
 
 }  // namespace

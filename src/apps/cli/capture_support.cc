@@ -11,17 +11,16 @@
 #include <unordered_map>
 
 #include "engine/prompts_file.h"
+#include "io/text_file.h"
 
 namespace uc::cli {
 
 using nlohmann::json;
 
 StatusOr<PromptSet> ReadPromptSet(const std::string& path, const worker::SamplingParams& defaults) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return NotFoundError(path + ": cannot open the prompts file");
-  std::ostringstream buffer;
-  buffer << file.rdbuf();
-  const std::string text = buffer.str();
+  // A FIFO or a device (/dev/urandom) is refused at once, a huge file by its size.
+  UC_ASSIGN_OR_RETURN(const std::string text,
+                      io::ReadTextFile(path, engine::kMaxPromptsFileBytes, "prompts file"));
   PromptSet set;
   UC_ASSIGN_OR_RETURN(set.requests, engine::ParsePrompts(text, path, defaults));
   std::istringstream in(text);

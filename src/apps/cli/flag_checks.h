@@ -6,8 +6,11 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -20,14 +23,52 @@ namespace uc::cli {
 // mean "at once".
 inline constexpr double kMaxFlagSeconds = 1e6;
 
-// A duration flag in seconds: within [min_seconds, kMaxFlagSeconds].
-inline CLI::Range Seconds(double min_seconds = 0.0) {
-  return CLI::Range(min_seconds, kMaxFlagSeconds);
+// A duration flag in seconds: a finite number within [min_seconds, kMaxFlagSeconds] (NaN and
+// infinities are usage errors: a NaN deadline compares false with everything and means "at
+// once" or "never" depending on the comparison).
+inline CLI::Validator Seconds(double min_seconds = 0.0) {
+  const std::string range =
+      "[" + std::to_string(min_seconds) + " - " + std::to_string(kMaxFlagSeconds) + "]";
+  return CLI::Validator(
+      [min_seconds, range](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
+          return "'" + text + "' is not a finite number of seconds";
+        }
+        if (value < min_seconds || value > kMaxFlagSeconds) {
+          return "Value " + text + " not in range " + range;
+        }
+        return std::string();
+      },
+      "SECONDS in " + range);
 }
 
-// Worker threads per process: 0 (all cores) up to kMaxFlagThreads.
+// Worker threads per process: 0 (all cores) up to kMaxFlagThreads. A count far above the
+// machine's cores (more than kThreadsWarnFactor times) is accepted with a warning on stderr:
+// the threads only take turns on the cores, and every step waits for the slowest.
 inline constexpr int kMaxFlagThreads = 1024;
-inline CLI::Range Threads() { return CLI::Range(0, kMaxFlagThreads); }
+inline constexpr int kThreadsWarnFactor = 4;
+inline CLI::Validator Threads() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int value = -1;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || end != text.data() + text.size() || value < 0 ||
+            value > kMaxFlagThreads) {
+          return "Value " + text + " not in range [0 - " + std::to_string(kMaxFlagThreads) + "]";
+        }
+        const int cores = static_cast<int>(std::thread::hardware_concurrency());
+        if (cores > 0 && value > kThreadsWarnFactor * cores) {
+          std::fprintf(stderr,
+                       "warning: --threads %d is far above this machine's %d cores: threads "
+                       "beyond the cores only take turns (0 uses every core)\n",
+                       value, cores);
+        }
+        return std::string();
+      },
+      "INT in [0 - " + std::to_string(kMaxFlagThreads) + "]");
+}
 
 // How the commands that load a model build it (models::LoadOptions), the same flags everywhere:
 //   --matmul exact|int8          how quantized and BF16 weights are multiplied (MatMulPrecision)

@@ -1,5 +1,6 @@
 #include "apps/server/http_front.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <zlib.h>
@@ -70,6 +71,28 @@ Clock::duration Seconds(double s) {
 // and dropped so that the client sees the answer instead of a connection reset.
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kLingerBytes = size_t{64} << 20;
+// A request body at least this large (as read, or decoded) gives the free heap back to the
+// system once it is released: a burst of large requests must not leave the process large.
+constexpr size_t kTrimAfterBytes = size_t{1} << 20;
+// The open-file limit must leave at least this many connections, else Bind refuses.
+constexpr int kMinConnections = 16;
+
+// Returns free heap memory to the system (every malloc arena). One trim runs at a time: a
+// caller that finds one running leaves a request, and the running one trims again for it.
+void ReturnFreeMemory() {
+#ifdef __GLIBC__
+  static std::mutex mu;
+  static std::atomic<int> requested{0};
+  requested.fetch_add(1);
+  while (requested.load() > 0) {
+    std::unique_lock<std::mutex> lock(mu, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    requested.store(0);
+    malloc_trim(0);
+  }
+#endif
+}
+
 // The connection's read buffer: a request head must fit (max_header_bytes), a body streams
 // through it.
 constexpr size_t kReadBufferBytes = size_t{256} << 10;
@@ -146,25 +169,36 @@ int StatusForReadError(beast::error_code ec, bool reading_body) {
   return 0;
 }
 
+std::vector<std::pair<std::string, std::string>> HeaderList(const http::request_header<>& head) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& field : head) {
+    out.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  }
+  return out;
+}
+
 // Checks a parsed head against the limits the parser does not know: 0 when acceptable.
 int CheckHead(const http::request_header<>& head, const HttpFrontOptions& options) {
   int fields = 0;
   for (auto it = head.begin(); it != head.end(); ++it) ++fields;
   if (fields > options.max_header_fields) return 431;
+  if (const int status = CheckFraming(HeaderList(head))) return status;
   if (!KnownEncoding(TrimLower(std::string(head[http::field::content_encoding])))) return 415;
   return 0;
+}
+
+// The request's head as the application sees it (no body).
+void CopyHead(const http::request_header<>& head, HttpRequest* out) {
+  out->method = std::string(head.method_string());
+  out->target = std::string(head.target());
+  out->path = DecodeTargetPath(out->target);
+  out->headers = HeaderList(head);
 }
 
 // Moves a parsed message into `*out`, undoing its content coding: 0, or the status to answer.
 int ToRequest(http::request<http::string_body>&& msg, const HttpFrontOptions& options,
               HttpRequest* out) {
-  out->method = std::string(msg.method_string());
-  out->target = std::string(msg.target());
-  out->path = DecodeTargetPath(out->target);
-  out->headers.clear();
-  for (const auto& field : msg) {
-    out->headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-  }
+  CopyHead(msg.base(), out);
   out->body = std::move(msg.body());
   switch (DecodeContent(std::string(msg[http::field::content_encoding]), &out->body,
                         options.max_body_bytes)) {
@@ -181,6 +215,31 @@ int ToRequest(http::request<http::string_body>&& msg, const HttpFrontOptions& op
 }
 
 }  // namespace
+
+int CheckFraming(const std::vector<std::pair<std::string, std::string>>& headers) {
+  bool has_transfer_encoding = false;
+  bool has_content_length = false;
+  std::vector<std::string> codings;
+  for (const auto& [name, value] : headers) {
+    if (beast::iequals(name, "Content-Length")) has_content_length = true;
+    if (!beast::iequals(name, "Transfer-Encoding")) continue;
+    has_transfer_encoding = true;
+    size_t start = 0;
+    for (;;) {
+      const size_t comma = value.find(',', start);
+      const std::string coding = TrimLower(value.substr(start, comma - start));
+      if (!coding.empty()) codings.push_back(coding);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (!has_transfer_encoding) return 0;
+  // Only `chunked` is a transfer coding this server decodes; anything else (identity, gzip,
+  // chunked twice, chunked then another) cannot be framed, and a Content-Length beside it is
+  // the classic smuggling pair.
+  if (codings.size() != 1 || codings[0] != "chunked" || has_content_length) return 400;
+  return 0;
+}
 
 class HttpConnection;
 
@@ -208,26 +267,34 @@ class HttpFront::Impl {
 
   const HttpFrontOptions& options() const { return options_; }
   bool shutting_down() const { return shutting_down_.load(); }
-  // Runs the handler on the handler pool; `done` gets the response (never throws).
-  void Handle(std::shared_ptr<const HttpRequest> request, std::function<void(HttpResponse)> done);
+  void set_head_check(HeadCheck check) { head_check_ = std::move(check); }
+  // The head check's verdict (0: go on); an exception is a 500.
+  int CheckRequestHead(const HttpRequest& head) const;
+  // Runs the handler on the handler pool (or the light pool, for a GET of a light path); `done`
+  // gets the response (never throws).
+  void Handle(std::shared_ptr<HttpRequest> request, std::function<void(HttpResponse)> done);
   HttpResponse Error(int status, const std::string& method, const std::string& path) const;
   void Responded(const std::string& path, int status) const {
     if (on_response_) on_response_(path, status);
   }
-  void Register(const std::shared_ptr<HttpConnection>& c);
-  void Unregister(const HttpConnection* c);
+  void Register(const std::shared_ptr<HttpConnection>& c, const std::string& peer);
+  void Unregister(const HttpConnection* c, const std::string& peer);
 
  private:
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
+  // Answers 503 on a socket that is not admitted and closes it.
+  void Refuse(tcp::socket& socket);
   void RunIo();
-  // Raises the open-file limit so that max_connections sockets fit, or lowers the limit.
-  void FitFileLimit();
+  // Raises the open-file limit so that max_connections sockets fit, or lowers the limit;
+  // FailedPrecondition when it leaves fewer than kMinConnections.
+  Status FitFileLimit();
 
   HttpFrontOptions options_;
   const Handler handler_;
   const ErrorResponder error_responder_;
   const ResponseHook on_response_;
+  HeadCheck head_check_;
   int port_ = 0;
   std::atomic<bool> shutting_down_{false};
   bool started_ = false;
@@ -236,6 +303,7 @@ class HttpFront::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<const HttpConnection*, std::weak_ptr<HttpConnection>> connections_;  // mu_
+  std::unordered_map<std::string, int> per_client_;  // open connections by peer address; mu_
 
   // Destroyed before the registry above: pending handlers own connections.
   asio::io_context ioc_;
@@ -243,6 +311,7 @@ class HttpFront::Impl {
   asio::steady_timer accept_retry_;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
   std::unique_ptr<asio::thread_pool> handlers_;
+  std::unique_ptr<asio::thread_pool> light_;  // light_paths
   std::vector<std::thread> io_threads_;
 };
 
@@ -250,15 +319,16 @@ class HttpFront::Impl {
 // constructor, Post* and the destructor.
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
-  HttpConnection(tcp::socket socket, HttpFront::Impl* front)
+  HttpConnection(tcp::socket socket, HttpFront::Impl* front, std::string peer)
       : stream_(std::move(socket)),
         front_(front),
+        peer_(std::move(peer)),
         buffer_(kReadBufferBytes),
         tick_(stream_.get_executor()) {}
-  ~HttpConnection() { front_->Unregister(this); }
+  ~HttpConnection() { front_->Unregister(this, peer_); }
 
   void Start() {
-    front_->Register(shared_from_this());
+    front_->Register(shared_from_this(), peer_);
     asio::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->ReadRequest(); });
   }
   void PostBeginShutdown() {
@@ -313,6 +383,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     method_ = std::string(req.method_string());
     path_ = DecodeTargetPath(std::string(req.target()));
     if (const int status = CheckHead(req.base(), options())) return Fail(status);
+    {
+      HttpRequest head;
+      CopyHead(req.base(), &head);
+      if (const int status = front_->CheckRequestHead(head)) return Fail(status);
+    }
     if (!parser_->is_done() && beast::iequals(req[http::field::expect], "100-continue")) {
       phase_ = Phase::kWriting;
       stream_.expires_after(Seconds(options().write_timeout_seconds));
@@ -368,6 +443,11 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // Answers an error found here and closes the connection (after a lingering read).
   void Fail(int status) {
+    if (parser_.has_value()) {
+      const size_t read = parser_->get().body().size();
+      parser_.reset();
+      if (read >= kTrimAfterBytes) ReturnFreeMemory();
+    }
     HttpResponse response = front_->Error(status, method_, path_);
     response.close = true;
     if (version_ == 0) version_ = 11;
@@ -525,6 +605,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   beast::tcp_stream stream_;
   HttpFront::Impl* const front_;
+  const std::string peer_;  // the client's address
   beast::flat_buffer buffer_;
   asio::steady_timer tick_;
   Phase phase_ = Phase::kIdle;
@@ -568,35 +649,61 @@ Status HttpFront::Impl::Bind() {
                             "; address in use, or not an address of this machine)");
   }
   port_ = acceptor_.local_endpoint().port();
-  FitFileLimit();
+  if (Status fits = FitFileLimit(); !fits.ok()) {
+    acceptor_.close(ec);
+    return fits;
+  }
+  if (options_.max_connections_per_client < 0) {
+    options_.max_connections_per_client = std::max(1, options_.max_connections / 2);
+  }
   return OkStatus();
 }
 
-void HttpFront::Impl::FitFileLimit() {
+Status HttpFront::Impl::FitFileLimit() {
   // Sockets, plus the model's and the sinks' files and the process's own.
-  const rlim_t want = static_cast<rlim_t>(std::max(1, options_.max_connections)) + 256;
+  constexpr rlim_t kReserve = 256;
+  options_.max_connections = std::max(1, options_.max_connections);
+  const rlim_t want = static_cast<rlim_t>(options_.max_connections) + kReserve;
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return OkStatus();
   if (limit.rlim_cur < want) {
     rlimit raised = limit;
     raised.rlim_cur = std::min(want, limit.rlim_max);
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
-  if (limit.rlim_cur < want) {
-    const int fit = static_cast<int>(std::max<rlim_t>(16, limit.rlim_cur - 256));
-    UC_LOG(WARNING) << "the open-file limit (" << limit.rlim_cur << ") allows only " << fit
-                    << " connections, not " << options_.max_connections
-                    << "; raise it with `ulimit -n`";
-    options_.max_connections = std::min(options_.max_connections, fit);
+  if (limit.rlim_cur >= want) return OkStatus();
+  // A small limit keeps half for the process's own files (at most kReserve).
+  const rlim_t reserve = std::min(kReserve, limit.rlim_cur / 2);
+  const rlim_t fit = limit.rlim_cur - reserve;
+  if (fit < static_cast<rlim_t>(kMinConnections)) {
+    return FailedPreconditionError(
+        "the open-file limit (" + std::to_string(limit.rlim_cur) + ", hard limit " +
+        std::to_string(limit.rlim_max) + ") leaves room for only " + std::to_string(fit) +
+        " connections; raise it to at least " + std::to_string(want) +
+        " with `ulimit -n` (or --max-connections " + std::to_string(kMinConnections) +
+        " with `ulimit -n " + std::to_string(kMinConnections * 2) + "`)");
   }
+  UC_LOG(WARNING) << "the open-file limit (" << limit.rlim_cur << ") allows only " << fit
+                  << " connections, not " << options_.max_connections << "; raise it to " << want
+                  << " with `ulimit -n`";
+  options_.max_connections = static_cast<int>(fit);
+  return OkStatus();
 }
 
 void HttpFront::Impl::Start() {
   UC_CHECK(acceptor_.is_open(), "HttpFront::Start before a successful Bind");
   UC_CHECK(!started_, "HttpFront::Start called twice");
   started_ = true;
+#ifdef __GLIBC__
+  // Process-wide: blocks of kTrimAfterBytes and more (request bodies, a parsed body's arrays)
+  // get mappings of their own, unmapped when freed. Left dynamic, glibc raises the threshold
+  // after the first such free (up to 32 MiB) and later large blocks land in the handler
+  // threads' arenas, whose top chunks malloc_trim does not return.
+  mallopt(M_MMAP_THRESHOLD, static_cast<int>(kTrimAfterBytes));
+#endif
   work_.emplace(ioc_.get_executor());
   handlers_ = std::make_unique<asio::thread_pool>(std::max(1, options_.handler_threads));
+  light_ = std::make_unique<asio::thread_pool>(1);
   Accept();
   for (int i = 0; i < std::max(1, options_.io_threads); ++i) {
     io_threads_.emplace_back([this] { RunIo(); });
@@ -631,38 +738,73 @@ void HttpFront::Impl::OnAccept(beast::error_code ec, tcp::socket socket) {
     });
     return;
   }
-  if (connections() >= options_.max_connections) {
-    HttpResponse busy = Error(503, "", "");
-    const std::string text =
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " + busy.content_type +
-        "\r\nContent-Length: " + std::to_string(busy.body.size()) +
-        "\r\nConnection: close\r\n\r\n" + busy.body;
-    ::send(socket.native_handle(), text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
-    beast::error_code ignored;
-    socket.shutdown(tcp::socket::shutdown_both, ignored);
-    socket.close(ignored);
-    Responded("", 503);
+  beast::error_code peer_ec;
+  asio::ip::address address = socket.remote_endpoint(peer_ec).address();
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    address = asio::ip::make_address_v4(asio::ip::v4_mapped, address.to_v6());
+  }
+  const std::string peer = peer_ec ? std::string() : address.to_string();
+  bool admitted = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = per_client_.find(peer);
+    const int from_peer = it == per_client_.end() ? 0 : it->second;
+    admitted = static_cast<int>(connections_.size()) < options_.max_connections &&
+               (options_.max_connections_per_client <= 0 ||
+                from_peer < options_.max_connections_per_client);
+  }
+  if (admitted) {
+    std::make_shared<HttpConnection>(std::move(socket), this, peer)->Start();
   } else {
-    std::make_shared<HttpConnection>(std::move(socket), this)->Start();
+    Refuse(socket);
   }
   Accept();
 }
 
-void HttpFront::Impl::Handle(std::shared_ptr<const HttpRequest> request,
+void HttpFront::Impl::Refuse(tcp::socket& socket) {
+  HttpResponse busy = Error(503, "", "");
+  const std::string text =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " + busy.content_type +
+      "\r\nContent-Length: " + std::to_string(busy.body.size()) + "\r\nConnection: close\r\n\r\n" +
+      busy.body;
+  ::send(socket.native_handle(), text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  beast::error_code ignored;
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+  socket.close(ignored);
+  Responded("", 503);
+}
+
+int HttpFront::Impl::CheckRequestHead(const HttpRequest& head) const {
+  if (!head_check_) return 0;
+  try {
+    return head_check_(head);
+  } catch (...) {
+    return 500;
+  }
+}
+
+void HttpFront::Impl::Handle(std::shared_ptr<HttpRequest> request,
                              std::function<void(HttpResponse)> done) {
-  asio::post(*handlers_, [this, request = std::move(request), done = std::move(done)] {
-    HttpResponse response;
-    try {
-      response = handler_(*request);
-    } catch (const std::exception& e) {
-      UC_LOG(ERROR) << "handler for " << request->method << " " << request->target
-                    << " failed: " << e.what();
-      response = Error(500, request->method, request->path);
-    } catch (...) {
-      response = Error(500, request->method, request->path);
-    }
-    done(std::move(response));
-  });
+  const bool light = request->method == "GET" &&
+                     std::find(options_.light_paths.begin(), options_.light_paths.end(),
+                               request->path) != options_.light_paths.end();
+  asio::post(light ? *light_ : *handlers_,
+             [this, request = std::move(request), done = std::move(done)]() mutable {
+               HttpResponse response;
+               try {
+                 response = handler_(*request);
+               } catch (const std::exception& e) {
+                 UC_LOG(ERROR) << "handler for " << request->method << " " << request->target
+                               << " failed: " << e.what();
+                 response = Error(500, request->method, request->path);
+               } catch (...) {
+                 response = Error(500, request->method, request->path);
+               }
+               done(std::move(response));
+               const size_t body_bytes = request->body.size();
+               request.reset();
+               if (body_bytes >= kTrimAfterBytes) ReturnFreeMemory();
+             });
 }
 
 HttpResponse HttpFront::Impl::Error(int status, const std::string& method,
@@ -678,15 +820,18 @@ HttpResponse HttpFront::Impl::Error(int status, const std::string& method,
   }
 }
 
-void HttpFront::Impl::Register(const std::shared_ptr<HttpConnection>& c) {
+void HttpFront::Impl::Register(const std::shared_ptr<HttpConnection>& c, const std::string& peer) {
   std::lock_guard<std::mutex> lock(mu_);
   connections_.emplace(c.get(), c);
+  ++per_client_[peer];
 }
 
-void HttpFront::Impl::Unregister(const HttpConnection* c) {
+void HttpFront::Impl::Unregister(const HttpConnection* c, const std::string& peer) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     connections_.erase(c);
+    const auto it = per_client_.find(peer);
+    if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
   }
   cv_.notify_all();
 }
@@ -738,6 +883,7 @@ void HttpFront::Impl::Stop() {
     cv_.wait_for(lock, std::chrono::seconds(2), [this] { return connections_.empty(); });
   }
   handlers_->join();
+  light_->join();
   work_.reset();
   ioc_.stop();
   for (std::thread& t : io_threads_) t.join();
@@ -788,6 +934,7 @@ HttpFront::HttpFront(HttpFrontOptions options, Handler handler, ErrorResponder e
     : impl_(std::make_unique<Impl>(std::move(options), std::move(handler),
                                    std::move(error_responder), std::move(on_response))) {}
 HttpFront::~HttpFront() = default;
+void HttpFront::set_head_check(HeadCheck check) { impl_->set_head_check(std::move(check)); }
 Status HttpFront::Bind() { return impl_->Bind(); }
 int HttpFront::port() const { return impl_->port(); }
 void HttpFront::Start() { impl_->Start(); }

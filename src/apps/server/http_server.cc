@@ -45,8 +45,12 @@ ApiError ErrorForStatus(int status, const std::string& method, const std::string
   ApiError e;
   e.http_status = status;
   switch (status) {
+    case 401:
+      e.message = "Incorrect API key provided. Send it as 'Authorization: Bearer KEY'.";
+      e.code = "invalid_api_key";
+      break;
     case 404:
-      e.message = "Invalid URL (" + method + " " + path + ")";
+      e.message = "Invalid URL (" + EchoValue(method) + " " + EchoValue(path) + ")";
       e.code = "not_found";
       break;
     case 408:
@@ -188,6 +192,8 @@ Server::Server(engine::LLMEngine* engine, probe::ProbeSets* probe_sets, probe::M
   front.port = options_.port;
   front.handler_threads = std::max(1, options_.http_threads);
   front.max_connections = std::max(1, options_.max_connections);
+  front.max_connections_per_client = std::max(-1, options_.max_connections_per_client);
+  front.light_paths = {"/health", "/metrics"};
   front.max_body_bytes = options_.max_body_bytes;
   front.idle_timeout_seconds = options_.idle_timeout_seconds;
   front.header_timeout_seconds = options_.header_timeout_seconds;
@@ -203,6 +209,13 @@ Server::Server(engine::LLMEngine* engine, probe::ProbeSets* probe_sets, probe::M
       [this](const std::string& path, int status) {
         metrics_.RecordHttpResponse(RouteLabel(path), status);
       });
+  front_->set_head_check([this](const HttpRequest& head) { return CheckHead(head); });
+}
+
+int Server::CheckHead(const HttpRequest& head) const {
+  if (options_.api_key.empty() || head.path == "/health") return 0;
+  if (head.path == "/metrics" && options_.metrics_without_key) return 0;
+  return Authorized(head) ? 0 : 401;
 }
 
 Server::~Server() {
@@ -335,7 +348,7 @@ HttpResponse Server::HandleModels(const HttpRequest& req) {
     if (model != options_.served_model_name) {
       ApiError e;
       e.http_status = 404;
-      e.message = "The model '" + model + "' does not exist.";
+      e.message = "The model '" + EchoValue(model) + "' does not exist.";
       e.param = "model";
       e.code = "model_not_found";
       return Respond(e);
@@ -443,7 +456,9 @@ std::optional<ApiError> Server::AssignProbeSet(const CompletionRequest& request,
   for (const EngineRequest& r : *requests) ids.push_back(r.id);
   StatusOr<probe::ProbeSetAssignment> assigned = sets_->Assign(ids, request.probe_set);
   if (!assigned.ok()) {
-    return BadRequest(assigned.status().message(), "probe_set", "probe_set_not_found");
+    // The message quotes the name (at most kMaxNameBytes): cut it like every echoed value.
+    return BadRequest(EchoValue(assigned.status().message(), 512), "probe_set",
+                      "probe_set_not_found");
   }
   for (EngineRequest& r : *requests) r.steering.base = assigned->steering;
   return std::nullopt;
@@ -461,7 +476,7 @@ std::optional<ApiError> Server::BuildSteering(const CompletionRequest& request,
       std::string known;
       for (const std::string& name : names) known += (known.empty() ? "" : ", ") + name;
       return BadRequest(
-          "Unknown steering_name '" + request.steering_name + "'" +
+          "Unknown steering_name '" + EchoValue(request.steering_name) + "'" +
               DidYouMean(request.steering_name, names) +
               (names.empty() ? " (this server registers none)." : " (registered: " + known + ")."),
           "steering_name", "steering_not_found");
@@ -573,21 +588,29 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
     res.close = true;
     return res;
   }
+  // Nesting is bounded before parsing: a parser builds every level (8 MB of '[' would cost
+  // hundreds of MB) before it can see that the document is wrong.
+  if (const size_t at = JsonDepthExceededAt(req.body); at != std::string::npos) {
+    return Respond(BadRequest("The JSON body of your request nests arrays and objects more than " +
+                                  std::to_string(kMaxJsonDepth) + " levels deep (at byte " +
+                                  std::to_string(at) + ").",
+                              "", "json_too_deep"));
+  }
   json body;
   try {
     body = json::parse(req.body);
   } catch (const json::exception& e) {
     return Respond(BadRequest(std::string("We could not parse the JSON body of your "
                                           "request: ") +
-                              e.what()));
+                              EchoValue(e.what(), 256)));
   }
   CompletionRequest request;
   if (auto error = ParseCompletionRequest(body, endpoint, &request)) return Respond(*error);
   if (!request.model.empty() && request.model != options_.served_model_name) {
     ApiError e;
     e.http_status = 404;
-    e.message = "The model '" + request.model + "' does not exist. This server serves '" +
-                options_.served_model_name + "'.";
+    e.message = "The model '" + EchoValue(request.model) +
+                "' does not exist. This server serves '" + options_.served_model_name + "'.";
     e.param = "model";
     e.code = "model_not_found";
     return Respond(e);

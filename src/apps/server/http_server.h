@@ -14,13 +14,18 @@
 // `heartbeat_seconds` (an SSE comment, or JSON whitespace before a non-streamed body) so that a
 // client that went away is noticed and its requests are aborted, which frees their KV blocks.
 //
+// /health and /metrics are answered on a thread of their own, never behind busy handlers. With
+// an API key, a request without it is refused with 401 on its head, before its body is read.
+//
 // Errors are OpenAI-style bodies {"error": {message, type, param, code}}: 400 malformed HTTP or
-// JSON, wrong types, unknown fields, impossible values and prompts longer than the context (code
-// context_length_exceeded, as OpenAI and vLLM do); 401 a missing or wrong bearer key; 404
-// unknown routes and models; 408 a body that did not arrive in time; 413 bodies over
-// max_body_bytes (after decompression); 415 an unknown Content-Encoding; 431 too many or too
-// large headers; 503 while shutting down or over max_connections. None affects other requests;
-// bytes that are not UTF-8 (in paths, bodies, the model name) are replaced in answers.
+// JSON (nested deeper than kMaxJsonDepth included), wrong types, unknown fields, impossible values
+// and prompts longer than the context (code context_length_exceeded, as OpenAI and vLLM do); 401 a
+// missing or wrong bearer key; 404 unknown routes and models; 408 a body that did not arrive in
+// time; 413 bodies over max_body_bytes (after decompression); 415 an unknown Content-Encoding; 431
+// too many or too large headers; 503 while shutting down or over max_connections (or
+// max_connections_per_client). None affects other requests; bytes that are not UTF-8 (in paths,
+// bodies, the model name) are replaced in answers, and values quoted from the request are cut to
+// kMaxEchoBytes.
 //
 // Shutdown (SIGTERM): connections waiting for a request are closed, new requests get 503,
 // in-flight requests run to completion (after drain_timeout_seconds they are aborted), then
@@ -68,6 +73,8 @@ struct ServerOptions {
   int64_t max_body_bytes = int64_t{8} << 20;  // after Content-Encoding is undone
   int http_threads = 8;  // handler threads (parse, render, tokenize); connections need none
   int max_connections = 1024;
+  // Open connections from one address: -1 half of max_connections, 0 no limit.
+  int max_connections_per_client = -1;
   double idle_timeout_seconds = 60;    // a kept-alive connection waiting for its next request
   double header_timeout_seconds = 10;  // a request head, from its first byte
   double body_timeout_seconds = 60;    // a request body
@@ -103,7 +110,12 @@ class Server {
 
   // Answers one request (what HttpFront calls). Never throws for anything a client sends.
   HttpResponse Handle(const HttpRequest& req);
-  // The OpenAI-style error response for a status the front end found (400, 404, 413, ...).
+  // Judges a request on its head, before its body is read (HttpFront's head check): 401 when an
+  // API key is set and the request lacks it, except on /health (and /metrics with
+  // metrics_without_key); else 0. An unauthenticated client thus never gets its body buffered
+  // nor a `100 Continue`.
+  int CheckHead(const HttpRequest& head) const;
+  // The OpenAI-style error response for a status the front end found (400, 401, 404, 413, ...).
   HttpResponse ErrorResponse(int status, const std::string& method, const std::string& path) const;
   // Re-reads the probe sets' spec files (POST /v1/probes/reload and SIGHUP): requests in flight
   // keep the version they started with; a spec that fails to load changes nothing. Returns the

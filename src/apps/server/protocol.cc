@@ -139,7 +139,8 @@ std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* m
                         "missing_required_parameter");
     if (!role->is_string()) return WrongType(at + ".role", *role, "a string");
     if (roles.count(role->get<std::string>()) == 0) {
-      return BadRequest("Invalid value for '" + at + ".role': '" + role->get<std::string>() +
+      return BadRequest("Invalid value for '" + at + ".role': '" +
+                            EchoValue(role->get<std::string>()) +
                             "'. Supported values are: 'system', 'developer', 'user', "
                             "'assistant', 'tool' and 'function'.",
                         at + ".role", "invalid_value");
@@ -250,7 +251,7 @@ std::optional<ApiError> ParseSteeringVector(const json& v, const std::string& pa
         if (!item.is_boolean()) return WrongType(field, item, "a boolean");
         out->norm_match = item.get<bool>();
       } else {
-        return BadRequest("Unrecognized steering vector field '" + key +
+        return BadRequest("Unrecognized steering vector field '" + EchoValue(key) +
                               "' (expected vector, scale, norm_match).",
                           field, "unknown_parameter");
       }
@@ -303,9 +304,9 @@ std::optional<ApiError> ParseSteeringField(const std::string& key, const json& v
     const std::string hook_param = key + "." + hook;
     const std::optional<models::Site> site = SteeringHookSite(hook);
     if (!site.has_value()) {
-      return BadRequest(
-          "Unknown steering hook '" + hook + "' (expected residual_stream, attn_out or mlp_out).",
-          hook_param, "invalid_value");
+      return BadRequest("Unknown steering hook '" + EchoValue(hook) +
+                            "' (expected residual_stream, attn_out or mlp_out).",
+                        hook_param, "invalid_value");
     }
     if (!layers.is_object()) return WrongType(hook_param, layers, "an object {layer: vector}");
     for (const auto& [layer_text, vector] : layers.items()) {
@@ -315,9 +316,9 @@ std::optional<ApiError> ParseSteeringField(const std::string& key, const json& v
           std::from_chars(layer_text.data(), layer_text.data() + layer_text.size(), layer);
       if (layer_text.empty() || ec != std::errc() || end != layer_text.data() + layer_text.size() ||
           layer < 0) {
-        return BadRequest(
-            "Steering layer '" + layer_text + "' is not a layer index (a non-negative integer).",
-            param, "invalid_value");
+        return BadRequest("Steering layer '" + EchoValue(layer_text) +
+                              "' is not a layer index (a non-negative integer).",
+                          param, "invalid_value");
       }
       CompletionRequest::Steering entry;
       entry.param = param;
@@ -383,11 +384,21 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     if (!v.is_string() || v.get<std::string>().empty()) {
       return WrongType(key, v, "a non-empty string");
     }
+    if (v.get<std::string>().size() > kMaxNameBytes) {
+      return BadRequest("'steering_name' is " + std::to_string(v.get<std::string>().size()) +
+                            " bytes long; names are at most " + std::to_string(kMaxNameBytes) + ".",
+                        key, "invalid_value");
+    }
     r->steering_name = v.get<std::string>();
   } else if (key == "probe_set") {
     if (v.is_null()) return std::nullopt;
     if (!v.is_string() || v.get<std::string>().empty()) {
       return WrongType(key, v, "a non-empty string");
+    }
+    if (v.get<std::string>().size() > kMaxNameBytes) {
+      return BadRequest("'probe_set' is " + std::to_string(v.get<std::string>().size()) +
+                            " bytes long; names are at most " + std::to_string(kMaxNameBytes) + ".",
+                        key, "invalid_value");
     }
     r->probe_set = v.get<std::string>();
   } else if (key == "ignore_eos") {
@@ -412,8 +423,8 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     if (!v.is_object()) return WrongType(key, v, "an object");
     for (const auto& [k, e] : v.items()) {
       if (k != "include_usage") {
-        return BadRequest("Unrecognized request argument supplied: stream_options." + k, key,
-                          "unknown_parameter");
+        return BadRequest("Unrecognized request argument supplied: stream_options." + EchoValue(k),
+                          key, "unknown_parameter");
       }
       if (!e.is_boolean()) return WrongType("stream_options.include_usage", e, "a boolean");
       r->include_usage = e.get<bool>();
@@ -430,11 +441,43 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
 
 }  // namespace
 
+std::string EchoValue(std::string_view value, size_t max_bytes) {
+  if (value.size() <= max_bytes) return std::string(value);
+  size_t cut = max_bytes;
+  // Back off over UTF-8 continuation bytes so that no character is split.
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(value.substr(0, cut)) + "...";
+}
+
+size_t JsonDepthExceededAt(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 json ApiError::Body() const {
   return {{"error",
-           {{"message", message},
+           {{"message", EchoValue(message, 4096)},
             {"type", type},
-            {"param", param.empty() ? json(nullptr) : json(param)},
+            {"param", param.empty() ? json(nullptr) : json(EchoValue(param, 128))},
             {"code", code.empty() ? json(nullptr) : json(code)}}}};
 }
 
@@ -510,8 +553,10 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, Endpoint endpoi
       }
     }
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return BadRequest("Unrecognized request argument supplied: " + key + DidYouMean(key, known),
-                        key, "unknown_parameter");
+      // No suggestion for a long name: the edit distance costs its length times each name's.
+      return BadRequest("Unrecognized request argument supplied: " + EchoValue(key) +
+                            (key.size() <= kMaxEchoBytes ? DidYouMean(key, known) : ""),
+                        EchoValue(key), "unknown_parameter");
     }
     if (auto error = ParseField(key, value, &r)) return error;
   }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 namespace uc::server {
 namespace {
 
@@ -108,6 +110,53 @@ engine::RequestOutput Finished(engine::FinishReason reason,
   out.text = "Hello";
   out.output_ids = {5, 6};
   return out;
+}
+
+// Values quoted back from a request are cut (a 4 MB field name used to be echoed twice, after
+// an edit distance that took seconds); names a request picks are bounded.
+TEST(ProtocolTest, EchoedValuesAreCapped) {
+  EXPECT_EQ(EchoValue("short"), "short");
+  EXPECT_EQ(EchoValue(std::string(100, 'a')), std::string(kMaxEchoBytes, 'a') + "...");
+  // Never splits a UTF-8 character: 63 ASCII bytes then a two-byte character at 63-64.
+  const std::string utf8 = std::string(63, 'a') + "\xc3\xa9" + std::string(10, 'b');
+  EXPECT_EQ(EchoValue(utf8), std::string(63, 'a') + "...");
+
+  const std::string huge(4 << 20, 'k');
+  CompletionRequest r;
+  const auto started = std::chrono::steady_clock::now();
+  const std::optional<ApiError> e =
+      ParseCompletionRequest(json{{"prompt", "x"}, {huge, 1}}, Endpoint::kCompletions, &r);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code, "unknown_parameter");
+  EXPECT_LT(e->Body().dump().size(), 600u) << e->Body().dump().substr(0, 300);
+  for (const char* field : {"probe_set", "steering_name"}) {
+    const std::optional<ApiError> name =
+        ParseCompletionRequest(json{{"prompt", "x"}, {field, huge}}, Endpoint::kCompletions, &r);
+    ASSERT_TRUE(name.has_value()) << field;
+    EXPECT_EQ(name->param, field);
+    EXPECT_LT(name->Body().dump().size(), 600u) << field;
+  }
+  const std::optional<ApiError> role = ParseCompletionRequest(
+      json{{"messages", {{{"role", huge}, {"content", "x"}}}}}, Endpoint::kChatCompletions, &r);
+  ASSERT_TRUE(role.has_value());
+  EXPECT_LT(role->Body().dump().size(), 600u);
+  // The last line of defence: any message and param are capped in the body.
+  ApiError big = BadRequest(huge, huge);
+  EXPECT_LT(big.Body().dump().size(), 5000u);
+}
+
+TEST(ProtocolTest, JsonDepthIsFoundWithoutParsing) {
+  EXPECT_EQ(JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 4), std::string_view::npos);
+  EXPECT_EQ(JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 3), 18u);
+  EXPECT_EQ(JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 2), 7u);
+  // Brackets inside strings (escaped quotes included) do not count.
+  EXPECT_EQ(JsonDepthExceededAt(R"(["[[[[", "\"[[[[", "\\"])", 1), std::string_view::npos);
+  EXPECT_EQ(JsonDepthExceededAt(std::string(kMaxJsonDepth, '['), kMaxJsonDepth),
+            std::string_view::npos);
+  // 8e6 '[': found at the first level too many, in proportion to what was scanned.
+  const std::string deep(8000000, '[');
+  EXPECT_EQ(JsonDepthExceededAt(deep), static_cast<size_t>(kMaxJsonDepth));
 }
 
 TEST(ProtocolTest, SteeringFieldsInEveryForm) {

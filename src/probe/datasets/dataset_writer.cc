@@ -11,6 +11,7 @@
 #include "base/check.h"
 #include "io/file_sink.h"
 #include "io/safetensors/safetensors_writer.h"
+#include "io/text_file.h"
 #include "tensor/tensor.h"
 
 namespace uc::probe {
@@ -48,11 +49,8 @@ bool IsDatasetFile(std::string name) {
 std::string DTypeSpelling(DType dtype) { return dtype == DType::kBF16 ? "BF16" : "F32"; }
 
 StatusOr<std::string> ReadWholeFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path.string() + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  // Bounded, and never a FIFO or a device: a dataset's manifest and indexes are small files.
+  return io::ReadTextFile(path, int64_t{1} << 30, "dataset file");
 }
 
 // A short rendering of a fingerprint member for messages; long ones (the spec) are elided.

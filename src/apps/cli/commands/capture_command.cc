@@ -24,6 +24,8 @@
 #include "engine/deployment.h"
 #include "engine/llm.h"
 #include "engine/prompts_file.h"
+#include "io/mapped_file.h"
+#include "io/text_file.h"
 #include "probe/datasets/dataset_writer.h"
 #include "probe/probes/registry.h"
 #include "probe/probes/sae.h"
@@ -33,6 +35,15 @@
 
 namespace uc::cli {
 namespace {
+
+// The FNV-1a digest (hex) of a file's bytes, mapped rather than read (a file that was loaded
+// already; one that cannot be mapped, e.g. not a regular file, digests as "").
+std::string FileDigest(const std::filesystem::path& path) {
+  StatusOr<std::shared_ptr<const io::MappedFile>> file = io::MappedFile::Open(path);
+  if (!file.ok()) return "";
+  return Hex(
+      Fnv1a64(std::string_view(reinterpret_cast<const char*>((*file)->data()), (*file)->size())));
+}
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -84,8 +95,11 @@ StatusOr<std::shared_ptr<const probe::SaeEncoder>> LoadCaptureSae(const CaptureO
     }
   } else {
     // Every feature: the width comes from the SAE's cfg.json.
-    std::ifstream in(std::filesystem::path(o.sae_dir) / "cfg.json");
-    const nlohmann::json cfg = nlohmann::json::parse(in, nullptr, false);
+    StatusOr<std::string> text =
+        io::ReadTextFile(std::filesystem::path(o.sae_dir) / "cfg.json", 16 << 20, "SAE cfg.json");
+    if (!text.ok())
+      return InvalidArgumentError("--sae " + o.sae_dir + ": " + text.status().message());
+    const nlohmann::json cfg = nlohmann::json::parse(*text, nullptr, false);
     if (!cfg.is_object() || !cfg.contains("d_sae") || !cfg["d_sae"].is_number_integer()) {
       return InvalidArgumentError("--sae " + o.sae_dir + ": cfg.json has no integer d_sae");
     }
@@ -253,10 +267,7 @@ int RunCapture(CaptureOptions& o) {
   if (*sae != nullptr) {
     nlohmann::json files = nlohmann::json::object();
     for (const char* name : {"cfg.json", "sae_weights.safetensors"}) {
-      std::ifstream in(std::filesystem::path(o.sae_dir) / name, std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
-      files[name] = Hex(Fnv1a64(bytes));
+      files[name] = FileDigest(std::filesystem::path(o.sae_dir) / name);
     }
     dataset.fingerprint["sae"] = {{"dir", o.sae_dir},
                                   {"d_in", (*sae)->d_in()},
@@ -270,10 +281,7 @@ int RunCapture(CaptureOptions& o) {
                                {"layer_end", o.engine.load.steering.layer_end},
                                {"files", nlohmann::json::array()}};
     for (const models::ControlVectorFile& f : o.engine.load.steering.files) {
-      std::ifstream in(f.path, std::ios::binary);
-      const std::string bytes((std::istreambuf_iterator<char>(in)),
-                              std::istreambuf_iterator<char>());
-      steering["files"].push_back({{"scale", f.scale}, {"fnv1a64", Hex(Fnv1a64(bytes))}});
+      steering["files"].push_back({{"scale", f.scale}, {"fnv1a64", FileDigest(f.path)}});
     }
     dataset.fingerprint["steering"] = std::move(steering);
   }

@@ -465,6 +465,11 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
                   "Open connections at most (more get 503)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  cmd->add_option("--max-connections-per-client", o->server.max_connections_per_client,
+                  "Open connections from one client address at most (more get 503; default: "
+                  "half of --max-connections; 0: no limit; behind a proxy every client has the "
+                  "proxy's address)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--idle-timeout", o->server.idle_timeout_seconds,
                   "Seconds a kept-alive connection may wait for its next request")
       ->check(Seconds(0.01))

@@ -1,6 +1,7 @@
 #include "apps/cli/commands/validate_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <memory>
 
@@ -36,6 +37,44 @@ std::vector<std::string> CheckProbes(const probe::Spec& spec, probe::MessageStyl
       problems.push_back(where + "probe_type '" + p.probe_type + "' is " +
                          std::string(probe::Name(*kind)) + " but the point says " +
                          std::string(probe::Name(p.probe_kind)));
+    }
+  }
+  return problems;
+}
+
+// Always: the numeric arguments built-in probe types read (threshold, bias, alpha, window) are
+// finite: generate and serve refuse a NaN or infinite one when they build the probe, so
+// validate must not call it OK. Other keys are left to the probe (v0.1 checks none).
+std::vector<std::string> CheckBuiltinArgs(const probe::Spec& spec, probe::MessageStyle style) {
+  static const std::vector<std::string> builtins = probe::ProbeRegistry().List();
+  static const std::vector<std::string> numeric = {"threshold", "bias", "alpha", "window"};
+  std::vector<std::string> problems;
+  for (size_t i = 0; i < spec.extraction_points.size(); ++i) {
+    const probe::ExtractionPoint& p = spec.extraction_points[i];
+    if (!p.probe_args.is_object() ||
+        std::find(builtins.begin(), builtins.end(), p.probe_type) == builtins.end()) {
+      continue;
+    }
+    for (const auto& [key, value] : p.probe_args.items()) {
+      if (std::find(numeric.begin(), numeric.end(), key) == numeric.end() ||
+          !value.is_number_float() || std::isfinite(value.get<double>())) {
+        continue;
+      }
+      const double v = value.get<double>();
+      std::string where;
+      if (style == probe::MessageStyle::kV0_1) {
+        if (p.line > 0) where = "line " + std::to_string(p.line) + ": ";
+      } else {
+        where = spec.source.string();
+        if (p.line > 0) where += ":" + std::to_string(p.line);
+        where += ": ";
+      }
+      problems.push_back(where + "extraction_points[" + std::to_string(i) + "] '" + p.name +
+                         "'.probe_args." + key + ": expected a finite number (got " +
+                         (std::isnan(v) ? "NaN"
+                          : v > 0       ? "inf"
+                                        : "-inf") +
+                         ")");
     }
   }
   return problems;
@@ -91,6 +130,9 @@ SpecFileResult ValidateSpecFile(const std::string& path, bool strict, const Spec
                         spec.strict_warnings.end();
       (fails ? result.errors : result.warnings).push_back(w);
     }
+  }
+  for (std::string& problem : CheckBuiltinArgs(spec, style)) {
+    result.errors.push_back(std::move(problem));
   }
   if (extra_check) {
     for (std::string& problem : extra_check(spec)) result.errors.push_back(std::move(problem));
