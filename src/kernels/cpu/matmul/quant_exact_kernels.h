@@ -200,6 +200,37 @@ struct Q6_K : LayoutQ6_K {
   }
 };
 
+// The end of a group for MR x rows: acc = fma(dl, P, acc), then acc = fma(nml, S, acc), S the
+// row's group sum (at xs[r * ldxs]). The one place both kernels apply the scales.
+template <typename B, int MR, int V>
+[[gnu::always_inline]] inline void ApplyGroup(const typename B::F (&dl)[V],
+                                              const typename B::F (&nml)[V],
+                                              const typename B::F (&p)[MR][V], const float* xs,
+                                              int64_t ldxs, typename B::F (&acc)[MR][V]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    const typename B::F s = B::Set1(xs[r * ldxs]);
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      acc[r][h] = B::Fma(dl[h], p[r][h], acc[r][h]);
+      acc[r][h] = B::Fma(nml[h], s, acc[r][h]);
+    }
+  }
+}
+
+// y rows r < MR, columns < cols = acc.
+template <typename B, int MR, int V>
+[[gnu::always_inline]] inline void StoreRows(const typename B::F (&acc)[MR][V], float* y,
+                                             int64_t ldy, int cols) {
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      B::StoreCols(y + r * ldy + B::kLanes * h, acc[r][h], cols - B::kLanes * h);
+    }
+  }
+}
+
 // y[r, c] (+)= x[r, 0..records * kRecordElems) · pair rows r0 .. r0 + V kLanes - 1 of the pair
 // whose records start at `rec`, for r < MR and c < cols (columns past cols untouched). xs: the
 // group sums of the x rows (ldxs apart) from the same k.
@@ -249,23 +280,10 @@ void StreamKernel(const float* x, int64_t ldx, const float* xs, int64_t ldxs, co
       const int64_t gi = rr * kGroups + g;
       F dl[V], nml[V];
       T::template Scales<V>(rec, g, r0, dl, nml);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const F s = B::Set1(xs[r * ldxs + gi]);
-#pragma GCC unroll 4
-        for (int h = 0; h < V; ++h) {
-          acc[r][h] = B::Fma(dl[h], p[r][h], acc[r][h]);
-          acc[r][h] = B::Fma(nml[h], s, acc[r][h]);
-        }
-      }
+      ApplyGroup<B, MR, V>(dl, nml, p, xs + gi, ldxs, acc);
     }
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int h = 0; h < V; ++h)
-      B::StoreCols(y + r * ldy + B::kLanes * h, acc[r][h], cols - B::kLanes * h);
-  }
+  StoreRows<B, MR, V>(acc, y, ldy, cols);
 }
 
 // One span of R rows of a k block for the prefill kernel, as F32: the codes of element kk of the
@@ -349,22 +367,9 @@ void PanelKernel(const float* x, int64_t ldx, const float* xs, int64_t ldxs, con
       dl[h] = B::Load(panel.dl[gi] + B::kLanes * h);
       nml[h] = B::Load(panel.nml[gi] + B::kLanes * h);
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-      const F s = B::Set1(xs[r * ldxs + gi]);
-#pragma GCC unroll 4
-      for (int h = 0; h < V; ++h) {
-        acc[r][h] = B::Fma(dl[h], p[r][h], acc[r][h]);
-        acc[r][h] = B::Fma(nml[h], s, acc[r][h]);
-      }
-    }
+    ApplyGroup<B, MR, V>(dl, nml, p, xs + gi, ldxs, acc);
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-    for (int h = 0; h < V; ++h)
-      B::StoreCols(y + r * ldy + B::kLanes * h, acc[r][h], cols - B::kLanes * h);
-  }
+  StoreRows<B, MR, V>(acc, y, ldy, cols);
 }
 
 // The group sums S_g of every x row: xs[i * (k / kGroup) + g], each summed in element order.
