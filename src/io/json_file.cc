@@ -8,30 +8,6 @@
 namespace uc::io {
 namespace {
 
-// Deepest nesting of [] and {} outside string literals.
-int MaxNestingDepth(std::string_view text) {
-  int depth = 0;
-  int max_depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
 // nlohmann's message without its "[json.exception...] parse error at line L, column C: " prefix.
 std::string ParseErrorDetail(const char* what) {
   std::string_view text(what);
@@ -56,8 +32,32 @@ Status ParseError(std::string_view text, std::string_view source,
 
 }  // namespace
 
+size_t JsonDepthExceededAt(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return std::string_view::npos;
+}
+
 StatusOr<nlohmann::json> ParseJson(std::string_view text, std::string_view source) {
-  if (MaxNestingDepth(text) > kMaxJsonDepth) {
+  if (JsonDepthExceededAt(text) != std::string_view::npos) {
     return InvalidArgumentError(std::string(source) + ": JSON nested deeper than " +
                                 std::to_string(kMaxJsonDepth) + " levels");
   }

@@ -9,6 +9,7 @@
 
 #include "base/did_you_mean.h"
 #include "base/logging.h"
+#include "io/json_file.h"
 
 namespace uc::server {
 namespace {
@@ -590,9 +591,9 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   }
   // Nesting is bounded before parsing: a parser builds every level (8 MB of '[' would cost
   // hundreds of MB) before it can see that the document is wrong.
-  if (const size_t at = JsonDepthExceededAt(req.body); at != std::string::npos) {
+  if (const size_t at = io::JsonDepthExceededAt(req.body); at != std::string::npos) {
     return Respond(BadRequest("The JSON body of your request nests arrays and objects more than " +
-                                  std::to_string(kMaxJsonDepth) + " levels deep (at byte " +
+                                  std::to_string(io::kMaxJsonDepth) + " levels deep (at byte " +
                                   std::to_string(at) + ").",
                               "", "json_too_deep"));
   }

@@ -449,30 +449,6 @@ std::string EchoValue(std::string_view value, size_t max_bytes) {
   return std::string(value.substr(0, cut)) + "...";
 }
 
-size_t JsonDepthExceededAt(std::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return i;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return std::string_view::npos;
-}
-
 json ApiError::Body() const {
   return {{"error",
            {{"message", EchoValue(message, 4096)},

@@ -56,18 +56,10 @@ enum class Endpoint { kCompletions, kChatCompletions };
 inline constexpr size_t kMaxEchoBytes = 64;
 // Names a request picks (probe_set, steering_name) are at most this long (400 above).
 inline constexpr size_t kMaxNameBytes = 256;
-// JSON bodies nest at most this deep (every field we take needs fewer than 10 levels).
-inline constexpr int kMaxJsonDepth = 256;
 
 // `value` as quoted in an error message: at most `max_bytes` bytes (cut at a UTF-8 character
 // boundary) followed by "..." when it was cut.
 std::string EchoValue(std::string_view value, size_t max_bytes = kMaxEchoBytes);
-
-// The byte offset at which `text` first nests arrays and objects deeper than `max_depth`, or
-// npos when it never does. A linear scan that allocates nothing (strings and escapes are
-// skipped), run before the JSON parser so that a deeply nested body costs time in proportion
-// to the bytes read up to that point and no memory. Malformed JSON is left to the parser.
-size_t JsonDepthExceededAt(std::string_view text, int max_depth = kMaxJsonDepth);
 
 // An OpenAI-style error: the HTTP status and {"error": {message, type, param, code}}. Body()
 // caps the message (4 KiB) and the param (128 bytes) as a last line of defence.

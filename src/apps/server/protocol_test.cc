@@ -4,6 +4,8 @@
 
 #include <chrono>
 
+#include "io/json_file.h"
+
 namespace uc::server {
 namespace {
 
@@ -147,16 +149,16 @@ TEST(ProtocolTest, EchoedValuesAreCapped) {
 }
 
 TEST(ProtocolTest, JsonDepthIsFoundWithoutParsing) {
-  EXPECT_EQ(JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 4), std::string_view::npos);
-  EXPECT_EQ(JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 3), 18u);
-  EXPECT_EQ(JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 2), 7u);
+  EXPECT_EQ(io::JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 4), std::string_view::npos);
+  EXPECT_EQ(io::JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 3), 18u);
+  EXPECT_EQ(io::JsonDepthExceededAt(R"({"a": [[1], {"b": [2]}]})", 2), 7u);
   // Brackets inside strings (escaped quotes included) do not count.
-  EXPECT_EQ(JsonDepthExceededAt(R"(["[[[[", "\"[[[[", "\\"])", 1), std::string_view::npos);
-  EXPECT_EQ(JsonDepthExceededAt(std::string(kMaxJsonDepth, '['), kMaxJsonDepth),
+  EXPECT_EQ(io::JsonDepthExceededAt(R"(["[[[[", "\"[[[[", "\\"])", 1), std::string_view::npos);
+  EXPECT_EQ(io::JsonDepthExceededAt(std::string(io::kMaxJsonDepth, '['), io::kMaxJsonDepth),
             std::string_view::npos);
   // 8e6 '[': found at the first level too many, in proportion to what was scanned.
   const std::string deep(8000000, '[');
-  EXPECT_EQ(JsonDepthExceededAt(deep), static_cast<size_t>(kMaxJsonDepth));
+  EXPECT_EQ(io::JsonDepthExceededAt(deep), static_cast<size_t>(io::kMaxJsonDepth));
 }
 
 TEST(ProtocolTest, SteeringFieldsInEveryForm) {
