@@ -18,11 +18,11 @@
 // an API key, a request without it is refused with 401 on its head, before its body is read.
 //
 // Errors are OpenAI-style bodies {"error": {message, type, param, code}}: 400 malformed HTTP or
-// JSON (nested deeper than io::kMaxJsonDepth included), wrong types, unknown fields, impossible values
-// and prompts longer than the context (code context_length_exceeded, as OpenAI and vLLM do); 401 a
-// missing or wrong bearer key; 404 unknown routes and models; 408 a body that did not arrive in
-// time; 413 bodies over max_body_bytes (after decompression); 415 an unknown Content-Encoding; 431
-// too many or too large headers; 503 while shutting down or over max_connections (or
+// JSON (nested deeper than io::kMaxJsonDepth included), wrong types, unknown fields, impossible
+// values and prompts longer than the context (code context_length_exceeded, as OpenAI and vLLM do);
+// 401 a missing or wrong bearer key; 404 unknown routes and models; 408 a body that did not arrive
+// in time; 413 bodies over max_body_bytes (after decompression); 415 an unknown Content-Encoding;
+// 431 too many or too large headers; 503 while shutting down or over max_connections (or
 // max_connections_per_client). None affects other requests; bytes that are not UTF-8 (in paths,
 // bodies, the model name) are replaced in answers, and values quoted from the request are cut to
 // kMaxEchoBytes.
