@@ -49,6 +49,28 @@ struct Avx2 {
   [[gnu::always_inline]] static I SllI(I v) {
     return _mm256_slli_epi32(v, k);
   }
+  // A decode span (16 rows) of byte codes: the types with high bits build theirs here.
+  using Bytes = __m128i;
+  static constexpr int kByteLanes = 16;
+  [[gnu::always_inline]] static Bytes LoadBytes(const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  }
+  [[gnu::always_inline]] static Bytes AndB(Bytes v, int32_t mask) {
+    return _mm_and_si128(v, _mm_set1_epi32(mask));
+  }
+  [[gnu::always_inline]] static Bytes OrB(Bytes a, Bytes b) { return _mm_or_si128(a, b); }
+  template <int k>
+  [[gnu::always_inline]] static Bytes SrlB(Bytes v) {
+    return _mm_srli_epi32(v, k);
+  }
+  template <int k>
+  [[gnu::always_inline]] static Bytes SllB(Bytes v) {
+    return _mm_slli_epi32(v, k);
+  }
+  template <int c>
+  [[gnu::always_inline]] static I Chunk(Bytes v) {
+    return _mm256_cvtepu8_epi32(c == 0 ? v : _mm_unpackhi_epi64(v, v));
+  }
   [[gnu::always_inline]] static F Zero() { return _mm256_setzero_ps(); }
   [[gnu::always_inline]] static F Set1(float v) { return _mm256_set1_ps(v); }
   [[gnu::always_inline]] static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }

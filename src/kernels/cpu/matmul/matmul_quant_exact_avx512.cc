@@ -58,6 +58,28 @@ struct Avx512 {
   [[gnu::always_inline]] static I SllI(I v) {
     return _mm512_slli_epi32(v, k);
   }
+  // A whole line (64 rows) of byte codes: the types with high bits build theirs here.
+  using Bytes = __m512i;
+  static constexpr int kByteLanes = 64;
+  [[gnu::always_inline]] static Bytes LoadBytes(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  [[gnu::always_inline]] static Bytes AndB(Bytes v, int32_t mask) { return And(v, mask); }
+  [[gnu::always_inline]] static Bytes OrB(Bytes a, Bytes b) { return Or(a, b); }
+  template <int k>
+  [[gnu::always_inline]] static Bytes SrlB(Bytes v) {
+    return _mm512_srli_epi32(v, k);
+  }
+  template <int k>
+  [[gnu::always_inline]] static Bytes SllB(Bytes v) {
+    return _mm512_slli_epi32(v, k);
+  }
+  template <int c>
+  [[gnu::always_inline]] static I Chunk(Bytes v) {
+    if constexpr (c == 0) {
+      return _mm512_cvtepu8_epi32(_mm512_castsi512_si128(v));
+    } else {
+      return _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(v, c));
+    }
+  }
   [[gnu::always_inline]] static F Zero() { return _mm512_setzero_ps(); }
   [[gnu::always_inline]] static F Set1(float v) { return _mm512_set1_ps(v); }
   [[gnu::always_inline]] static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }

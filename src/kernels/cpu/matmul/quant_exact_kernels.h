@@ -55,6 +55,28 @@ namespace {  // NOLINT(build/namespaces): see quant_exact_layout.h
 //   SrlI<k>(I), SllI<k>(I); Zero(), Set1(float), Mul, Fma(a, b, c) = a b + c (one rounding);
 //   Load / Store (aligned), LoadCols(p, cols) / StoreCols(p, v, cols): lanes < cols only.
 
+// Optionally, codes built a whole decode span at a time in the byte domain (the types with high
+// bits: Q5_0, Q5_1, Q5_K, Q6_K, whose widened form needs about twice the operations): B::Bytes
+// (kByteLanes bytes, one per row), LoadBytes(p), AndB(Bytes, int32 mask), OrB, SrlB<k>, SllB<k>
+// (shifts of wider lanes: every use masks the bits that cross a byte) and Chunk<c>(Bytes): its
+// bytes c kLanes .. (c + 1) kLanes - 1 widened to I. Used where a span is kByteLanes rows.
+template <typename B, int V>
+constexpr bool kByteSpan = requires {
+  typename B::Bytes;
+}
+&&V* B::kLanes == B::kByteLanes;
+
+// w[h] = the F32 codes of bytes h kLanes .. of e, h < V.
+template <typename B, int V, int... kH>
+[[gnu::always_inline]] inline void WidenSpan(typename B::Bytes e, typename B::F* w,
+                                             std::integer_sequence<int, kH...>) {
+  ((w[kH] = B::ToF32(B::template Chunk<kH>(e))), ...);
+}
+template <typename B, int V>
+[[gnu::always_inline]] inline void WidenSpan(typename B::Bytes e, typename B::F* w) {
+  WidenSpan<B, V>(e, w, std::make_integer_sequence<int, V>());
+}
+
 // Each type: its layout and
 //   Decode2<V>(rec, g, s, r0, w): elements 2 s and 2 s + 1 of group g for pair rows r0 ..
 //     r0 + V kLanes - 1 as F32 codes, w[e][h] for element e, rows r0 + kLanes h ...;
@@ -71,9 +93,47 @@ template <typename B>
 
 // The two elements of a nibble line with their fifth bits, bits `shift` and `shift` + 1 of the
 // high line's bytes.
+// FifthBitPair in the byte domain, kShift = shift: the fifth bits moved to bit 4 of each byte.
+template <typename B, int V, int kShift>
+[[gnu::always_inline]] inline void FifthBitBytes(const uint8_t* line, const uint8_t* high,
+                                                 typename B::F (&w)[2][V]) {
+  using Bytes = typename B::Bytes;
+  const Bytes v = B::LoadBytes(line);
+  const Bytes b = B::LoadBytes(high);
+  constexpr int32_t k4 = 0x10101010, kLow = 0x0F0F0F0F;
+  Bytes b0, b1;  // bit kShift, kShift + 1 of b at bit 4
+  if constexpr (kShift == 0) {
+    b0 = B::template SllB<4>(b);
+    b1 = B::template SllB<3>(b);
+  } else if constexpr (kShift == 2) {
+    b0 = B::template SllB<2>(b);
+    b1 = B::template SllB<1>(b);
+  } else if constexpr (kShift == 4) {
+    b0 = b;
+    b1 = B::template SrlB<1>(b);
+  } else {
+    b0 = B::template SrlB<2>(b);
+    b1 = B::template SrlB<3>(b);
+  }
+  WidenSpan<B, V>(B::OrB(B::AndB(v, kLow), B::AndB(b0, k4)), w[0]);
+  WidenSpan<B, V>(B::OrB(B::AndB(B::template SrlB<4>(v), kLow), B::AndB(b1, k4)), w[1]);
+}
+
 template <typename B, int V>
 [[gnu::always_inline]] inline void FifthBitPair(const uint8_t* line, const uint8_t* high, int shift,
                                                 typename B::F (&w)[2][V]) {
+  if constexpr (kByteSpan<B, V>) {
+    switch (shift) {
+      case 0:
+        return FifthBitBytes<B, V, 0>(line, high, w);
+      case 2:
+        return FifthBitBytes<B, V, 2>(line, high, w);
+      case 4:
+        return FifthBitBytes<B, V, 4>(line, high, w);
+      default:
+        return FifthBitBytes<B, V, 6>(line, high, w);
+    }
+  }
 #pragma GCC unroll 4
   for (int h = 0; h < V; ++h) {
     const typename B::I v = B::WidenU8(line + B::kLanes * h);
@@ -179,6 +239,18 @@ struct Q6_K : LayoutQ6_K {
     // Elements 2 s, 2 s + 1: bits 4 (s % 2) .. 4 (s % 2) + 3 of high line 4 g + s / 2.
     const uint8_t* high = rec + kHigh + (4 * g + s / 2) * kLine + r0;
     const int shift = 4 * (s % 2);
+    if constexpr (kByteSpan<B, V>) {
+      using Bytes = typename B::Bytes;
+      constexpr int32_t k6 = 0x30303030, kLow = 0x0F0F0F0F;
+      const Bytes v = B::LoadBytes(line);
+      const Bytes b = B::LoadBytes(high);
+      // The high bits of the two elements at bits 4 and 5 of each byte.
+      const Bytes b0 = shift ? b : B::template SllB<4>(b);
+      const Bytes b1 = shift ? B::template SrlB<2>(b) : B::template SllB<2>(b);
+      WidenSpan<B, V>(B::OrB(B::AndB(v, kLow), B::AndB(b0, k6)), w[0]);
+      WidenSpan<B, V>(B::OrB(B::AndB(B::template SrlB<4>(v), kLow), B::AndB(b1, k6)), w[1]);
+      return;
+    }
 #pragma GCC unroll 4
     for (int h = 0; h < V; ++h) {
       const typename B::I v = B::WidenU8(line + B::kLanes * h);
