@@ -283,8 +283,21 @@ def ours_single(binary, model, threads, prompt_len, gen_len, matmul):
 
 
 class LlamaCpp:
+    # False: llama.cpp's weight repacking and extra buffer types (AMX tiles, interleaved
+    # quantized rows) off, for builds where they crash on a model (--llamacpp-no-repack).
+    extra_bufts = True
+
     def __init__(self, model, threads, max_len):
         import llama_cpp
+        import llama_cpp.llama as llama_module
+        if not LlamaCpp.extra_bufts:
+            defaults = llama_module.llama_cpp.llama_model_default_params
+
+            def plain_params():
+                params = defaults()
+                params.use_extra_bufts = False
+                return params
+            llama_module.llama_cpp.llama_model_default_params = plain_params
         self.llm = llama_cpp.Llama(model_path=model, n_ctx=max_len + 8, n_batch=max_len + 8,
                                    n_ubatch=512, n_threads=threads, n_threads_batch=threads,
                                    seed=0, verbose=False)
@@ -595,7 +608,12 @@ def main():
     ap.add_argument("--serve-kv-memory", default="2GiB")
     ap.add_argument("--llm-bench", help="llm_bench binary (default: beside --undercurrent)")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--llamacpp-no-repack", action="store_true",
+                    help="llama.cpp without its extra buffer types (weight repacking, AMX): "
+                         "for builds that crash on a model with them; say so beside the numbers")
     a = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    LlamaCpp.extra_bufts = not a.llamacpp_no_repack
     if not a.llm_bench:
         a.llm_bench = os.path.join(os.path.dirname(a.undercurrent), "llm_bench")
     import llama_cpp
@@ -603,10 +621,12 @@ def main():
     info = {"machine": platform.machine(), "cpu_flags": cpu_flags(),
             "llama_cpp_python": llama_cpp.__version__,
             "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
-            "rounds": a.rounds, "prefill": a.prefill, "decode": a.decode}
+            "rounds": a.rounds, "prefill": a.prefill, "decode": a.decode,
+            "llama_cpp_extra_bufts": LlamaCpp.extra_bufts}
     print(f"# CPU flags: {' '.join(info['cpu_flags'])}")
     print(f"# llama.cpp (llama-cpp-python {info['llama_cpp_python']}): "
-          f"{info['llama_cpp_system_info']}")
+          f"{info['llama_cpp_system_info']}"
+          f"{'' if LlamaCpp.extra_bufts else ' (extra buffer types off: --llamacpp-no-repack)'}")
     out = {"info": info, "quantize": [], "single": [], "serving": []}
     models = list(a.model)
     if a.quantize_from:
