@@ -591,7 +591,8 @@ def main():
     ap.add_argument("--decode", type=int, default=128, help="generated tokens")
     ap.add_argument("--decode-only", action="append", default=[],
                     help="GGUF measured with --decode only (a short prompt): large models")
-    ap.add_argument("--matmul", default="int8", help="our modes to measure (int8,exact)")
+    ap.add_argument("--matmul", default="exact,int8",
+                    help="our modes to measure (exact, the default path, and int8)")
     ap.add_argument("--serve", help="GGUF for the serving comparison")
     ap.add_argument("--llama-server", help="llama.cpp's llama-server binary")
     ap.add_argument("--concurrency", default="1,4,16,64")
