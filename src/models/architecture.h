@@ -9,10 +9,8 @@
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 
 #include "base/status.h"
 #include "io/gguf/gguf.h"
@@ -46,9 +44,6 @@ struct Architecture {
   // use the decoder's names.
   std::shared_ptr<const io::TensorSource> (*hf_tensors)(
       std::shared_ptr<const io::TensorSource> file, const ModelConfig& config) = nullptr;
-  // GGUF names of the per-layer tensors where the architecture's differ from the common table
-  // (decoder name after "model.layers.N." -> GGUF name after "blk.N.").
-  std::span<const std::pair<std::string_view, std::string_view>> gguf_layer_names = {};
 };
 
 const Architecture* FindArchitectureByHfClass(std::string_view hf_class);

@@ -387,18 +387,6 @@ std::string HfToGgufTensorName(std::string_view hf_name) {
 }
 
 std::string HfToGgufTensorName(std::string_view hf_name, const Architecture& arch) {
-  constexpr std::string_view kPrefix = "model.layers.";
-  if (!arch.gguf_layer_names.empty() && hf_name.substr(0, kPrefix.size()) == kPrefix) {
-    const std::string_view rest = hf_name.substr(kPrefix.size());
-    const size_t dot = rest.find('.');
-    if (dot != std::string_view::npos) {
-      for (const auto& [decoder, gguf] : arch.gguf_layer_names) {
-        if (rest.substr(dot + 1) == decoder) {
-          return "blk." + std::string(rest.substr(0, dot)) + "." + std::string(gguf);
-        }
-      }
-    }
-  }
   return HfToGgufTensorName(hf_name, arch.gguf_sandwich_names);
 }
 

@@ -1,6 +1,7 @@
 // OLMo-2 (Olmo2ForCausalLM; GGUF "olmo2"): the Llama decoder without the norms in front of its
 // blocks; instead each block's output is RMS-normed before it joins the residual stream
-// (post_attention_layernorm, post_feedforward_layernorm; GGUF attn_post_norm, ffn_post_norm), and
+// (post_attention_layernorm, post_feedforward_layernorm; GGUF post_attention_norm, post_ffw_norm,
+// Gemma's sandwich names), and
 // q and k are RMS-normed over each token's whole projection (weights [q_size] and [kv_size],
 // not per head) before RoPE (rotate_half in both layouts). Under tensor parallelism the q/k norm
 // all-reduces each token's sum of squares.
@@ -27,18 +28,13 @@ Status ReadOlmo2Extras(const nlohmann::json& json, const std::string&, ModelConf
 
 Status ReadOlmo2Gguf(const io::GgufFile& file, const std::string&, ModelConfig& config) {
   SetOlmo2Shape(config);
-  if (!file.Has("blk.0.attn_q_norm.weight") || !file.Has("blk.0.attn_post_norm.weight")) {
+  if (!file.Has("blk.0.attn_q_norm.weight") || !file.Has("blk.0.post_attention_norm.weight")) {
     return InvalidArgumentError(file.path() +
                                 ": an olmo2 file needs tensors 'blk.0.attn_q_norm.weight' and "
-                                "'blk.0.attn_post_norm.weight'");
+                                "'blk.0.post_attention_norm.weight'");
   }
   return OkStatus();
 }
-
-constexpr std::pair<std::string_view, std::string_view> kOlmo2GgufNames[] = {
-    {"post_attention_layernorm.weight", "attn_post_norm.weight"},
-    {"post_feedforward_layernorm.weight", "ffn_post_norm.weight"},
-};
 
 }  // namespace
 
@@ -48,7 +44,7 @@ const Architecture kOlmo2Architecture = {
     .gguf_rope_style = kernels::RopeStyle::kHalf,
     .read_hf_extras = ReadOlmo2Extras,
     .read_gguf_extras = ReadOlmo2Gguf,
-    .gguf_layer_names = kOlmo2GgufNames,
+    .gguf_sandwich_names = true,
 };
 
 }  // namespace uc::models
