@@ -16,7 +16,7 @@ Produces tests/testdata/arch/<case>/ (or --out/<case>/) for each case below:
                            tensor names and metadata ("gpt2": Conv1D transposed, position_embd,
                            output.weight a copy of token_embd; "gptneox": attn_qkv regrouped to
                            q, k, v rows, use_parallel_residual, rope.dimension_count =
-                           rotary_pct * head_dim; "olmo2": attn_post_norm / ffn_post_norm,
+                           rotary_pct * head_dim; "olmo2": post_attention_norm / post_ffw_norm,
                            full-width attn_q_norm / attn_k_norm) and the tokenizer as
                            tokenizer.ggml.model "gpt2" (tokens, token types, merges).
   reference.json           input ids, float32 logits at every position, argmax, a 16-token greedy
@@ -408,11 +408,11 @@ def write_gguf(case, cfg, model, tok_path, path):
                 ("self_attn.o_proj", "attn_output"),
                 ("self_attn.q_norm", "attn_q_norm"),
                 ("self_attn.k_norm", "attn_k_norm"),
-                ("post_attention_layernorm", "attn_post_norm"),
+                ("post_attention_layernorm", "post_attention_norm"),
                 ("mlp.gate_proj", "ffn_gate"),
                 ("mlp.up_proj", "ffn_up"),
                 ("mlp.down_proj", "ffn_down"),
-                ("post_feedforward_layernorm", "ffn_post_norm"),
+                ("post_feedforward_layernorm", "post_ffw_norm"),
             ):
                 tensors.append((f"blk.{L}.{gg}.weight", sd[f"{q}{hf}.weight"]))
     # tokenizer: GPT-2 style BPE (tokens in the byte-level alphabet, merges "a b")
