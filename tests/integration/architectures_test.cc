@@ -16,6 +16,7 @@
 #include "engine/llm.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
+#include "tokenizer/loaders.h"
 #include "worker/sampler.h"
 
 namespace uc {
@@ -176,6 +177,23 @@ TEST_P(TapTest, EveryTapMatchesTransformersModuleOutputs) {
       EXPECT_LE(testing::MaxAbsDiff(after, sum).max_abs, 1e-5 * std::max(1.0, MaxAbs(after)))
           << "layer " << l << " position " << p;
     }
+  }
+}
+
+class TokenizerTest : public FixtureTest {};
+
+// The fixtures' byte-level BPE (a 512-token GPT-2-style tokenizer.json trained by `tokenizers`,
+// and the same vocabulary and merges as tokenizer.ggml.model "gpt2" in the GGUF file) encodes
+// text, accents, emoji and whitespace runs to the ids `tokenizers` gives, and decodes them back.
+TEST_P(TokenizerTest, EncodesAsHuggingFaceTokenizers) {
+  auto tokenizer = tokenizer::LoadTokenizer(TestData(GetParam().model));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  ASSERT_FALSE(reference_["tokenizer"].empty());
+  for (const nlohmann::json& c : reference_["tokenizer"]) {
+    const std::string text = c["text"].get<std::string>();
+    const std::vector<int32_t> ids = (*tokenizer)->Encode(text, false, false);
+    EXPECT_EQ(ids, JsonInts(c["ids"])) << text;
+    EXPECT_EQ((*tokenizer)->Decode(ids), text);
   }
 }
 
@@ -353,6 +371,8 @@ INSTANTIATE_TEST_SUITE_P(ArchitecturesGguf, FixtureTest, ::testing::ValuesIn(kAr
 INSTANTIATE_TEST_SUITE_P(ArchitecturesGguf, GreedyTest, ::testing::ValuesIn(kArchGgufCases),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Interpretability, TapTest, ::testing::ValuesIn(kTapCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Interpretability, TokenizerTest, ::testing::ValuesIn(kTapCases),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
