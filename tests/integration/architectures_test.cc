@@ -13,6 +13,7 @@
 #include <map>
 
 #include "common/test_util.h"
+#include "engine/generator.h"
 #include "engine/llm.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
@@ -195,6 +196,24 @@ TEST_P(TokenizerTest, EncodesAsHuggingFaceTokenizers) {
     EXPECT_EQ(ids, JsonInts(c["ids"])) << text;
     EXPECT_EQ((*tokenizer)->Decode(ids), text);
   }
+}
+
+// GPT-2 has embeddings for max_position_embeddings positions only: a longer context is refused
+// up front (a clear error, not a failed check mid-generation); RoPE models only warn.
+TEST(LearnedPositionsTest, ContextPastThePositionTableIsAnError) {
+  auto gpt2 = models::ReadCheckpointConfig(TestData("arch/gpt2"));
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status().ToString();
+  EXPECT_TRUE(gpt2->learned_positions);
+  EXPECT_EQ(*engine::ResolveMaxModelLen(*gpt2, 0), 128);
+  EXPECT_EQ(*engine::ResolveMaxModelLen(*gpt2, 128), 128);
+  const StatusOr<int> past = engine::ResolveMaxModelLen(*gpt2, 129);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("128 positions the model has learned embeddings for"),
+            std::string::npos)
+      << past.status().message();
+  auto olmo2 = models::ReadCheckpointConfig(TestData("arch/olmo2"));
+  ASSERT_TRUE(olmo2.ok());
+  EXPECT_EQ(*engine::ResolveMaxModelLen(*olmo2, 500), 500);
 }
 
 // LoadOptions::matmul_precision reaches every quantized matmul: on the Q4_0 file the int8 path
