@@ -310,6 +310,7 @@ std::optional<ApiError> ParseSteeringField(const std::string& key, const json& v
       const StatusOr<models::TapPoint> tap = SteeringTapOf(tl->hook, layer);
       if (!tap.ok()) return BadRequest(tap.status().message() + ".", param, "invalid_value");
       entry.vector.layer = tap->layer;
+      entry.resid_mid = tl->hook == models::TlHook::kResidMid;
       site = tap->site;
     }
     entry.vector.site = site;

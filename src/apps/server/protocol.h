@@ -103,6 +103,7 @@ struct CompletionRequest {
   struct Steering {
     worker::SteeringVector vector;
     std::string param;
+    bool resid_mid = false;  // named hook_resid_mid (refused for a parallel-residual model)
   };
   std::vector<Steering> steering;
   std::string steering_name;  // empty: none

@@ -220,6 +220,9 @@ TEST(ProtocolTest, SteeringAcceptsTransformerLensHooks) {
       {"steering_vectors.blocks.5.hook_mlp_out", {5, models::Site::kMlpOut}},
   };
   EXPECT_EQ(got, want);
+  for (const auto& e : r.steering) {
+    EXPECT_EQ(e.resid_mid, e.param == "steering_vectors.hook_resid_mid.2") << e.param;
+  }
   for (const std::string& field : {std::string(R"({"hook_resid_pre": {"0": [1]}})"),
                                    std::string(R"({"blocks.0.hook_resid_pre": [1]})")}) {
     CompletionRequest bad;
