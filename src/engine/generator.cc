@@ -51,6 +51,12 @@ StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requeste
     return InvalidArgumentError("max_model_len must be >= 0, got " + std::to_string(requested));
   }
   int len = requested > 0 ? requested : config.max_position_embeddings;
+  if (len > config.max_position_embeddings && config.learned_positions) {
+    return InvalidArgumentError("max_model_len " + std::to_string(len) + " exceeds the " +
+                                std::to_string(config.max_position_embeddings) +
+                                " positions the model has learned embeddings for "
+                                "(max_position_embeddings); use at most that");
+  }
   if (len > config.max_position_embeddings) {
     UC_LOG(WARNING) << "max_model_len " << len << " exceeds the model's max_position_embeddings "
                     << config.max_position_embeddings;

@@ -116,8 +116,9 @@ class Generator {
 };
 
 // Resolves the context length from the model's limit (max_position_embeddings; a longer request
-// is allowed with a warning) and a requested value (0: the model's). Sliding windows do not
-// limit it: windowed layers attend to their window at any length.
+// is allowed with a warning, except for learned absolute positions (GPT-2): InvalidArgument, as
+// there is no embedding past the table) and a requested value (0: the model's). Sliding windows
+// do not limit it: windowed layers attend to their window at any length.
 StatusOr<int> ResolveMaxModelLen(const models::ModelConfig& config, int requested);
 
 // InvalidArgument (naming `model_path`) when the tokenizer has more tokens than the model.

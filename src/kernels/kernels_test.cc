@@ -358,6 +358,37 @@ TEST_P(OpsTest, RmsNormMatchesReference) {
   }
 }
 
+TEST_P(OpsTest, LayerNormAndGeluMatchReference) {
+  uint32_t seed = 40;
+  for (int64_t h : {64, 172, 2048, 5}) {
+    // An offset row (mean 30): the variance must not come from E[x²] - E[x]².
+    Tensor x = RandomNormal({4, h}, seed++, 2.0f);
+    for (int64_t j = 0; j < h; ++j) x.data<float>()[3 * h + j] += 30.0f;
+    const Tensor w = RandomNormal({h}, seed++, 1.0f);
+    const Tensor b = RandomNormal({h}, seed++, 1.0f);
+    Tensor got = Tensor::Empty({4, h}, DType::kF32);
+    Tensor want = Tensor::Empty({4, h}, DType::kF32);
+    LayerNorm(x, w, b, 1e-5f, got, pool());
+    reference::LayerNorm(x, w, b, 1e-5f, want);
+    ExpectClose(got, want, 1e-6, 1e-6, "LayerNorm h=" + std::to_string(h));
+    Tensor in_place = x.Clone();
+    LayerNorm(in_place, w, b, 1e-5f, in_place, pool());
+    ExpectClose(in_place, want, 1e-6, 1e-6, "LayerNorm in place h=" + std::to_string(h));
+    for (const bool tanh_form : {true, false}) {
+      Tensor a = RandomNormal({3, h}, seed++, 3.0f);
+      Tensor ref = a.Clone();
+      if (tanh_form) {
+        GeluTanh(a, pool());
+        reference::GeluTanh(ref);
+      } else {
+        Gelu(a, pool());
+        reference::Gelu(ref);
+      }
+      ExpectClose(a, ref, 2e-6, 1e-7, (tanh_form ? "GeluTanh h=" : "Gelu h=") + std::to_string(h));
+    }
+  }
+}
+
 TEST_P(OpsTest, RopeMatchesReference) {
   const std::vector<int32_t> positions = {0, 1, 7, 255, 1024, 4095};
   struct Case {

@@ -394,6 +394,39 @@ void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out, Thre
   });
 }
 
+void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+               ThreadPool* pool) {
+  CheckF32Matrix(x, "LayerNorm", "x");
+  CheckF32Matrix(out, "LayerNorm", "out");
+  UC_CHECK(out.shape() == x.shape(), "LayerNorm: out %s must have the shape of x %s",
+           ShapeToString(out.shape()).c_str(), ShapeToString(x.shape()).c_str());
+  for (const Tensor* t : {&weight, &bias}) {
+    UC_CHECK(t->defined() && t->rank() == 1 && t->dtype() == DType::kF32 && t->dim(0) == x.dim(1),
+             "LayerNorm: weight and bias must be [%lld] F32, got %s %s",
+             static_cast<long long>(x.dim(1)), Name(t->dtype()), ShapeToString(t->shape()).c_str());
+  }
+  UC_CHECK(eps >= 0.0f, "LayerNorm: eps must be non-negative, got %g", static_cast<double>(eps));
+  if (x.numel() == 0) return;
+  const int64_t h = x.dim(1);
+  const float* w = weight.data<float>();
+  const float* b = bias.data<float>();
+  ForRows(x.dim(0), h, pool, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* in = x.data<float>() + r * h;
+      float* o = out.data<float>() + r * h;
+      double sum = 0.0;
+      for (int64_t j = 0; j < h; ++j) sum += in[j];
+      const double mean = sum / static_cast<double>(h);
+      double var = 0.0;
+      for (int64_t j = 0; j < h; ++j) var += (in[j] - mean) * (in[j] - mean);
+      const double inv = 1.0 / std::sqrt(var / static_cast<double>(h) + eps);
+      for (int64_t j = 0; j < h; ++j) {
+        o[j] = static_cast<float>((in[j] - mean) * inv) * w[j] + b[j];
+      }
+    }
+  });
+}
+
 void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
           int head_dim, RopeStyle style, Tensor& x, ThreadPool* pool) {
   CheckF32Matrix(x, "Rope", "x");
@@ -441,6 +474,29 @@ void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPoo
   ForRows(out.dim(0), n, pool, [&](int64_t begin, int64_t end) {
     UC_DISPATCH(GeluTanhAndMul, gate.data<float>() + begin * n, up.data<float>() + begin * n,
                 (end - begin) * n, out.data<float>() + begin * n);
+  });
+}
+
+void GeluTanh(Tensor& x, ThreadPool* pool) {
+  UC_CHECK(x.dtype() == DType::kF32, "GeluTanh: x must be F32");
+  if (x.numel() == 0) return;
+  float* p = x.data<float>();
+  ForRows(x.numel(), 1, pool, [&](int64_t begin, int64_t end) {
+    constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
+    for (int64_t i = begin; i < end; ++i) {
+      const float z = p[i];
+      p[i] = 0.5f * z * (1.0f + std::tanh(kAlpha * (z + 0.044715f * z * z * z)));
+    }
+  });
+}
+
+void Gelu(Tensor& x, ThreadPool* pool) {
+  UC_CHECK(x.dtype() == DType::kF32, "Gelu: x must be F32");
+  if (x.numel() == 0) return;
+  float* p = x.data<float>();
+  ForRows(x.numel(), 1, pool, [&](int64_t begin, int64_t end) {
+    constexpr float kInvSqrt2 = 0.7071067811865476f;
+    for (int64_t i = begin; i < end; ++i) p[i] = 0.5f * p[i] * (1.0f + std::erf(p[i] * kInvSqrt2));
   });
 }
 

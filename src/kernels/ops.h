@@ -147,6 +147,13 @@ void AddInPlace(const Tensor& x, Tensor& y, ThreadPool* pool = nullptr);
 void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
              ThreadPool* pool = nullptr);
 
+// out[m, h] = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, per row (LayerNorm; the
+// variance is the biased one, as torch.nn.LayerNorm). x, out: F32 [m, h]; weight, bias: F32 [h].
+// `out` may alias `x`. Sums are taken in double, so the result is within float rounding of the
+// exact value whatever the row's offset.
+void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out,
+               ThreadPool* pool = nullptr);
+
 // Rotary position embedding, in place on x [m, num_heads * head_dim] (F32). Token i is at
 // position positions[i]. For pair j (j < rotary_dim / 2) the angle is
 // positions[i] * inv_freq[j]. kInterleaved rotates adjacent pairs (2j, 2j+1) (llama2.c, GGUF
@@ -162,6 +169,11 @@ void SiluAndMul(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool* p
 // out[m, i] = gelu_tanh(gate[m, i]) * up[m, i] with PyTorch's tanh approximation
 // gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z³))) (Gemma). All F32.
 void GeluTanhAndMul(const Tensor& gate, const Tensor& up, Tensor& out, ThreadPool* pool = nullptr);
+
+// x = gelu_tanh(x) (above) or x = gelu(x) = 0.5 x (1 + erf(x / sqrt(2))) (the exact GELU), in
+// place on F32 x: the activation of an ungated MLP (GPT-2's "gelu_new", GPT-NeoX's "gelu").
+void GeluTanh(Tensor& x, ThreadPool* pool = nullptr);
+void Gelu(Tensor& x, ThreadPool* pool = nullptr);
 
 // x = cap * tanh(x / cap), elementwise, in place (F32; Gemma 2's logit soft-capping).
 // REQUIRES: cap > 0.

@@ -411,6 +411,39 @@ void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) {
   }
 }
 
+void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out) {
+  const int64_t m = x.dim(0), h = x.dim(1);
+  const std::vector<float> w = weight.ToFloatVector();
+  const std::vector<float> b = bias.ToFloatVector();
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x.data<float>() + i * h;
+    double mean = 0.0, var = 0.0;
+    for (int64_t j = 0; j < h; ++j) mean += row[j];
+    mean /= static_cast<double>(h);
+    for (int64_t j = 0; j < h; ++j) var += (row[j] - mean) * (row[j] - mean);
+    const double scale = 1.0 / std::sqrt(var / static_cast<double>(h) + eps);
+    for (int64_t j = 0; j < h; ++j) {
+      out.data<float>()[i * h + j] = static_cast<float>((row[j] - mean) * scale * w[j] + b[j]);
+    }
+  }
+}
+
+void GeluTanh(Tensor& x) {
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double z = x.data<float>()[i];
+    x.data<float>()[i] = static_cast<float>(
+        0.5 * z *
+        (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (z + 0.044715 * z * z * z))));
+  }
+}
+
+void Gelu(Tensor& x) {
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double z = x.data<float>()[i];
+    x.data<float>()[i] = static_cast<float>(0.5 * z * (1.0 + std::erf(z / std::sqrt(2.0))));
+  }
+}
+
 void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
           int head_dim, RopeStyle style, Tensor& x) {
   const int64_t half = static_cast<int64_t>(inv_freq.size());

@@ -58,6 +58,11 @@ void MatMulExactGrouped(const Tensor& x, const Tensor& w, Tensor& y);
 void AddBias(const Tensor& bias, Tensor& y);
 void AddInPlace(const Tensor& x, Tensor& y);
 void RmsNorm(const Tensor& x, const Tensor& weight, float eps, Tensor& out);
+// Mean and variance in double (the two-pass definition), the result rounded once.
+void LayerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps, Tensor& out);
+// In place, in double.
+void GeluTanh(Tensor& x);
+void Gelu(Tensor& x);
 // Angles are float(position) * inv_freq[j] in float, then cosf / sinf (as the model oracle).
 void Rope(std::span<const int32_t> positions, std::span<const float> inv_freq, int num_heads,
           int head_dim, RopeStyle style, Tensor& x);

@@ -1,8 +1,33 @@
 #include "layers/attention.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace uc::layers {
+namespace {
+
+// x[i] *= weight / sqrt(mean over the whole row of every rank + eps); x: this rank's columns.
+void FullWidthRmsNorm(const Tensor& weight, float eps, distributed::GroupCoordinator& group,
+                      Tensor& x) {
+  const int64_t m = x.dim(0), n = x.dim(1);
+  Tensor sums = Tensor::Empty({m}, DType::kF32);
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x.data<float>() + i * n;
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(row[j]) * row[j];
+    sums.data<float>()[i] = static_cast<float>(sum);
+  }
+  group.AllReduce(sums);
+  const float total = static_cast<float>(n * group.world_size());
+  const float* w = weight.data<float>();
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = x.data<float>() + i * n;
+    const float inv = 1.0f / std::sqrt(sums.data<float>()[i] / total + eps);
+    for (int64_t j = 0; j < n; ++j) row[j] = (row[j] * inv) * w[j];
+  }
+}
+
+}  // namespace
 
 AttentionBuffers::AttentionBuffers(int64_t max_tokens, int64_t q_size, int64_t kv_size)
     : q(Tensor::Empty({max_tokens, q_size}, DType::kF32)),
@@ -17,7 +42,13 @@ Attention::Attention(QKVParallelLinear qkv_proj, RowParallelLinear o_proj, Rotar
       rotary_(std::move(rotary)),
       shape_(shape),
       qk_norm_(std::move(qk_norm)) {
-  if (qk_norm_.enabled()) {
+  if (qk_norm_.enabled() && qk_norm_.full_width_group != nullptr) {
+    UC_CHECK(qk_norm_.q.weight().dim(0) == int64_t{shape_.num_heads} * shape_.head_dim &&
+                 qk_norm_.k.weight().dim(0) == int64_t{shape_.num_kv_heads} * shape_.head_dim &&
+                 qk_norm_.q.weight().dtype() == DType::kF32 &&
+                 qk_norm_.k.weight().dtype() == DType::kF32,
+             "full-width q/k norm weights must be F32 [this rank's q and k sizes]");
+  } else if (qk_norm_.enabled()) {
     UC_CHECK(qk_norm_.q.weight().dim(0) == shape_.head_dim &&
                  qk_norm_.k.weight().dim(0) == shape_.head_dim,
              "q/k norm weights must be [head_dim=%d]", shape_.head_dim);
@@ -40,7 +71,10 @@ void Attention::Forward(const Tensor& x, const AttentionMetadata& meta, KvCacheL
   Tensor v = buffers.v.Slice(0, m);
   Tensor context = buffers.context.Slice(0, m);
   qkv_proj_.Forward(x, q, k, v, pool);
-  if (qk_norm_.enabled()) {  // each head is a row of head_dim values
+  if (qk_norm_.enabled() && qk_norm_.full_width_group != nullptr) {
+    FullWidthRmsNorm(qk_norm_.q.weight(), qk_norm_.eps, *qk_norm_.full_width_group, q);
+    FullWidthRmsNorm(qk_norm_.k.weight(), qk_norm_.eps, *qk_norm_.full_width_group, k);
+  } else if (qk_norm_.enabled()) {  // each head is a row of head_dim values
     Tensor q_heads = q.Reshape({m * shape_.num_heads, shape_.head_dim});
     Tensor k_heads = k.Reshape({m * shape_.num_kv_heads, shape_.head_dim});
     qk_norm_.q.Forward(q_heads, q_heads, pool);

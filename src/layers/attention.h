@@ -45,11 +45,16 @@ struct AttentionBuffers {
   Tensor context;  // [max_tokens, num_heads_per_rank * head_dim]
 };
 
-// RMSNorms applied to every query and key head (weights [head_dim]) before RoPE (Qwen3,
-// Gemma 3); both undefined (default) for none.
+// RMSNorms applied to the queries and keys before RoPE; both undefined (default) for none.
+// Per head (Qwen3, Gemma 3): weights [head_dim], each head normed alone. Full width (OLMo-2,
+// full_width_group set): weights are this rank's slice of the [num_heads * head_dim] and
+// [num_kv_heads * head_dim] vectors, and each token's whole q (k) projection is normed as one
+// vector: the sums of squares of the slices are all-reduced over full_width_group (the TP group).
 struct QkNorm {
   RmsNorm q;
   RmsNorm k;
+  float eps = 1e-6f;                                          // full width only
+  distributed::GroupCoordinator* full_width_group = nullptr;  // full width only
   bool enabled() const { return q.weight().defined() && q.weight().rank() == 1; }
 };
 

@@ -9,11 +9,15 @@ MlpBuffers::MlpBuffers(int64_t max_tokens, int64_t intermediate_size)
       up(Tensor::Empty({max_tokens, intermediate_size}, DType::kF32)) {}
 
 GatedMlp::GatedMlp(MergedColumnParallelLinear gate_up_proj, RowParallelLinear down_proj,
-                   bool gelu_tanh)
+                   MlpActivation activation)
     : gate_up_proj_(std::move(gate_up_proj)),
       down_proj_(std::move(down_proj)),
-      gelu_tanh_(gelu_tanh) {
-  UC_CHECK(gate_up_proj_.num_outputs() == 2, "gate_up_proj needs the gate and up segments");
+      activation_(activation) {
+  UC_CHECK(gate_up_proj_.num_outputs() == 2 || gate_up_proj_.num_outputs() == 1,
+           "gate_up_proj needs the gate and up segments, or up alone");
+  UC_CHECK(gate_up_proj_.num_outputs() == 1 ? activation_ != MlpActivation::kSilu
+                                            : activation_ != MlpActivation::kGelu,
+           "a gated MLP's activation is SiLU or GELU-tanh, a plain one's GELU or GELU-tanh");
   UC_CHECK(down_proj_.options().reduce_results, "mlp down_proj must reduce its results");
 }
 
@@ -21,8 +25,19 @@ void GatedMlp::Forward(const Tensor& x, MlpBuffers& buffers, Tensor& out, Thread
   const int64_t m = x.dim(0);
   Tensor gate = buffers.gate.Slice(0, m);
   Tensor up = buffers.up.Slice(0, m);
+  if (gate_up_proj_.num_outputs() == 1) {  // plain: down(act(up(x)))
+    Tensor outputs[] = {gate};
+    gate_up_proj_.Forward(x, outputs, pool);
+    if (activation_ == MlpActivation::kGelu) {
+      kernels::Gelu(gate, pool);
+    } else {
+      kernels::GeluTanh(gate, pool);
+    }
+    down_proj_.Forward(gate, out, pool);
+    return;
+  }
   gate_up_proj_.Forward(x, gate, up, pool);
-  if (gelu_tanh_) {
+  if (activation_ == MlpActivation::kGeluTanh) {
     kernels::GeluTanhAndMul(gate, up, gate, pool);
   } else {
     kernels::SiluAndMul(gate, up, gate, pool);

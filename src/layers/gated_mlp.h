@@ -1,10 +1,11 @@
 // File: gated_mlp.h
 // -----------------------------------------------------------------------------
-// Gated feed-forward block (SwiGLU, or GeGLU with GELU-tanh for Gemma), tensor-parallel: gate
-// and up are split by output rows (MergedColumnParallelLinear), down by input columns
-// (RowParallelLinear, all-reduced), so this rank computes down(act(gate(x)) * up(x)) over its
-// slice of the intermediate dimension and the output is whole on every rank. Per-call buffers live
-// in MlpBuffers. Immutable after construction.
+// Feed-forward block, tensor-parallel: gated (SwiGLU, or GeGLU with GELU-tanh for Gemma:
+// down(act(gate(x)) * up(x))) or plain (GPT-2, GPT-NeoX: down(act(up(x) + b_up)) + b_down). The
+// input projections are split by output rows (MergedColumnParallelLinear with one or two
+// segments), down by input columns (RowParallelLinear, all-reduced, its bias added once), so this
+// rank computes its slice of the intermediate dimension and the output is whole on every rank.
+// Per-call buffers live in MlpBuffers. Immutable after construction.
 #pragma once
 
 #include "base/thread_pool.h"
@@ -19,13 +20,17 @@ struct MlpBuffers {
   Tensor up;    // [max_tokens, intermediate_size_per_partition]
 };
 
+// The activation: SiLU, GELU with PyTorch's tanh approximation, or the exact (erf) GELU.
+enum class MlpActivation { kSilu, kGeluTanh, kGelu };
+
 class GatedMlp {
  public:
   GatedMlp() = default;
-  // gate_up_proj: segments gate and up, [intermediate / tp, hidden] each; down_proj:
-  // [hidden, intermediate / tp], reducing its results.
+  // gate_up_proj: segments gate and up, [intermediate / tp, hidden] each (gated), or the one
+  // segment up (plain); down_proj: [hidden, intermediate / tp], reducing its results.
+  // REQUIRES: a gated MLP's activation is kSilu or kGeluTanh, a plain one's kGelu or kGeluTanh.
   GatedMlp(MergedColumnParallelLinear gate_up_proj, RowParallelLinear down_proj,
-           bool gelu_tanh = false);
+           MlpActivation activation = MlpActivation::kSilu);
 
   // x: [m, hidden] -> out: [m, hidden], F32.
   void Forward(const Tensor& x, MlpBuffers& buffers, Tensor& out, ThreadPool* pool) const;
@@ -33,7 +38,7 @@ class GatedMlp {
  private:
   MergedColumnParallelLinear gate_up_proj_;
   RowParallelLinear down_proj_;
-  bool gelu_tanh_ = false;  // act = GELU (tanh approximation) instead of SiLU
+  MlpActivation activation_ = MlpActivation::kSilu;
 };
 
 }  // namespace uc::layers

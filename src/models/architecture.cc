@@ -4,10 +4,11 @@
 
 namespace uc::models {
 namespace {
-const std::array<const Architecture*, 7>& Registry() {
-  static const std::array<const Architecture*, 7> kAll = {
-      &kLlamaArchitecture, &kMistralArchitecture, &kQwen2Architecture, &kQwen3Architecture,
-      &kPhi3Architecture,  &kGemma2Architecture,  &kGemma3Architecture};
+const std::array<const Architecture*, 10>& Registry() {
+  static const std::array<const Architecture*, 10> kAll = {
+      &kLlamaArchitecture,   &kMistralArchitecture, &kQwen2Architecture,  &kQwen3Architecture,
+      &kPhi3Architecture,    &kGemma2Architecture,  &kGemma3Architecture, &kGpt2Architecture,
+      &kGptNeoXArchitecture, &kOlmo2Architecture};
   return kAll;
 }
 }  // namespace
@@ -42,6 +43,35 @@ Status ReadOptionalGgufFloat(const io::GgufFile& file, const std::string& key, f
   UC_ASSIGN_OR_RETURN(double value, file.GetFloat(key));
   out = static_cast<float>(value);
   return OkStatus();
+}
+
+bool SplitLayerName(std::string_view name, int& layer, std::string_view& rest) {
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (name.substr(0, kPrefix.size()) != kPrefix) return false;
+  name.remove_prefix(kPrefix.size());
+  const size_t dot = name.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot > 6) return false;
+  layer = 0;
+  for (const char ch : name.substr(0, dot)) {
+    if (ch < '0' || ch > '9') return false;
+    layer = layer * 10 + (ch - '0');
+  }
+  rest = name.substr(dot + 1);
+  return true;
+}
+
+StatusOr<Tensor> TransposedF32(const Tensor& t) {
+  if (t.rank() != 2 || DTypeIsQuantized(t.dtype()) || t.dtype() == DType::kI32) {
+    return InvalidArgumentError("a Conv1D weight must be a 2-D float tensor, got " +
+                                ShapeToString(t.shape()) + " " + std::string(DTypeName(t.dtype())));
+  }
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  const std::vector<float> in = t.ToFloatVector();
+  std::vector<float> out(in.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = in[r * cols + c];
+  }
+  return Tensor::FromVector(out, {cols, rows});
 }
 
 std::string SupportedArchitectureNames() {

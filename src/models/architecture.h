@@ -6,12 +6,15 @@
 // adding a file and a line to the registry in architecture.cc.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
 #include "base/status.h"
 #include "io/gguf/gguf.h"
+#include "io/tensor_source.h"
 #include "models/model_config.h"
 
 namespace uc::models {
@@ -32,6 +35,15 @@ struct Architecture {
   // GGUF names post_attention_layernorm "post_attention_norm" (a sandwich norm) rather than
   // "ffn_norm" (the pre-MLP norm of Llama-style layers).
   bool gguf_sandwich_names = false;
+  // Rewrites the architecture's own config.json keys into the common ones before anything is
+  // read (GPT-2's n_embd -> hidden_size). Null: the file uses them already.
+  Status (*normalize_hf_json)(nlohmann::json& json, const std::string& source) = nullptr;
+  // Presents the checkpoint's tensors under the decoder's names ("model.layers.N.self_attn.
+  // qkv_proj.weight", ...), converting layouts where they differ (GPT-2's transposed Conv1D
+  // weights, GPT-NeoX's per-head q/k/v rows). `config` is the validated config. Null: the files
+  // use the decoder's names.
+  std::shared_ptr<const io::TensorSource> (*hf_tensors)(
+      std::shared_ptr<const io::TensorSource> file, const ModelConfig& config) = nullptr;
 };
 
 const Architecture* FindArchitectureByHfClass(std::string_view hf_class);
@@ -48,6 +60,9 @@ extern const Architecture kQwen3Architecture;
 extern const Architecture kPhi3Architecture;
 extern const Architecture kGemma2Architecture;
 extern const Architecture kGemma3Architecture;
+extern const Architecture kGpt2Architecture;
+extern const Architecture kGptNeoXArchitecture;
+extern const Architecture kOlmo2Architecture;
 
 // Shared by the Gemma 2 and Gemma 3 files: the family's config.json fields (sandwich norms,
 // (1 + w) norm weights, sqrt(hidden) embedding scale, query_pre_attn_scalar, soft-capping,
@@ -60,6 +75,29 @@ Status ReadGemmaGgufExtras(const io::GgufFile& file, const std::string& gguf_arc
 // Reads an optional positive float field (null or absent: `out` unchanged).
 Status ReadOptionalFloat(const nlohmann::json& json, const std::string& source, const char* key,
                          float& out);
+// A TensorSource presenting `file` under the decoder's names: `convert(file, name)` returns the
+// tensor the decoder calls `name` (a view of the file, or a converted copy), or NotFound.
+// Has() runs the conversion; the decoder asks it only of tensors it will read anyway.
+class ConvertedTensors : public io::TensorSource {
+ public:
+  using Convert = std::function<StatusOr<Tensor>(const io::TensorSource&, std::string_view)>;
+  ConvertedTensors(std::shared_ptr<const io::TensorSource> file, Convert convert)
+      : file_(std::move(file)), convert_(std::move(convert)) {}
+  bool Has(std::string_view name) const override { return convert_(*file_, name).ok(); }
+  StatusOr<Tensor> Get(std::string_view name) const override { return convert_(*file_, name); }
+  std::vector<std::string> TensorNames() const override { return file_->TensorNames(); }
+  std::string Describe() const override { return file_->Describe(); }
+
+ private:
+  std::shared_ptr<const io::TensorSource> file_;
+  Convert convert_;
+};
+
+// Splits "model.layers.N.rest" into (N, rest); false for other names.
+bool SplitLayerName(std::string_view name, int& layer, std::string_view& rest);
+// [rows, cols] -> [cols, rows] as F32 (Hugging Face Conv1D stores [in, out]).
+StatusOr<Tensor> TransposedF32(const Tensor& t);
+
 // Reads an optional float GGUF key (absent: `out` unchanged).
 Status ReadOptionalGgufFloat(const io::GgufFile& file, const std::string& key, float& out);
 

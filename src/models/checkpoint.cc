@@ -83,6 +83,10 @@ Status ReadRopeScaling(const nlohmann::json& json, const std::string& source,
                       scaling.original_max_position_embeddings);
 }
 
+StatusOr<ModelConfig> ConfigFromNormalizedHfJson(const nlohmann::json& json,
+                                                 const std::string& source,
+                                                 const Architecture& spec, ModelConfig c);
+
 StatusOr<ModelConfig> ConfigFromHfJson(const nlohmann::json& json, const std::string& source) {
   if (!json.is_object()) return InvalidArgumentError(source + ": expected a JSON object");
   if (!json.contains("architectures") || !json["architectures"].is_array() ||
@@ -98,6 +102,18 @@ StatusOr<ModelConfig> ConfigFromHfJson(const nlohmann::json& json, const std::st
     return UnimplementedError(source + ": unknown architecture '" + c.architecture +
                               "' (supported: " + SupportedArchitectureNames() + ")");
   }
+  if (arch->normalize_hf_json != nullptr) {
+    nlohmann::json normalized = json;
+    UC_RETURN_IF_ERROR(arch->normalize_hf_json(normalized, source));
+    return ConfigFromNormalizedHfJson(normalized, source, *arch, std::move(c));
+  }
+  return ConfigFromNormalizedHfJson(json, source, *arch, std::move(c));
+}
+
+StatusOr<ModelConfig> ConfigFromNormalizedHfJson(const nlohmann::json& json,
+                                                 const std::string& source,
+                                                 const Architecture& spec, ModelConfig c) {
+  const Architecture* arch = &spec;
   UC_RETURN_IF_ERROR(ReadIntField(json, source, "hidden_size", true, c.hidden_size));
   UC_RETURN_IF_ERROR(ReadIntField(json, source, "intermediate_size", true, c.intermediate_size));
   UC_RETURN_IF_ERROR(ReadIntField(json, source, "num_hidden_layers", true, c.num_hidden_layers));
@@ -131,11 +147,14 @@ StatusOr<ModelConfig> ConfigFromHfJson(const nlohmann::json& json, const std::st
     if (!json.contains(key) || json[key].is_null()) continue;
     if (json[key] == "silu") {
       c.hidden_act = Activation::kSilu;
-    } else if (json[key] == "gelu_pytorch_tanh") {
+    } else if (json[key] == "gelu_pytorch_tanh" || json[key] == "gelu_new") {
       c.hidden_act = Activation::kGeluTanh;
+    } else if (json[key] == "gelu") {
+      c.hidden_act = Activation::kGelu;
     } else {
       return UnimplementedError(source + ": " + key + " " + json[key].dump() +
-                                " is not supported (supported: \"silu\", \"gelu_pytorch_tanh\")");
+                                " is not supported (supported: \"silu\", \"gelu_pytorch_tanh\", "
+                                "\"gelu_new\", \"gelu\")");
     }
   }
   ReadIntField(json, source, "bos_token_id", false, c.bos_token_id).ok();
@@ -173,6 +192,10 @@ StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
   UC_ASSIGN_OR_RETURN(ckpt.config, ReadHfConfig(dir));
   UC_ASSIGN_OR_RETURN(ckpt.tensors, io::SafetensorsCheckpoint::Open(dir));
   UC_RETURN_IF_ERROR(ckpt.config.Validate((dir / "config.json").string()));
+  const Architecture* arch = FindArchitectureByHfClass(ckpt.config.architecture);
+  if (arch != nullptr && arch->hf_tensors != nullptr) {
+    ckpt.tensors = arch->hf_tensors(std::move(ckpt.tensors), ckpt.config);
+  }
   return ckpt;
 }
 
@@ -181,14 +204,14 @@ StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
 // Presents a GgufFile under Hugging Face tensor names.
 class GgufHfNames : public io::TensorSource {
  public:
-  GgufHfNames(std::shared_ptr<const io::GgufFile> file, bool sandwich_names)
-      : file_(std::move(file)), sandwich_names_(sandwich_names) {}
+  GgufHfNames(std::shared_ptr<const io::GgufFile> file, const Architecture& arch)
+      : file_(std::move(file)), arch_(arch) {}
   bool Has(std::string_view name) const override {
-    const std::string gguf = HfToGgufTensorName(name, sandwich_names_);
+    const std::string gguf = HfToGgufTensorName(name, arch_);
     return !gguf.empty() && file_->Has(gguf);
   }
   StatusOr<Tensor> Get(std::string_view name) const override {
-    const std::string gguf = HfToGgufTensorName(name, sandwich_names_);
+    const std::string gguf = HfToGgufTensorName(name, arch_);
     if (gguf.empty()) return io::TensorNotFoundError(*this, name);
     return file_->Get(gguf);
   }
@@ -197,7 +220,7 @@ class GgufHfNames : public io::TensorSource {
 
  private:
   std::shared_ptr<const io::GgufFile> file_;
-  bool sandwich_names_;
+  const Architecture& arch_;
 };
 
 StatusOr<int> GgufInt(const io::GgufFile& file, const std::string& key) {
@@ -251,7 +274,13 @@ StatusOr<ModelConfig> ConfigFromGguf(const io::GgufFile& file) {
     UC_ASSIGN_OR_RETURN(c.rotary_dim, GgufInt(file, arch + ".rope.dimension_count"));
   }
   UC_ASSIGN_OR_RETURN(c.max_position_embeddings, GgufInt(file, arch + ".context_length"));
-  UC_ASSIGN_OR_RETURN(double eps, file.GetFloat(arch + ".attention.layer_norm_rms_epsilon"));
+  // LayerNorm models (gpt2, gptneox) state layer_norm_epsilon instead.
+  const std::string eps_key =
+      file.Find(arch + ".attention.layer_norm_epsilon") != nullptr &&
+              file.Find(arch + ".attention.layer_norm_rms_epsilon") == nullptr
+          ? arch + ".attention.layer_norm_epsilon"
+          : arch + ".attention.layer_norm_rms_epsilon";
+  UC_ASSIGN_OR_RETURN(double eps, file.GetFloat(eps_key));
   c.rms_norm_eps = static_cast<float>(eps);
   if (file.Find(arch + ".rope.freq_base") != nullptr) {
     UC_ASSIGN_OR_RETURN(double theta, file.GetFloat(arch + ".rope.freq_base"));
@@ -293,7 +322,8 @@ StatusOr<Checkpoint> OpenGguf(const fs::path& path) {
   UC_RETURN_IF_ERROR(ckpt.config.Validate(path.string()));
   ckpt.gguf = file;
   const Architecture* arch = FindArchitectureByHfClass(ckpt.config.architecture);
-  ckpt.tensors = std::make_shared<GgufHfNames>(file, arch != nullptr && arch->gguf_sandwich_names);
+  UC_CHECK(arch != nullptr, "no architecture for %s", ckpt.config.architecture.c_str());
+  ckpt.tensors = std::make_shared<GgufHfNames>(file, *arch);
   return ckpt;
 }
 
@@ -356,14 +386,25 @@ std::string HfToGgufTensorName(std::string_view hf_name) {
   return HfToGgufTensorName(hf_name, /*sandwich_names=*/false);
 }
 
+std::string HfToGgufTensorName(std::string_view hf_name, const Architecture& arch) {
+  return HfToGgufTensorName(hf_name, arch.gguf_sandwich_names);
+}
+
 std::string HfToGgufTensorName(std::string_view hf_name, bool sandwich_names) {
   static const std::map<std::string, std::string, std::less<>> kGlobal = {
       {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.embed_positions.weight", "position_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
+      {"model.norm.bias", "output_norm.bias"},
       {"lm_head.weight", "output.weight"},
   };
   static const std::map<std::string, std::string, std::less<>> kLayer = {
       {"input_layernorm.weight", "attn_norm.weight"},
+      {"input_layernorm.bias", "attn_norm.bias"},
+      {"post_attention_layernorm.bias", "ffn_norm.bias"},
+      {"self_attn.qkv_proj.bias", "attn_qkv.bias"},
+      {"mlp.up_proj.bias", "ffn_up.bias"},
+      {"mlp.down_proj.bias", "ffn_down.bias"},
       {"self_attn.q_proj.weight", "attn_q.weight"},
       {"self_attn.k_proj.weight", "attn_k.weight"},
       {"self_attn.v_proj.weight", "attn_v.weight"},

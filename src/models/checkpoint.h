@@ -50,5 +50,8 @@ StatusOr<ModelConfig> ReadCheckpointConfig(const std::filesystem::path& path,
 // is "post_attention_norm" and pre_feedforward_layernorm is "ffn_norm".
 std::string HfToGgufTensorName(std::string_view hf_name);
 std::string HfToGgufTensorName(std::string_view hf_name, bool sandwich_names);
+// The same for a file of `arch` (with its sandwich names where it has them).
+struct Architecture;
+std::string HfToGgufTensorName(std::string_view hf_name, const Architecture& arch);
 
 }  // namespace uc::models

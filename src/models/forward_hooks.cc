@@ -1,5 +1,7 @@
 #include "models/forward_hooks.h"
 
+#include <utility>
+
 namespace uc::models {
 
 std::string TapPoint::ToString() const {
@@ -15,6 +17,60 @@ std::string TapPoint::ToString() const {
       return "ln_final.hook_normalized";
   }
   return prefix + "?";
+}
+
+std::optional<TlHookName> ParseTransformerLensHook(std::string_view name) {
+  TlHookName out;
+  constexpr std::string_view kBlocks = "blocks.";
+  if (name.substr(0, kBlocks.size()) == kBlocks) {
+    name.remove_prefix(kBlocks.size());
+    const size_t dot = name.find('.');
+    if (dot == std::string_view::npos || dot == 0 || dot > 6) return std::nullopt;
+    int layer = 0;
+    for (const char ch : name.substr(0, dot)) {
+      if (ch < '0' || ch > '9') return std::nullopt;
+      layer = layer * 10 + (ch - '0');
+    }
+    out.layer = layer;
+    name.remove_prefix(dot + 1);
+  }
+  static constexpr std::pair<std::string_view, TlHook> kHooks[] = {
+      {"hook_resid_pre", TlHook::kResidPre},   {"hook_resid_mid", TlHook::kResidMid},
+      {"hook_resid_post", TlHook::kResidPost}, {"hook_attn_out", TlHook::kAttnOut},
+      {"hook_mlp_out", TlHook::kMlpOut},
+  };
+  for (const auto& [text, hook] : kHooks) {
+    if (name == text) {
+      out.hook = hook;
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+StatusOr<TapPoint> TapOfTransformerLensHook(TlHook hook, int layer) {
+  switch (hook) {
+    case TlHook::kResidPre:
+      if (layer == 0) {
+        return InvalidArgumentError(
+            "blocks.0.hook_resid_pre is the embedding output, which is not a tap site; the "
+            "first tap is blocks.0.hook_resid_post (residual_stream of layer 0)");
+      }
+      return TapPoint{layer - 1, Site::kResidPost};
+    case TlHook::kResidMid:
+      return InvalidArgumentError(
+          "hook_resid_mid (the stream between attention and MLP) is not a tap site: it is "
+          "residual_stream of layer " +
+          std::to_string(layer - 1) + " + attn_out of layer " + std::to_string(layer) +
+          " on a sequential block (capture both), and does not exist on a parallel-residual one");
+    case TlHook::kResidPost:
+      return TapPoint{layer, Site::kResidPost};
+    case TlHook::kAttnOut:
+      return TapPoint{layer, Site::kAttnOut};
+    case TlHook::kMlpOut:
+      return TapPoint{layer, Site::kMlpOut};
+  }
+  return InvalidArgumentError("unknown TransformerLens hook");
 }
 
 }  // namespace uc::models

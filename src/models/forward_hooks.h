@@ -6,9 +6,12 @@
 // one reads cost nothing.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
+#include "base/status.h"
 #include "tensor/tensor.h"
 
 namespace uc::models {
@@ -28,6 +31,25 @@ struct TapPoint {
   // "ln_final.hook_normalized".
   std::string ToString() const;
 };
+
+// TransformerLens's hook names of a block, accepted as aliases of our tap sites (specs, HTTP
+// steering): hook_resid_pre of block L is the stream before it (residual_stream of L - 1),
+// hook_resid_mid the stream between its attention and its MLP (x + attn_out on a sequential
+// block; a parallel block has none), hook_resid_post / hook_attn_out / hook_mlp_out our
+// residual_stream / attn_out / mlp_out of L.
+enum class TlHook { kResidPre, kResidMid, kResidPost, kAttnOut, kMlpOut };
+struct TlHookName {
+  TlHook hook = TlHook::kResidPost;
+  std::optional<int> layer;  // set by the "blocks.L.<hook>" form
+};
+// "hook_attn_out" or "blocks.3.hook_attn_out" (layer < 1e6); nullopt for anything else.
+std::optional<TlHookName> ParseTransformerLensHook(std::string_view name);
+// The tap that holds `hook` of block `layer`: resid_pre of L -> (L - 1, kResidPost); resid_post,
+// attn_out, mlp_out -> (L, their site). InvalidArgument, saying why and what to use instead, for
+// resid_pre of block 0 (the embedding output is not a tap) and for resid_mid (no tap between the
+// blocks; steering it is steering attn_out of L on a sequential block, which callers that
+// steer may use instead).
+StatusOr<TapPoint> TapOfTransformerLensHook(TlHook hook, int layer);
 
 class ForwardHooks {
  public:

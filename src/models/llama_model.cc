@@ -52,7 +52,7 @@ struct LayerParts {
   layers::RowParallelLinear o_proj;
   layers::MergedColumnParallelLinear gate_up;
   layers::RowParallelLinear down;
-  Tensor input_norm, post_norm;               // before attention; before the MLP
+  layers::Norm input_norm, post_norm;         // before attention; before the MLP (pre_norms)
   Tensor q_norm, k_norm;                      // qk_norm only: [head_dim]
   Tensor post_attention_norm, post_mlp_norm;  // sandwich_norms only
   int64_t qkv_bytes = 0;                      // this rank's rows of q, k and v
@@ -73,6 +73,12 @@ Status LoadQkvWeights(const ModelConfig& c, const std::string& p, const WeightLo
   qkv.q = fused.Slice(0, q);
   qkv.k = fused.Slice(q, q + kv);
   qkv.v = fused.Slice(q + kv, q + 2 * kv);
+  if (c.attention_bias) {
+    UC_ASSIGN_OR_RETURN(Tensor bias, w.Vector(p + "self_attn.qkv_proj.bias", q + 2 * kv));
+    qkv.q_bias = bias.Slice(0, q);
+    qkv.k_bias = bias.Slice(q, q + kv);
+    qkv.v_bias = bias.Slice(q + kv, q + 2 * kv);
+  }
   return OkStatus();
 }
 
@@ -89,25 +95,59 @@ StatusOr<std::pair<Tensor, Tensor>> LoadGateUp(const ModelConfig& c, const std::
   return std::make_pair(fused.Slice(0, inter), fused.Slice(inter, 2 * inter));
 }
 
+// The norm `name` ("model.norm"): RMSNorm from name.weight, or LayerNorm from name.weight and
+// name.bias.
+StatusOr<layers::Norm> LoadNorm(const ModelConfig& c, const WeightLoader& w,
+                                const std::string& name) {
+  UC_ASSIGN_OR_RETURN(Tensor weight,
+                      w.Norm(name + ".weight", c.hidden_size, c.norm_weight_plus_one));
+  if (c.norm_kind == NormKind::kRms) return layers::Norm::Rms(std::move(weight), c.rms_norm_eps);
+  UC_ASSIGN_OR_RETURN(Tensor bias, w.Vector(name + ".bias", c.hidden_size));
+  return layers::Norm::Layer(weight, bias, c.rms_norm_eps);
+}
+
+// Rows [begin, begin + size) of a 1-D float vector, as an owned F32 tensor.
+Tensor F32Slice(const Tensor& v, int64_t begin, int64_t size) {
+  const std::vector<float> all = v.ToFloatVector();
+  return Tensor::FromVector(std::vector<float>(all.begin() + begin, all.begin() + begin + size),
+                            {size});
+}
+
 StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const WeightLoader& w,
                                     distributed::GroupCoordinator& tp) {
   const std::string p = "model.layers." + std::to_string(index) + ".";
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   const bool plus_one = c.norm_weight_plus_one;
   LayerParts parts;
-  UC_ASSIGN_OR_RETURN(parts.input_norm, w.Norm(p + "input_layernorm.weight", h, plus_one));
-  if (c.qk_norm) {
+  if (c.pre_norms) {
+    UC_ASSIGN_OR_RETURN(parts.input_norm, LoadNorm(c, w, p + "input_layernorm"));
+  }
+  if (c.qk_norm && c.qk_norm_full_width) {  // this rank's slices of [q_size] and [kv_size]
+    if (c.num_key_value_heads % tp.world_size() != 0) {
+      return InvalidArgumentError("num_key_value_heads " + std::to_string(c.num_key_value_heads) +
+                                  " is not divisible by tensor_parallel_size " +
+                                  std::to_string(tp.world_size()) +
+                                  " (a full-width k norm needs whole KV heads on every rank)");
+    }
+    const int64_t rank = tp.rank_in_group(), n = tp.world_size();
+    UC_ASSIGN_OR_RETURN(Tensor q_norm, w.Vector(p + "self_attn.q_norm.weight", c.q_size()));
+    UC_ASSIGN_OR_RETURN(Tensor k_norm, w.Vector(p + "self_attn.k_norm.weight", c.kv_size()));
+    parts.q_norm = F32Slice(q_norm, rank * (c.q_size() / n), c.q_size() / n);
+    parts.k_norm = F32Slice(k_norm, rank * (c.kv_size() / n), c.kv_size() / n);
+  } else if (c.qk_norm) {
     UC_ASSIGN_OR_RETURN(parts.q_norm, w.Norm(p + "self_attn.q_norm.weight", c.head_dim, plus_one));
     UC_ASSIGN_OR_RETURN(parts.k_norm, w.Norm(p + "self_attn.k_norm.weight", c.head_dim, plus_one));
   }
   layers::QKVWeights qkv;
-  UC_RETURN_IF_ERROR(LoadQkvWeights(c, p, w, qkv));
-  UC_ASSIGN_OR_RETURN(qkv.q_bias,
-                      w.Vector(p + "self_attn.q_proj.bias", c.q_size(), c.attention_bias));
-  UC_ASSIGN_OR_RETURN(qkv.k_bias,
-                      w.Vector(p + "self_attn.k_proj.bias", c.kv_size(), c.attention_bias));
-  UC_ASSIGN_OR_RETURN(qkv.v_bias,
-                      w.Vector(p + "self_attn.v_proj.bias", c.kv_size(), c.attention_bias));
+  UC_RETURN_IF_ERROR(LoadQkvWeights(c, p, w, qkv));  // with the fused bias, if any
+  if (!c.fused_qkv) {
+    UC_ASSIGN_OR_RETURN(qkv.q_bias,
+                        w.Vector(p + "self_attn.q_proj.bias", c.q_size(), c.attention_bias));
+    UC_ASSIGN_OR_RETURN(qkv.k_bias,
+                        w.Vector(p + "self_attn.k_proj.bias", c.kv_size(), c.attention_bias));
+    UC_ASSIGN_OR_RETURN(qkv.v_bias,
+                        w.Vector(p + "self_attn.v_proj.bias", c.kv_size(), c.attention_bias));
+  }
   UC_ASSIGN_OR_RETURN(parts.qkv,
                       layers::QKVParallelLinear::Load(qkv, c.head_dim, c.num_attention_heads,
                                                       c.num_key_value_heads, tp));
@@ -121,31 +161,44 @@ StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const Weigh
   if (c.sandwich_norms) {
     UC_ASSIGN_OR_RETURN(parts.post_attention_norm,
                         w.Norm(p + "post_attention_layernorm.weight", h, plus_one));
-    UC_ASSIGN_OR_RETURN(parts.post_norm,
-                        w.Norm(p + "pre_feedforward_layernorm.weight", h, plus_one));
+    if (c.pre_norms) {
+      UC_ASSIGN_OR_RETURN(parts.post_norm, LoadNorm(c, w, p + "pre_feedforward_layernorm"));
+    }
     UC_ASSIGN_OR_RETURN(parts.post_mlp_norm,
                         w.Norm(p + "post_feedforward_layernorm.weight", h, plus_one));
   } else {
-    UC_ASSIGN_OR_RETURN(parts.post_norm,
-                        w.Norm(p + "post_attention_layernorm.weight", h, plus_one));
+    UC_ASSIGN_OR_RETURN(parts.post_norm, LoadNorm(c, w, p + "post_attention_layernorm"));
   }
-  UC_ASSIGN_OR_RETURN(auto gate_and_up, LoadGateUp(c, p, w));
-  const Tensor gate_up[] = {gate_and_up.first, gate_and_up.second};
-  auto merged = layers::MergedColumnParallelLinear::Load(gate_up, {}, tp);
-  UC_RETURN_IF_ERROR(Annotated(merged.status(), p + "mlp.gate_proj/up_proj (intermediate_size)"));
-  parts.gate_up = std::move(merged).value();
+  if (c.gated_mlp) {
+    UC_ASSIGN_OR_RETURN(auto gate_and_up, LoadGateUp(c, p, w));
+    const Tensor gate_up[] = {gate_and_up.first, gate_and_up.second};
+    auto merged = layers::MergedColumnParallelLinear::Load(gate_up, {}, tp);
+    UC_RETURN_IF_ERROR(Annotated(merged.status(), p + "mlp.gate_proj/up_proj (intermediate_size)"));
+    parts.gate_up = std::move(merged).value();
+  } else {
+    UC_ASSIGN_OR_RETURN(Tensor up, w.Matrix(p + "mlp.up_proj.weight", inter, h));
+    UC_ASSIGN_OR_RETURN(Tensor up_bias, w.Vector(p + "mlp.up_proj.bias", inter, c.mlp_bias));
+    const Tensor weights[] = {up};
+    const Tensor biases[] = {up_bias};
+    auto merged = layers::MergedColumnParallelLinear::Load(weights, biases, tp);
+    UC_RETURN_IF_ERROR(Annotated(merged.status(), p + "mlp.up_proj (intermediate_size)"));
+    parts.gate_up = std::move(merged).value();
+  }
   UC_ASSIGN_OR_RETURN(Tensor down, w.Matrix(p + "mlp.down_proj.weight", h, inter));
-  auto down_proj = layers::RowParallelLinear::Load(down, Tensor(), tp);
+  UC_ASSIGN_OR_RETURN(Tensor down_bias, w.Vector(p + "mlp.down_proj.bias", h, c.mlp_bias));
+  auto down_proj = layers::RowParallelLinear::Load(down, down_bias, tp);
   UC_RETURN_IF_ERROR(Annotated(down_proj.status(), p + "mlp.down_proj.weight"));
   parts.down = std::move(down_proj).value();
   return parts;
 }
 
 int64_t LayerBytes(const LayerParts& parts) {
-  return parts.qkv_bytes + parts.o_proj.weight().nbytes() + parts.gate_up.weight(0).nbytes() +
-         parts.gate_up.weight(1).nbytes() + parts.down.weight().nbytes() +
-         parts.input_norm.nbytes() + parts.post_norm.nbytes() + parts.q_norm.nbytes() +
-         parts.k_norm.nbytes() + parts.post_attention_norm.nbytes() + parts.post_mlp_norm.nbytes();
+  int64_t mlp_in = 0;
+  for (int i = 0; i < parts.gate_up.num_outputs(); ++i) mlp_in += parts.gate_up.weight(i).nbytes();
+  return parts.qkv_bytes + parts.o_proj.weight().nbytes() + mlp_in + parts.down.weight().nbytes() +
+         parts.input_norm.weight().nbytes() + parts.post_norm.weight().nbytes() +
+         parts.q_norm.nbytes() + parts.k_norm.nbytes() + parts.post_attention_norm.nbytes() +
+         parts.post_mlp_norm.nbytes();
 }
 
 }  // namespace
@@ -157,18 +210,21 @@ Activations::Activations(int64_t max_tokens, const ModelConfig& c, int64_t q_siz
       residual(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
       normed(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
       tap(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
+      mlp_out(c.parallel_residual ? Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)
+                                  : Tensor()),
       attention(max_tokens, q_size_per_rank, kv_size_per_rank),
       mlp(max_tokens, intermediate_size_per_partition) {}
 
-DecoderLayer::DecoderLayer(int layer_index, layers::RmsNorm input_layernorm,
-                           layers::Attention attention, layers::RmsNorm post_attention_layernorm,
-                           layers::GatedMlp mlp, SandwichNorms sandwich)
+DecoderLayer::DecoderLayer(int layer_index, layers::Norm input_layernorm,
+                           layers::Attention attention, layers::Norm post_attention_layernorm,
+                           layers::GatedMlp mlp, SandwichNorms sandwich, bool parallel_residual)
     : layer_index_(layer_index),
       input_layernorm_(std::move(input_layernorm)),
       attention_(std::move(attention)),
       post_attention_layernorm_(std::move(post_attention_layernorm)),
       mlp_(std::move(mlp)),
-      sandwich_(std::move(sandwich)) {}
+      sandwich_(std::move(sandwich)),
+      parallel_residual_(parallel_residual) {}
 
 void DecoderLayer::Tap(const ForwardContext& ctx, Site site, const Tensor& value) const {
   const TapPoint point{layer_index_, site};
@@ -212,26 +268,53 @@ void DecoderLayer::TapResidual(const ForwardContext& ctx, Activations& act, int6
   ctx.hooks->Observe(point, ctx.positions, stream);
 }
 
-// Pre-norm attention, then pre-norm SwiGLU MLP; each block's output joins the residual stream
-// at the start of the next step (vLLM's fused-residual form).
+// Pre-norm attention, then pre-norm MLP; each block's output joins the residual stream at the
+// start of the next step (vLLM's fused-residual form). Without a pre-norm (OLMo-2) a block reads
+// the stream itself.
 void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t m) const {
+  if (parallel_residual_) return ForwardParallel(ctx, act, m);
   Tensor hidden = act.hidden_states.Slice(0, m);  // [m, hidden_size]
   Tensor residual = act.residual.Slice(0, m);     // [m, hidden_size]
   Tensor normed = act.normed.Slice(0, m);         // [m, hidden_size]
   kernels::AddInPlace(hidden, residual, ctx.pool);
-  input_layernorm_.Forward(residual, normed, ctx.pool);
-  attention_.Forward(normed, *ctx.attention, ctx.cache->layers[layer_index_], act.attention, hidden,
-                     ctx.pool);
+  if (input_layernorm_.defined()) input_layernorm_.Forward(residual, normed, ctx.pool);
+  attention_.Forward(input_layernorm_.defined() ? normed : residual, *ctx.attention,
+                     ctx.cache->layers[layer_index_], act.attention, hidden, ctx.pool);
   if (sandwich_.enabled()) sandwich_.post_attention.Forward(hidden, hidden, ctx.pool);
   Tap(ctx, Site::kAttnOut, hidden);
   Steer(ctx, Site::kAttnOut, hidden, residual);
   kernels::AddInPlace(hidden, residual, ctx.pool);
-  post_attention_layernorm_.Forward(residual, normed, ctx.pool);
-  mlp_.Forward(normed, act.mlp, hidden, ctx.pool);
+  if (post_attention_layernorm_.defined()) {
+    post_attention_layernorm_.Forward(residual, normed, ctx.pool);
+  }
+  mlp_.Forward(post_attention_layernorm_.defined() ? normed : residual, act.mlp, hidden, ctx.pool);
   if (sandwich_.enabled()) sandwich_.post_mlp.Forward(hidden, hidden, ctx.pool);
   Tap(ctx, Site::kMlpOut, hidden);
   if (steering_.defined()) kernels::AddBias(steering_, hidden);  // joins the residual stream
   Steer(ctx, Site::kMlpOut, hidden, residual);
+  Steer(ctx, Site::kResidPost, hidden, residual);
+  TapResidual(ctx, act, m);
+}
+
+// GPT-NeoX's parallel block: x + attn(ln1(x)) + mlp(ln2(x)). Both blocks read the stream x
+// before the layer; hidden_states leaves as attn_out + mlp_out, residual as x.
+void DecoderLayer::ForwardParallel(const ForwardContext& ctx, Activations& act, int64_t m) const {
+  Tensor hidden = act.hidden_states.Slice(0, m);  // [m, hidden_size]
+  Tensor residual = act.residual.Slice(0, m);     // [m, hidden_size]
+  Tensor normed = act.normed.Slice(0, m);         // [m, hidden_size]
+  Tensor mlp_out = act.mlp_out.Slice(0, m);       // [m, hidden_size]
+  kernels::AddInPlace(hidden, residual, ctx.pool);
+  input_layernorm_.Forward(residual, normed, ctx.pool);
+  attention_.Forward(normed, *ctx.attention, ctx.cache->layers[layer_index_], act.attention, hidden,
+                     ctx.pool);
+  Tap(ctx, Site::kAttnOut, hidden);
+  Steer(ctx, Site::kAttnOut, hidden, residual);
+  post_attention_layernorm_.Forward(residual, normed, ctx.pool);
+  mlp_.Forward(normed, act.mlp, mlp_out, ctx.pool);
+  Tap(ctx, Site::kMlpOut, mlp_out);
+  if (steering_.defined()) kernels::AddBias(steering_, mlp_out);
+  Steer(ctx, Site::kMlpOut, mlp_out, residual);
+  kernels::AddInPlace(mlp_out, hidden, ctx.pool);
   Steer(ctx, Site::kResidPost, hidden, residual);
   TapResidual(ctx, act, m);
 }
@@ -265,6 +348,11 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     UC_ASSIGN_OR_RETURN(Tensor embed,
                         w.Matrix("model.embed_tokens.weight", c.vocab_size, c.hidden_size));
     UC_ASSIGN_OR_RETURN(model->embed_tokens_, layers::VocabParallelEmbedding::Load(embed, tp));
+    if (c.learned_positions) {
+      UC_ASSIGN_OR_RETURN(
+          model->embed_positions_,
+          w.Matrix("model.embed_positions.weight", c.max_position_embeddings, c.hidden_size));
+    }
   }
   model->layers_.resize(c.num_hidden_layers);
   for (int i = parallel.layer_start; i < parallel.layer_end; ++i) {
@@ -289,20 +377,24 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     layers::QkNorm qk_norm;
     if (c.qk_norm) {
       qk_norm = {layers::RmsNorm(parts.q_norm, c.rms_norm_eps),
-                 layers::RmsNorm(parts.k_norm, c.rms_norm_eps)};
+                 layers::RmsNorm(parts.k_norm, c.rms_norm_eps), c.rms_norm_eps,
+                 c.qk_norm_full_width ? &tp : nullptr};
     }
     layers::Attention attention(std::move(parts.qkv), std::move(parts.o_proj), std::move(rotary),
                                 shape, std::move(qk_norm));
-    layers::GatedMlp mlp(std::move(parts.gate_up), std::move(parts.down),
-                         c.hidden_act == Activation::kGeluTanh);
+    const layers::MlpActivation activation =
+        c.hidden_act == Activation::kGelu       ? layers::MlpActivation::kGelu
+        : c.hidden_act == Activation::kGeluTanh ? layers::MlpActivation::kGeluTanh
+                                                : layers::MlpActivation::kSilu;
+    layers::GatedMlp mlp(std::move(parts.gate_up), std::move(parts.down), activation);
     SandwichNorms sandwich;
     if (c.sandwich_norms) {
       sandwich = {layers::RmsNorm(parts.post_attention_norm, c.rms_norm_eps),
                   layers::RmsNorm(parts.post_mlp_norm, c.rms_norm_eps)};
     }
-    model->layers_[i].emplace<DecoderLayer>(
-        i, layers::RmsNorm(parts.input_norm, c.rms_norm_eps), std::move(attention),
-        layers::RmsNorm(parts.post_norm, c.rms_norm_eps), std::move(mlp), std::move(sandwich));
+    model->layers_[i].emplace<DecoderLayer>(i, std::move(parts.input_norm), std::move(attention),
+                                            std::move(parts.post_norm), std::move(mlp),
+                                            std::move(sandwich), c.parallel_residual);
     if (const auto it = steering.find(i); it != steering.end()) {
       Tensor vector = Tensor::Empty({c.hidden_size}, DType::kF32);
       std::copy(it->second.begin(), it->second.end(), vector.data<float>());
@@ -310,9 +402,7 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     }
   }
   if (parallel.is_last_stage()) {
-    UC_ASSIGN_OR_RETURN(Tensor norm,
-                        w.Norm("model.norm.weight", c.hidden_size, c.norm_weight_plus_one));
-    model->norm_ = layers::RmsNorm(std::move(norm), c.rms_norm_eps);
+    UC_ASSIGN_OR_RETURN(model->norm_, LoadNorm(c, w, "model.norm"));
     const bool separate_head = !c.tie_word_embeddings || checkpoint.tensors->Has("lm_head.weight");
     UC_ASSIGN_OR_RETURN(Tensor head,
                         w.Matrix(separate_head ? "lm_head.weight" : "model.embed_tokens.weight",
@@ -385,6 +475,16 @@ void CausalLM::Forward(const ForwardBatch& batch, KvCache& cache, const Intermed
              batch.ids.size(), static_cast<long long>(m));
     embed_tokens_.Forward(batch.ids, hidden);
     if (config_.embedding_multiplier != 1.0f) kernels::Scale(config_.embedding_multiplier, hidden);
+    if (embed_positions_.defined()) {  // GPT-2: + the learned embedding of each position
+      for (const int32_t p : batch.positions) {
+        UC_CHECK(p >= 0 && p < embed_positions_.dim(0),
+                 "position %d is past the model's %lld learned positions", p,
+                 static_cast<long long>(embed_positions_.dim(0)));
+      }
+      Tensor pos = act.normed.Slice(0, m);
+      kernels::EmbeddingLookup(embed_positions_, batch.positions, pos);
+      kernels::AddInPlace(pos, hidden, pool);
+    }
     std::memset(residual.raw(), 0, static_cast<size_t>(residual.nbytes()));
   } else {
     UC_CHECK(input != nullptr && input->hidden_states.dim(0) == m && input->residual.dim(0) == m,

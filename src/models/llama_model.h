@@ -28,6 +28,7 @@
 #include "distributed/group_coordinator.h"
 #include "layers/attention.h"
 #include "layers/gated_mlp.h"
+#include "layers/norm.h"
 #include "layers/rms_norm.h"
 #include "layers/vocab_parallel_embedding.h"
 #include "models/checkpoint.h"
@@ -87,6 +88,7 @@ struct Activations {
   Tensor residual;       // [max_tokens, hidden_size]  the residual stream minus hidden_states
   Tensor normed;         // [max_tokens, hidden_size]  RMSNorm output fed to a block
   Tensor tap;            // [max_tokens, hidden_size]  hidden_states + residual, for probes
+  Tensor mlp_out;        // [max_tokens, hidden_size]  the MLP's output of a parallel block
   layers::AttentionBuffers attention;
   layers::MlpBuffers mlp;
 };
@@ -114,12 +116,17 @@ struct SandwichNorms {
 class DecoderLayer {
  public:
   // post_attention_layernorm is the norm in front of the MLP (Gemma's pre_feedforward_layernorm).
-  DecoderLayer(int layer_index, layers::RmsNorm input_layernorm, layers::Attention attention,
-               layers::RmsNorm post_attention_layernorm, layers::GatedMlp mlp,
-               SandwichNorms sandwich = {});
+  // Either pre-norm may be absent (OLMo-2): the block then reads the residual stream itself.
+  // parallel_residual: both blocks read the stream before the layer (GPT-NeoX), and the layer
+  // adds attn_out + mlp_out to it.
+  DecoderLayer(int layer_index, layers::Norm input_layernorm, layers::Attention attention,
+               layers::Norm post_attention_layernorm, layers::GatedMlp mlp,
+               SandwichNorms sandwich = {}, bool parallel_residual = false);
 
   // (hidden_states, residual) of the previous layer -> those of this layer, in place on
-  // act.hidden_states[0:m] and act.residual[0:m].
+  // act.hidden_states[0:m] and act.residual[0:m]. The taps: attn_out and mlp_out are what each
+  // block adds to the residual stream (after any post-norm), residual_stream the stream after
+  // the layer, so that stream(l) = stream(l-1) + attn_out(l) + mlp_out(l) for every form.
   void Forward(const ForwardContext& ctx, Activations& act, int64_t m) const;
   const layers::Attention& attention() const { return attention_; }
   // A [hidden_size] F32 vector added to this block's output for every token, after the
@@ -135,12 +142,15 @@ class DecoderLayer {
   // to join `residual`).
   void Steer(const ForwardContext& ctx, Site site, Tensor& block_out, const Tensor& residual) const;
 
+  void ForwardParallel(const ForwardContext& ctx, Activations& act, int64_t m) const;
+
   int layer_index_;
-  layers::RmsNorm input_layernorm_;
+  layers::Norm input_layernorm_;
   layers::Attention attention_;
-  layers::RmsNorm post_attention_layernorm_;
+  layers::Norm post_attention_layernorm_;
   layers::GatedMlp mlp_;
   SandwichNorms sandwich_;
+  bool parallel_residual_ = false;
   Tensor steering_;
 };
 
@@ -226,9 +236,10 @@ class CausalLM {
   ModelConfig config_;
   ParallelContext parallel_;
   int64_t q_size_per_rank_ = 0, kv_size_per_rank_ = 0, intermediate_per_partition_ = 0;
-  layers::VocabParallelEmbedding embed_tokens_;                     // first stage only
+  layers::VocabParallelEmbedding embed_tokens_;  // first stage only
+  Tensor embed_positions_;  // learned_positions, first stage only: [max_positions, hidden_size]
   std::vector<std::variant<PPMissingLayer, DecoderLayer>> layers_;  // [num_hidden_layers]
-  layers::RmsNorm norm_;                                            // last stage only
+  layers::Norm norm_;                                               // last stage only
   layers::ParallelLmHead lm_head_;                                  // last stage only
   int64_t weight_bytes_ = 0;
   std::unique_ptr<Activations> activations_;

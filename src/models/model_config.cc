@@ -45,7 +45,7 @@ Status ModelConfig::Validate(const std::string& source) const {
                           " does not divide num_attention_heads " +
                           std::to_string(num_attention_heads));
   }
-  if (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0) {
+  if (!learned_positions && (rotary_dim <= 0 || rotary_dim > head_dim || rotary_dim % 2 != 0)) {
     return FieldError(source, "rotary_dim",
                       std::to_string(rotary_dim) +
                           " must be even and in (0, head_dim=" + std::to_string(head_dim) + "]");
@@ -162,6 +162,9 @@ std::string ModelConfig::ModelType() const {
   if (architecture == "Phi3ForCausalLM") return "phi3";
   if (architecture == "Gemma2ForCausalLM") return "gemma2";
   if (architecture == "Gemma3ForCausalLM") return "gemma3_text";
+  if (architecture == "GPT2LMHeadModel") return "gpt2";
+  if (architecture == "GPTNeoXForCausalLM") return "gpt_neox";
+  if (architecture == "Olmo2ForCausalLM") return "olmo2";
   return "llama";
 }
 

@@ -35,9 +35,14 @@ inline constexpr int kMaxHeadDim = 1 << 14;
 inline constexpr int kMaxVocabSize = 1 << 24;
 inline constexpr int kMaxPositionEmbeddings = 1 << 28;
 
-// The gate activation of the gated MLP: SwiGLU (Llama, Qwen, Phi-3) or GELU with PyTorch's tanh
-// approximation (Gemma's "gelu_pytorch_tanh").
-enum class Activation { kSilu, kGeluTanh };
+// The MLP's activation: SwiGLU (Llama, Qwen, Phi-3, OLMo-2), GELU with PyTorch's tanh
+// approximation (Gemma's "gelu_pytorch_tanh", GPT-2's "gelu_new") or the exact GELU (GPT-NeoX's
+// "gelu"; plain MLPs only).
+enum class Activation { kSilu, kGeluTanh, kGelu };
+
+// The norm in front of the blocks and the LM head: RMSNorm, or LayerNorm with a bias (GPT-2,
+// GPT-NeoX; its epsilon is rms_norm_eps).
+enum class NormKind { kRms, kLayer };
 
 struct ModelConfig {
   std::string architecture;  // Hugging Face class name, e.g. "LlamaForCausalLM"
@@ -63,6 +68,23 @@ struct ModelConfig {
   // RoPE base of the sliding layers, unscaled (Gemma 3's rope_local_base_freq); 0: rope_theta.
   float rope_local_theta = 0.0f;
   Activation hidden_act = Activation::kSilu;
+  NormKind norm_kind = NormKind::kRms;
+  // GPT-2: a learned table of absolute positions ("model.embed_positions.weight",
+  // [max_position_embeddings, hidden_size]) is added to the token embeddings; no RoPE
+  // (rotary_dim 0).
+  bool learned_positions = false;
+  // false: a plain MLP, down(act(up(x))) (GPT-2, GPT-NeoX), instead of the gated one.
+  bool gated_mlp = true;
+  bool mlp_bias = false;  // up_proj and down_proj carry biases (GPT-2, GPT-NeoX)
+  // GPT-NeoX's use_parallel_residual: x + attn(ln1(x)) + mlp(ln2(x)), both blocks reading the
+  // same stream, instead of the MLP reading x + attn(ln1(x)).
+  bool parallel_residual = false;
+  // false: no norm in front of the attention and MLP blocks (OLMo-2, which norms their outputs:
+  // sandwich_norms without the pre-norms).
+  bool pre_norms = true;
+  // OLMo-2: qk_norm over each token's whole q and k projections (weights [q_size], [kv_size])
+  // rather than per head.
+  bool qk_norm_full_width = false;
   // Hugging Face Gemma checkpoints store RMSNorm weights as w and scale by (1 + w); GGUF files
   // store 1 + w. When set, the loader adds the 1 (in F32) so every norm multiplies by its weight.
   bool norm_weight_plus_one = false;

@@ -4,15 +4,20 @@
 // safetensors, Gemma 3 and Gemma 2 (sandwich norms, sliding/global layers, soft-capping),
 // Qwen3 (q/k norms), Llama 3.2 (tied, llama3 RoPE), Phi-3 (fused q/k/v and gate/up), Mistral
 // with a sliding window — prompts and continuations longer than the windows — each also as
-// GGUF, and tiny-gqa2 as GGUF Q8_0 / Q4_0 / Q4_1 / F16 / BF16 (dequantized on the fly).
+// GGUF, and tiny-gqa2 as GGUF Q8_0 / Q4_0 / Q4_1 / F16 / BF16 (dequantized on the fly). GPT-2,
+// GPT-NeoX (parallel residual with rotary_pct 0.25, sequential with 1.0) and OLMo-2 (post-norms,
+// full-width q/k norms) also hold every tap to transformers' module outputs.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "common/test_util.h"
+#include "engine/generator.h"
 #include "engine/llm.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
+#include "tokenizer/loaders.h"
 #include "worker/sampler.h"
 
 namespace uc {
@@ -94,6 +99,121 @@ TEST_P(GreedyTest, GreedyContinuationMatches) {
     model_->Forward({&next, 1}, {&pos, 1}, cache, false, logits, &pool_);
   }
   EXPECT_EQ(generated, expected);
+}
+
+// Records every tap of one forward call: (site, layer) -> [positions][hidden_size].
+class RecordingHooks : public models::ForwardHooks {
+ public:
+  bool Wants(models::TapPoint) const override { return true; }
+  void Observe(models::TapPoint point, std::span<const int32_t> positions,
+               const Tensor& activation) override {
+    auto& rows = taps[{static_cast<int>(point.site), point.layer}];
+    const int64_t h = activation.dim(1);
+    for (size_t i = 0; i < positions.size(); ++i) {
+      const float* row = activation.data<float>() + static_cast<int64_t>(i) * h;
+      if (rows.size() <= static_cast<size_t>(positions[i])) rows.resize(positions[i] + 1);
+      rows[positions[i]].assign(row, row + h);
+    }
+  }
+  std::map<std::pair<int, int>, std::vector<std::vector<float>>> taps;
+};
+
+class TapTest : public FixtureTest {};
+
+double MaxAbs(std::span<const float> v) {
+  double m = 0.0;
+  for (const float x : v) m = std::max(m, double{std::fabs(x)});
+  return m;
+}
+
+// attn_out and mlp_out are what each block adds to the residual stream (the attention / MLP
+// module output; OLMo-2's post-norm output), residual_stream the decoder layer's output and
+// final_norm the last norm's: each equal to transformers' within 1e-5 of its scale, at every
+// layer and position; and stream(l) = stream(l-1) + attn_out(l) + mlp_out(l) for every form,
+// parallel residual included.
+TEST_P(TapTest, EveryTapMatchesTransformersModuleOutputs) {
+  const std::vector<int32_t> ids = JsonInts(reference_["input_ids"]);
+  std::vector<int32_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  models::KvCache cache = model_->NewKvCache(static_cast<int>(ids.size()));
+  Tensor logits = Tensor::Empty({1, model_->config().vocab_size}, DType::kF32);
+  RecordingHooks hooks;
+  model_->Forward(ids, positions, cache, false, logits, &pool_, &hooks);
+  const int layers = model_->config().num_hidden_layers;
+  const std::pair<const char*, models::Site> kSites[] = {
+      {"attn_out", models::Site::kAttnOut},
+      {"mlp_out", models::Site::kMlpOut},
+      {"residual_stream", models::Site::kResidPost},
+      {"final_norm", models::Site::kFinalNorm},
+  };
+  int compared = 0;
+  for (const auto& [name, site] : kSites) {
+    const nlohmann::json& expected = reference_["taps"][name];
+    ASSERT_EQ(expected.size(), site == models::Site::kFinalNorm ? 1u : size_t(layers)) << name;
+    for (size_t l = 0; l < expected.size(); ++l) {
+      const int layer = site == models::Site::kFinalNorm ? layers : static_cast<int>(l);
+      const auto& rows = hooks.taps[{static_cast<int>(site), layer}];
+      ASSERT_EQ(rows.size(), ids.size()) << name << " layer " << layer;
+      for (size_t p = 0; p < ids.size(); ++p) {
+        const std::vector<float> want = JsonFloats(expected[l][p]);
+        const auto d = testing::MaxAbsDiff(rows[p], want);
+        EXPECT_LE(d.max_abs, 1e-5 * std::max(1.0, MaxAbs(want)))
+            << name << " layer " << layer << " position " << p << " element " << d.worst_index;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, static_cast<int>(ids.size()) * (3 * layers + 1));
+  const auto tap = [&](models::Site site, int layer, size_t p) -> const std::vector<float>& {
+    return hooks.taps[{static_cast<int>(site), layer}][p];
+  };
+  for (int l = 1; l < layers; ++l) {  // the residual rule (layer 0 reads the embeddings: no tap)
+    for (size_t p = 0; p < ids.size(); ++p) {
+      const std::vector<float>& after = tap(models::Site::kResidPost, l, p);
+      const std::vector<float>& before = tap(models::Site::kResidPost, l - 1, p);
+      const std::vector<float>& attn = tap(models::Site::kAttnOut, l, p);
+      const std::vector<float>& mlp = tap(models::Site::kMlpOut, l, p);
+      std::vector<float> sum(after.size());
+      for (size_t j = 0; j < sum.size(); ++j) sum[j] = before[j] + attn[j] + mlp[j];
+      EXPECT_LE(testing::MaxAbsDiff(after, sum).max_abs, 1e-5 * std::max(1.0, MaxAbs(after)))
+          << "layer " << l << " position " << p;
+    }
+  }
+}
+
+class TokenizerTest : public FixtureTest {};
+
+// The fixtures' byte-level BPE (a 512-token GPT-2-style tokenizer.json trained by `tokenizers`,
+// and the same vocabulary and merges as tokenizer.ggml.model "gpt2" in the GGUF file) encodes
+// text, accents, emoji and whitespace runs to the ids `tokenizers` gives, and decodes them back.
+TEST_P(TokenizerTest, EncodesAsHuggingFaceTokenizers) {
+  auto tokenizer = tokenizer::LoadTokenizer(TestData(GetParam().model));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  ASSERT_FALSE(reference_["tokenizer"].empty());
+  for (const nlohmann::json& c : reference_["tokenizer"]) {
+    const std::string text = c["text"].get<std::string>();
+    const std::vector<int32_t> ids = (*tokenizer)->Encode(text, false, false);
+    EXPECT_EQ(ids, JsonInts(c["ids"])) << text;
+    EXPECT_EQ((*tokenizer)->Decode(ids), text);
+  }
+}
+
+// GPT-2 has embeddings for max_position_embeddings positions only: a longer context is refused
+// up front (a clear error, not a failed check mid-generation); RoPE models only warn.
+TEST(LearnedPositionsTest, ContextPastThePositionTableIsAnError) {
+  auto gpt2 = models::ReadCheckpointConfig(TestData("arch/gpt2"));
+  ASSERT_TRUE(gpt2.ok()) << gpt2.status().ToString();
+  EXPECT_TRUE(gpt2->learned_positions);
+  EXPECT_EQ(*engine::ResolveMaxModelLen(*gpt2, 0), 128);
+  EXPECT_EQ(*engine::ResolveMaxModelLen(*gpt2, 128), 128);
+  const StatusOr<int> past = engine::ResolveMaxModelLen(*gpt2, 129);
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("128 positions the model has learned embeddings for"),
+            std::string::npos)
+      << past.status().message();
+  auto olmo2 = models::ReadCheckpointConfig(TestData("arch/olmo2"));
+  ASSERT_TRUE(olmo2.ok());
+  EXPECT_EQ(*engine::ResolveMaxModelLen(*olmo2, 500), 500);
 }
 
 // LoadOptions::matmul_precision reaches every quantized matmul: on the Q4_0 file the int8 path
@@ -211,6 +331,28 @@ const FixtureCase kArchCases[] = {
     FixtureCase{"llama32", "arch/llama32", "arch/llama32/reference.json"},
     FixtureCase{"phi3", "arch/phi3", "arch/phi3/reference.json"},
     FixtureCase{"mistral_window", "arch/mistral_window", "arch/mistral_window/reference.json"},
+    FixtureCase{"gpt2", "arch/gpt2", "arch/gpt2/reference.json"},
+    FixtureCase{"gptneox_parallel", "arch/gptneox_parallel",
+                "arch/gptneox_parallel/reference.json"},
+    FixtureCase{"gptneox_sequential", "arch/gptneox_sequential",
+                "arch/gptneox_sequential/reference.json"},
+    FixtureCase{"olmo2", "arch/olmo2", "arch/olmo2/reference.json"},
+};
+
+// The interpretability families, from safetensors and from llama.cpp's GGUF layout.
+const FixtureCase kTapCases[] = {
+    FixtureCase{"gpt2", "arch/gpt2", "arch/gpt2/reference.json"},
+    FixtureCase{"gptneox_parallel", "arch/gptneox_parallel",
+                "arch/gptneox_parallel/reference.json"},
+    FixtureCase{"gptneox_sequential", "arch/gptneox_sequential",
+                "arch/gptneox_sequential/reference.json"},
+    FixtureCase{"olmo2", "arch/olmo2", "arch/olmo2/reference.json"},
+    FixtureCase{"gpt2_gguf", "arch/gpt2/model.gguf", "arch/gpt2/reference.json"},
+    FixtureCase{"gptneox_parallel_gguf", "arch/gptneox_parallel/model.gguf",
+                "arch/gptneox_parallel/reference.json"},
+    FixtureCase{"gptneox_sequential_gguf", "arch/gptneox_sequential/model.gguf",
+                "arch/gptneox_sequential/reference.json"},
+    FixtureCase{"olmo2_gguf", "arch/olmo2/model.gguf", "arch/olmo2/reference.json"},
 };
 
 // The same checkpoints converted to GGUF the way llama.cpp's converter does (its tensor names,
@@ -221,6 +363,12 @@ const FixtureCase kArchGgufCases[] = {
     FixtureCase{"qwen3_gguf", "arch/qwen3/model.gguf", "arch/qwen3/reference.json"},
     FixtureCase{"llama32_gguf", "arch/llama32/model.gguf", "arch/llama32/reference.json"},
     FixtureCase{"phi3_gguf", "arch/phi3/model.gguf", "arch/phi3/reference.json"},
+    FixtureCase{"gpt2_gguf", "arch/gpt2/model.gguf", "arch/gpt2/reference.json"},
+    FixtureCase{"gptneox_parallel_gguf", "arch/gptneox_parallel/model.gguf",
+                "arch/gptneox_parallel/reference.json"},
+    FixtureCase{"gptneox_sequential_gguf", "arch/gptneox_sequential/model.gguf",
+                "arch/gptneox_sequential/reference.json"},
+    FixtureCase{"olmo2_gguf", "arch/olmo2/model.gguf", "arch/olmo2/reference.json"},
 };
 
 const FixtureCase kGgufCases[] = {
@@ -240,6 +388,10 @@ INSTANTIATE_TEST_SUITE_P(Architectures, GreedyTest, ::testing::ValuesIn(kArchCas
 INSTANTIATE_TEST_SUITE_P(ArchitecturesGguf, FixtureTest, ::testing::ValuesIn(kArchGgufCases),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(ArchitecturesGguf, GreedyTest, ::testing::ValuesIn(kArchGgufCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Interpretability, TapTest, ::testing::ValuesIn(kTapCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Interpretability, TokenizerTest, ::testing::ValuesIn(kTapCases),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

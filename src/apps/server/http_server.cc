@@ -487,6 +487,13 @@ std::optional<ApiError> Server::BuildSteering(const CompletionRequest& request,
   const int num_layers = engine_->config().num_hidden_layers;
   const int64_t hidden = engine_->config().hidden_size;
   for (const CompletionRequest::Steering& s : request.steering) {
+    if (s.resid_mid && engine_->config().parallel_residual) {
+      return BadRequest(s.param +
+                            ": this model's blocks are parallel (attention and MLP read the same "
+                            "stream), so there is no hook_resid_mid; steer hook_attn_out or "
+                            "hook_resid_pre.",
+                        s.param, "invalid_value");
+    }
     if (s.vector.layer >= num_layers) {
       return BadRequest("Layer " + std::to_string(s.vector.layer) +
                             " does not exist: the model has layers 0 to " +

@@ -300,13 +300,44 @@ std::optional<ApiError> ParseSteeringField(const std::string& key, const json& v
       key == "prefill_steering_vectors"  ? worker::SteeringTokens::kPrompt
       : key == "decode_steering_vectors" ? worker::SteeringTokens::kGenerated
                                          : worker::SteeringTokens::kAll;
+  // One vector at (layer, site), or for a TransformerLens hook at its tap.
+  auto add = [&](const std::optional<models::TlHookName>& tl, models::Site site, int layer,
+                 const json& vector, const std::string& param) -> std::optional<ApiError> {
+    CompletionRequest::Steering entry;
+    entry.param = param;
+    entry.vector.layer = layer;
+    if (tl.has_value()) {
+      const StatusOr<models::TapPoint> tap = SteeringTapOf(tl->hook, layer);
+      if (!tap.ok()) return BadRequest(tap.status().message() + ".", param, "invalid_value");
+      entry.vector.layer = tap->layer;
+      entry.resid_mid = tl->hook == models::TlHook::kResidMid;
+      site = tap->site;
+    }
+    entry.vector.site = site;
+    entry.vector.tokens = tokens;
+    if (auto error = ParseSteeringVector(vector, param, &entry.vector)) return error;
+    r->steering.push_back(std::move(entry));
+    return std::nullopt;
+  };
   for (const auto& [hook, layers] : v.items()) {
     const std::string hook_param = key + "." + hook;
-    const std::optional<models::Site> site = SteeringHookSite(hook);
-    if (!site.has_value()) {
+    const std::optional<models::TlHookName> tl = models::ParseTransformerLensHook(hook);
+    models::Site site = models::Site::kResidPost;
+    bool known = tl.has_value();
+    if (const std::optional<models::Site> named = SteeringHookSite(hook); !known && named) {
+      site = *named;
+      known = true;
+    }
+    if (!known) {
       return BadRequest("Unknown steering hook '" + EchoValue(hook) +
-                            "' (expected residual_stream, attn_out or mlp_out).",
+                            "' (expected residual_stream, attn_out, mlp_out or a TransformerLens "
+                            "hook: hook_resid_pre, hook_resid_mid, hook_resid_post, "
+                            "hook_attn_out, hook_mlp_out, blocks.L.<hook>).",
                         hook_param, "invalid_value");
+    }
+    if (tl.has_value() && tl->layer.has_value()) {  // "blocks.L.<hook>": VECTOR
+      if (auto error = add(tl, site, *tl->layer, layers, hook_param)) return error;
+      continue;
     }
     if (!layers.is_object()) return WrongType(hook_param, layers, "an object {layer: vector}");
     for (const auto& [layer_text, vector] : layers.items()) {
@@ -320,13 +351,7 @@ std::optional<ApiError> ParseSteeringField(const std::string& key, const json& v
                               "' is not a layer index (a non-negative integer).",
                           param, "invalid_value");
       }
-      CompletionRequest::Steering entry;
-      entry.param = param;
-      entry.vector.layer = layer;
-      entry.vector.site = *site;
-      entry.vector.tokens = tokens;
-      if (auto error = ParseSteeringVector(vector, param, &entry.vector)) return error;
-      r->steering.push_back(std::move(entry));
+      if (auto error = add(tl, site, layer, vector, param)) return error;
     }
   }
   return std::nullopt;
@@ -464,6 +489,13 @@ ApiError BadRequest(std::string message, std::string param, std::string code) {
   e.param = std::move(param);
   e.code = std::move(code);
   return e;
+}
+
+StatusOr<models::TapPoint> SteeringTapOf(models::TlHook hook, int layer) {
+  // Adding v to the stream between a sequential block's attention and MLP adds it to what the
+  // MLP and every later layer read: the same as adding it to attn_out.
+  if (hook == models::TlHook::kResidMid) return models::TapPoint{layer, models::Site::kAttnOut};
+  return models::TapOfTransformerLensHook(hook, layer);
 }
 
 std::optional<models::Site> SteeringHookSite(const std::string& hook) {

@@ -24,7 +24,9 @@
 //   steering_vectors / prefill_steering_vectors / decode_steering_vectors:
 //     {hook: {layer: VECTOR}}, added to every token / the prompt's tokens / the generated tokens;
 //     hook: residual_stream (also resid_post, hook_resid_post), attn_out (hook_attn_out),
-//     mlp_out (hook_mlp_out); layer: a decimal block index; VECTOR: an array of numbers, a
+//     mlp_out (hook_mlp_out), or TransformerLens's hook_resid_pre (block L: residual_stream of
+//     L - 1) and hook_resid_mid (attn_out of L; see SteeringTapOf); "blocks.L.<hook>": VECTOR
+//     names the block itself; layer: a decimal block index; VECTOR: an array of numbers, a
 //     base64 string of little-endian float32s, or {"vector": array | base64, "scale": number,
 //     "norm_match": boolean}.
 //   steering_name: a vector set registered at start-up (serve --steering-module NAME=FILE).
@@ -101,6 +103,7 @@ struct CompletionRequest {
   struct Steering {
     worker::SteeringVector vector;
     std::string param;
+    bool resid_mid = false;  // named hook_resid_mid (refused for a parallel-residual model)
   };
   std::vector<Steering> steering;
   std::string steering_name;  // empty: none
@@ -109,6 +112,11 @@ struct CompletionRequest {
 
 // "residual_stream" and its aliases, "attn_out", "mlp_out" -> the site; nullopt otherwise.
 std::optional<models::Site> SteeringHookSite(const std::string& hook);
+// Where steering TransformerLens hook `hook` of block `layer` adds its vector: the tap of
+// models::TapOfTransformerLensHook, and for hook_resid_mid attn_out of `layer` (the stream between
+// a sequential block's attention and MLP is x + attn_out, so adding there is adding to attn_out).
+// InvalidArgument for hook_resid_pre of block 0.
+StatusOr<models::TapPoint> SteeringTapOf(models::TlHook hook, int layer);
 // Standard base64 (padding optional) -> bytes; nullopt for any other character or length.
 std::optional<std::string> DecodeBase64(const std::string& text);
 

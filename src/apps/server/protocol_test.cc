@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 
 #include "io/json_file.h"
 
@@ -198,6 +199,39 @@ TEST(ProtocolTest, SteeringFieldsInEveryForm) {
       "steering_vectors": {"attn_out": {"2": [0.5]}}})",
                      Endpoint::kChatCompletions, &chat));
   EXPECT_EQ(chat.steering.size(), 1u);
+}
+
+// TransformerLens hook names: hook_resid_pre of block L steers the stream after L - 1,
+// hook_resid_mid of L its attn_out (the stream the MLP reads), "blocks.L.<hook>" names the block.
+TEST(ProtocolTest, SteeringAcceptsTransformerLensHooks) {
+  CompletionRequest r;
+  ASSERT_FALSE(Parse(R"({"prompt": "Once",
+      "steering_vectors": {"hook_resid_pre": {"3": [1]}, "hook_resid_mid": {"2": [2]},
+                           "blocks.4.hook_resid_post": [3], "blocks.1.hook_resid_pre": [4],
+                           "blocks.5.hook_mlp_out": {"vector": [5], "scale": 2}}})",
+                     Endpoint::kCompletions, &r));
+  std::map<std::string, std::pair<int, models::Site>> got;
+  for (const auto& e : r.steering) got[e.param] = {e.vector.layer, e.vector.site};
+  const std::map<std::string, std::pair<int, models::Site>> want = {
+      {"steering_vectors.hook_resid_pre.3", {2, models::Site::kResidPost}},
+      {"steering_vectors.hook_resid_mid.2", {2, models::Site::kAttnOut}},
+      {"steering_vectors.blocks.4.hook_resid_post", {4, models::Site::kResidPost}},
+      {"steering_vectors.blocks.1.hook_resid_pre", {0, models::Site::kResidPost}},
+      {"steering_vectors.blocks.5.hook_mlp_out", {5, models::Site::kMlpOut}},
+  };
+  EXPECT_EQ(got, want);
+  for (const auto& e : r.steering) {
+    EXPECT_EQ(e.resid_mid, e.param == "steering_vectors.hook_resid_mid.2") << e.param;
+  }
+  for (const std::string& field : {std::string(R"({"hook_resid_pre": {"0": [1]}})"),
+                                   std::string(R"({"blocks.0.hook_resid_pre": [1]})")}) {
+    CompletionRequest bad;
+    const auto error = Parse(R"({"prompt": "Once", "steering_vectors": )" + field + "}",
+                             Endpoint::kCompletions, &bad);
+    ASSERT_TRUE(error.has_value()) << field;
+    EXPECT_EQ(error->http_status, 400);
+    EXPECT_NE(error->message.find("embedding output"), std::string::npos) << error->message;
+  }
 }
 
 TEST(ProtocolTest, BadSteeringIsA400NamingThePath) {

@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "io/json_file.h"
 #include "io/safetensors/safetensors.h"
+#include "models/forward_hooks.h"
 #include "probe/probes/probe_args.h"
 #include "probe/probes/score_probe.h"
 
@@ -54,6 +55,17 @@ StatusOr<std::shared_ptr<const SaeEncoder>> SaeEncoder::Load(const std::filesyst
   };
   UC_ASSIGN_OR_RETURN(sae->d_in_, integer("d_in"));
   UC_ASSIGN_OR_RETURN(sae->d_sae_, integer("d_sae"));
+  for (const json* holder :
+       {&cfg,
+        cfg.contains("metadata") && cfg["metadata"].is_object() ? &cfg["metadata"] : nullptr}) {
+    if (holder == nullptr) continue;
+    if (holder->contains("hook_name") && (*holder)["hook_name"].is_string()) {
+      sae->hook_name_ = (*holder)["hook_name"].get<std::string>();
+    }
+    if (holder->contains("hook_layer") && (*holder)["hook_layer"].is_number_integer()) {
+      sae->hook_layer_ = (*holder)["hook_layer"].get<int>();
+    }
+  }
   const std::string arch = cfg.value("architecture", "standard");
   if (arch == "standard") {
     sae->architecture_ = Architecture::kStandard;
@@ -191,6 +203,42 @@ class SaeScorer : public Scorer {
   bool sum_;
 };
 
+std::string TypeName(TensorType t) { return std::string(Name(t)); }
+
+// The SAE's hook (cfg.json) against where `point` captures: an error message naming both, or
+// "" when they agree or the SAE does not say.
+std::string PlacementProblem(const SaeEncoder& sae, const std::filesystem::path& dir,
+                             const ExtractionPoint& point) {
+  if (sae.hook_name().empty()) return "";
+  const std::string where = (dir / "cfg.json").string() + " hook_name '" + sae.hook_name() + "'";
+  const std::optional<models::TlHookName> hook = models::ParseTransformerLensHook(sae.hook_name());
+  if (!hook.has_value()) {
+    return where +
+           " is not a TransformerLens block hook this engine taps (hook_resid_pre, "
+           "hook_resid_post, hook_attn_out, hook_mlp_out of blocks.L)";
+  }
+  const int layer = hook->layer.value_or(sae.hook_layer());
+  if (layer < 0) return where + " names no block and cfg.json has no hook_layer";
+  const StatusOr<models::TapPoint> tap = models::TapOfTransformerLensHook(hook->hook, layer);
+  if (!tap.ok()) return where + ": " + tap.status().message();
+  const TensorType type = tap->site == models::Site::kAttnOut  ? TensorType::kAttnOut
+                          : tap->site == models::Site::kMlpOut ? TensorType::kMlpOut
+                                                               : TensorType::kResidualStream;
+  const std::vector<PointInput> inputs = point.Inputs();
+  const bool same = !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [&](auto& in) {
+    return in.layer == tap->layer && in.tensor_type == type;
+  });
+  if (same) return "";
+  std::string captures;
+  for (const PointInput& in : inputs) {
+    captures += (captures.empty() ? "" : ", ") + TypeName(in.tensor_type) + " of layer " +
+                std::to_string(in.layer);
+  }
+  return where + " is " + TypeName(type) + " of layer " + std::to_string(tap->layer) +
+         ", but extraction point '" + point.name + "' captures " + captures +
+         " (write tensor_type: " + sae.hook_name() + ")";
+}
+
 StatusOr<std::unique_ptr<ProbeType>> MakeSae(const json& raw, const ProbeEnv& env) {
   UC_ASSIGN_OR_RETURN(
       ProbeArgs args,
@@ -219,6 +267,10 @@ StatusOr<std::unique_ptr<ProbeType>> MakeSae(const json& raw, const ProbeEnv& en
     return args.Error("sae", dir.string() + " has d_in " + std::to_string((*sae)->d_in()) +
                                  ", but the activations have hidden_size " +
                                  std::to_string(env.hidden_size));
+  }
+  if (env.point != nullptr) {
+    const std::string problem = PlacementProblem(**sae, dir, *env.point);
+    if (!problem.empty()) return args.Error("sae", problem);
   }
   UC_ASSIGN_OR_RETURN(std::string score, args.Choice("score", {"max", "sum"}, "max"));
   ScoreProbeOptions options;

@@ -17,6 +17,11 @@
 //        features  (required) list of feature indices
 //        score     "max" (default) or "sum" of the named features' activations
 //        threshold, action (abort, default, or flag): as the other scoring probes
+//        Where cfg.json says which hook the SAE was trained on (sae-lens's "hook_name", at the
+//        top level or in "metadata", a TransformerLens name such as "blocks.1.hook_resid_pre",
+//        with "hook_layer" where the name has no block), the point must capture exactly that
+//        tap (write the hook_name itself as the point's tensor_type): otherwise creating the
+//        probe fails naming both.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +53,9 @@ class SaeEncoder {
   int64_t d_sae() const { return d_sae_; }
   Architecture architecture() const { return architecture_; }
   const std::vector<int64_t>& features() const { return features_; }
+  // cfg.json's hook_name and hook_layer (top level or "metadata"); "" and -1 when absent.
+  const std::string& hook_name() const { return hook_name_; }
+  int hook_layer() const { return hook_layer_; }
   // Encoder weights this encoder read from W_enc and keeps (n × d_in, or d_in × d_sae for TopK).
   int64_t encoder_values_read() const { return static_cast<int64_t>(w_enc_.size()); }
 
@@ -59,6 +67,8 @@ class SaeEncoder {
   int64_t d_sae_ = 0;
   int64_t k_ = 0;
   std::vector<int64_t> features_;
+  std::string hook_name_;
+  int hook_layer_ = -1;
   std::vector<float> b_dec_;  // [d_in], zeros unless apply_b_dec_to_input
   std::vector<float> w_enc_;  // standard/jumprelu: [n, d_in] (named columns); topk: [d_in, d_sae]
   std::vector<float> b_enc_;  // [n] or [d_sae]

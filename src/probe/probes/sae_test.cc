@@ -99,5 +99,49 @@ TEST(SaeProbeTest, ScoresTheNamedFeaturesAndNamesBadArguments) {
   expect_error({{"sae", "standard"}, {"features", {1}}}, "has d_in 64, but the activations");
 }
 
+// sae-lens's hook_name places an SAE: the point must capture that tap (a TransformerLens name,
+// written as the point's tensor_type), and a mismatch names both.
+TEST(SaeProbeTest, HookNameOfCfgMustBeWhereThePointCaptures) {
+  io::testing::TempDir dir;
+  ProbeRegistry registry;
+  ProbeEnv env;
+  env.hidden_size = 64;
+  env.base_dir = dir.path();
+  const auto make_sae = [&](const std::string& name, const json& extra, bool in_metadata) {
+    const std::filesystem::path d = dir.path() / name;
+    std::filesystem::create_directories(d);
+    std::filesystem::copy_file(kTestData / "probes/sae/standard/sae_weights.safetensors",
+                               d / "sae_weights.safetensors");
+    json cfg = Load(kTestData / "probes/sae/standard/cfg.json");
+    for (const auto& [k, v] : extra.items()) (in_metadata ? cfg["metadata"][k] : cfg[k]) = v;
+    std::ofstream(d / "cfg.json") << cfg.dump();
+  };
+  make_sae("pre1", {{"hook_name", "blocks.1.hook_resid_pre"}, {"hook_layer", 1}}, false);
+  make_sae("attn3", {{"hook_name", "hook_attn_out"}, {"hook_layer", 3}}, true);
+  make_sae("pre0", {{"hook_name", "blocks.0.hook_resid_pre"}}, false);
+  const auto create = [&](const std::string& sae, int layer, TensorType type) {
+    ExtractionPoint point =
+        testing::Point("p", "sae", ProbeKind::kSingleShot, {{"sae", sae}, {"features", {1}}});
+    point.layers = {layer};
+    point.tensor_type = type;
+    return registry.Create(point, env);
+  };
+  EXPECT_TRUE(create("pre1", 0, TensorType::kResidualStream).ok());
+  EXPECT_TRUE(create("attn3", 3, TensorType::kAttnOut).ok());
+  const auto wrong = create("pre1", 1, TensorType::kResidualStream);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find(
+                "hook_name 'blocks.1.hook_resid_pre' is residual_stream of layer 0, but extraction "
+                "point 'p' captures residual_stream of layer 1"),
+            std::string::npos)
+      << wrong.status().message();
+  const auto wrong_site = create("attn3", 3, TensorType::kMlpOut);
+  ASSERT_FALSE(wrong_site.ok());
+  EXPECT_NE(wrong_site.status().message().find("is attn_out of layer 3"), std::string::npos);
+  const auto embeddings = create("pre0", 0, TensorType::kResidualStream);
+  ASSERT_FALSE(embeddings.ok());
+  EXPECT_NE(embeddings.status().message().find("embedding output"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace uc::probe

@@ -7,6 +7,7 @@
 #include <climits>
 #include <map>
 
+#include "models/forward_hooks.h"
 #include "probe/spec/spec_util.h"
 #include "probe/spec/spec_yaml.h"
 
@@ -102,6 +103,7 @@ class PointParser {
   void ReadEntries();
   void CheckKeys();
   void ParseCaptureFields(ExtractionPoint* p);
+  bool ParseHookTensorType(ExtractionPoint* p);
   void ParseProbeFields(ExtractionPoint* p);
   std::optional<std::string> ParseString(const MapEntry& e);
   std::optional<std::vector<int>> ParseLayers(const MapEntry& e);
@@ -637,14 +639,59 @@ void PointParser::ReadEntries() {
   WarnDuplicates(duplicates, "");
 }
 
+// tensor_type as a TransformerLens hook name ("hook_resid_pre", "blocks.3.hook_attn_out"):
+// resolved to our tensor type and layers (resid_pre: the layer before). True when it was one
+// (problems reported).
+bool PointParser::ParseHookTensorType(ExtractionPoint* p) {
+  const MapEntry* e = Find("tensor_type");
+  if (e == nullptr || !e->value.IsScalar() || ResolveScalar(e->value).kind != ScalarKind::kString) {
+    return false;
+  }
+  const std::optional<models::TlHookName> hook =
+      models::ParseTransformerLensHook(e->value.Scalar());
+  if (!hook.has_value()) return false;
+  FindField("tensor_type");  // records where it was written
+  const int line = KeyLine(*e);
+  if (hook->layer.has_value()) {
+    if (Find("layers") != nullptr || Find("layer") != nullptr) {
+      Error(line, "tensor_type",
+            PyQuote(e->value.Scalar()) + " names its block; drop 'layers' or write " +
+                PyQuote(e->value.Scalar().substr(e->value.Scalar().rfind('.') + 1)));
+      field_ok_["tensor_type"] = false;
+      return true;
+    }
+    p->layers = {*hook->layer};
+  } else {
+    ParseField("layers", Need::kRequired, &p->layers,
+               [this](const MapEntry& e) { return ParseLayers(e); });
+  }
+  std::vector<int> layers;
+  for (const int layer : p->layers) {
+    const StatusOr<models::TapPoint> tap = models::TapOfTransformerLensHook(hook->hook, layer);
+    if (!tap.ok()) {
+      Error(line, "tensor_type", std::string(tap.status().message()));
+      field_ok_["tensor_type"] = false;
+      return true;
+    }
+    layers.push_back(tap->layer);
+    p->tensor_type = tap->site == models::Site::kAttnOut  ? TensorType::kAttnOut
+                     : tap->site == models::Site::kMlpOut ? TensorType::kMlpOut
+                                                          : TensorType::kResidualStream;
+  }
+  p->layers = std::move(layers);
+  return true;
+}
+
 // What is captured: layers, tensor_type, position and its window.
 void PointParser::ParseCaptureFields(ExtractionPoint* p) {
-  ParseField("layers", Need::kRequired, &p->layers,
-             [this](const MapEntry& e) { return ParseLayers(e); });
-  // tensor_types (several) stands in for tensor_type; CheckCombineRules says when it may.
-  ParseField("tensor_type", Find("tensor_types") != nullptr ? Need::kOptional : Need::kRequired,
-             &p->tensor_type, Enum<TensorType>("tensor_type"),
-             " Set it to " + OneOf(EnumNameList<TensorType>()) + ".");
+  if (!ParseHookTensorType(p)) {
+    ParseField("layers", Need::kRequired, &p->layers,
+               [this](const MapEntry& e) { return ParseLayers(e); });
+    // tensor_types (several) stands in for tensor_type; CheckCombineRules says when it may.
+    ParseField("tensor_type", Find("tensor_types") != nullptr ? Need::kOptional : Need::kRequired,
+               &p->tensor_type, Enum<TensorType>("tensor_type"),
+               " Set it to " + OneOf(EnumNameList<TensorType>()) + ".");
+  }
   ParseField("tensor_types", Need::kOptional, &p->tensor_types,
              [this](const MapEntry& e) { return ParseTensorTypes(e); });
   if (!p->tensor_types.empty()) p->tensor_type = p->tensor_types.front();

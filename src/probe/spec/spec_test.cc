@@ -174,6 +174,56 @@ TEST(SpecParseTest, MinimalPointGetsTheDefaults) {
   EXPECT_EQ(p.line, 3);
 }
 
+// TransformerLens hook names stand for our tensor types: hook_resid_pre of block L is the
+// residual stream after L - 1, hook_resid_post / hook_attn_out / hook_mlp_out the same layer;
+// "blocks.L.<hook>" names the layer itself. What cannot be a tap is an error saying why.
+TEST(SpecParseTest, TransformerLensHookNamesAreAliases) {
+  const auto point = [](const std::string& layers, const std::string& type) {
+    return "version: \"1\"\n"
+           "extraction_points:\n"
+           "  - name: p\n" +
+           (layers.empty() ? "" : "    layers: " + layers + "\n") + "    tensor_type: " + type +
+           "\n"
+           "    position: \"prompt[-1]\"\n"
+           "    probe_type: linear\n"
+           "    probe_kind: single_shot\n";
+  };
+  const struct {
+    std::string layers, type;
+    std::vector<int> want_layers;
+    TensorType want_type;
+  } cases[] = {
+      {"[1, 3]", "hook_resid_pre", {0, 2}, TensorType::kResidualStream},
+      {"2", "hook_resid_post", {2}, TensorType::kResidualStream},
+      {"[0, 4]", "hook_attn_out", {0, 4}, TensorType::kAttnOut},
+      {"5", "hook_mlp_out", {5}, TensorType::kMlpOut},
+      {"", "blocks.1.hook_resid_pre", {0}, TensorType::kResidualStream},
+      {"", "blocks.12.hook_attn_out", {12}, TensorType::kAttnOut},
+      {"", "blocks.0.hook_resid_post", {0}, TensorType::kResidualStream},
+  };
+  for (const auto& c : cases) {
+    const Spec spec = Parsed(point(c.layers, c.type));
+    ASSERT_EQ(spec.extraction_points.size(), 1u) << c.type;
+    EXPECT_EQ(spec.extraction_points[0].layers, c.want_layers) << c.type;
+    EXPECT_EQ(spec.extraction_points[0].tensor_type, c.want_type) << c.type;
+  }
+  EXPECT_EQ(Problems(point("", "blocks.0.hook_resid_pre")),
+            "spec.yaml:4: extraction_points[0] 'p'.tensor_type: blocks.0.hook_resid_pre is the "
+            "embedding output, which is not a tap site; the first tap is "
+            "blocks.0.hook_resid_post (residual_stream of layer 0)");
+  EXPECT_NE(Problems(point("[0, 2]", "hook_resid_pre")).find("embedding output"),
+            std::string::npos);
+  EXPECT_NE(Problems(point("3", "hook_resid_mid"))
+                .find("residual_stream of layer 2 + attn_out of "
+                      "layer 3"),
+            std::string::npos);
+  EXPECT_NE(Problems(point("3", "blocks.3.hook_mlp_out")).find("names its block; drop 'layers'"),
+            std::string::npos);
+  EXPECT_NE(Problems(point("", "hook_mlp_out")).find("layers"), std::string::npos);
+  EXPECT_NE(Problems(point("1", "blocks.x.hook_mlp_out")).find("is not a valid tensor_type"),
+            std::string::npos);
+}
+
 TEST(SpecParseTest, EveryField) {
   const Spec spec = Parsed(R"(version: "2"
 extraction_points:

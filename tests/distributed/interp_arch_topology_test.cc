@@ -1,0 +1,128 @@
+// The tiny GPT-2, GPT-NeoX and OLMo-2 fixtures (tests/testdata/arch) probed across processes,
+// under `mpiexec -n T*P` with `--tp T --pp P --model DIR_OR_GGUF`: LayerNorm biases and the
+// row-parallel biases added once, the parallel residual pair crossing a stage boundary, OLMo-2's
+// full-width q/k norm all-reducing its sums of squares. The records of a spec on both layers
+// (residual stream, attention and MLP outputs, the final norm) must be the same sequence as one
+// process (same order, values within 1e-5 relative), every TP replica must capture the same bits,
+// and the greedy tokens must be the same.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/probing_util.h"
+#include "common/test_util.h"
+#include "distributed/mpi/mpi_runtime.h"
+#include "engine/deployment.h"
+#include "engine/llm.h"
+
+namespace uc {
+namespace {
+
+using engine::GenerateRequest;
+using engine::Prompt;
+using probe::ActivationRecord;
+
+struct Args {
+  int tp = 1, pp = 1;
+  std::string model;  // under tests/testdata
+};
+
+Args ParseArgs() {
+  Args a;
+  const std::vector<std::string> argv = ::testing::internal::GetArgvs();
+  for (size_t i = 1; i + 1 < argv.size(); ++i) {
+    if (argv[i] == "--tp") a.tp = std::stoi(argv[i + 1]);
+    if (argv[i] == "--pp") a.pp = std::stoi(argv[i + 1]);
+    if (argv[i] == "--model") a.model = argv[i + 1];
+  }
+  return a;
+}
+
+constexpr const char* kSpec = R"(version: "1"
+extraction_points:
+  - {name: prompt_end, layers: [0, 1], tensor_type: residual_stream, position: "prompt[-1]",
+     probe_type: recorder, probe_kind: single_shot}
+  - {name: stream, layers: [0, 1], tensor_type: residual_stream, position: "generated[*]",
+     probe_type: trajectory_recorder, probe_kind: trajectory}
+  - {name: attn, layers: [0, 1], tensor_type: attn_out, position: "generated[*]",
+     probe_type: trajectory_recorder, probe_kind: trajectory}
+  - {name: mlp, layers: [0, 1], tensor_type: mlp_out, position: "prompt[1]",
+     probe_type: recorder, probe_kind: single_shot}
+  - {name: norm, layers: 2, tensor_type: final_norm, position: "generated[2]",
+     probe_type: recorder, probe_kind: single_shot}
+)";
+
+engine::EngineOptions Options(const std::string& model) {
+  engine::EngineOptions o;
+  o.model_path = model;
+  o.max_model_len = 96;  // the fixtures have 128 positions
+  o.max_num_seqs = 4;
+  o.max_num_batched_tokens = 32;
+  o.max_prefill_chunk = 16;
+  o.num_threads = 1;
+  return o;
+}
+
+using testing::Greedy;
+
+std::vector<GenerateRequest> Workload() {
+  return {
+      {"story", Prompt::Text("Once upon a time, in a small village, there lived"), Greedy(8)},
+      {"code", Prompt::Text("def add(a, b):\n    return"), Greedy(6)},
+      {"fact", Prompt::Text("The capital of France is"), Greedy(7)},
+      {"list", Prompt::Text("Monday, Tuesday, Wednesday,"), Greedy(5)},
+  };
+}
+
+TEST(InterpArchTopologyTest, RecordsEqualOneProcess) {
+  const Args args = ParseArgs();
+  ASSERT_FALSE(args.model.empty()) << "--model DIR_OR_GGUF (under tests/testdata) is required";
+  const std::string model = testing::TestData(args.model).string();
+  engine::DeploymentOptions options;
+  options.model_path = model;
+  options.tensor_parallel_size = args.tp;
+  options.pipeline_parallel_size = args.pp;
+  options.num_threads = 1;
+  options.step_timeout_seconds = 120;
+  distributed::MpiBackend backend;
+  auto deployment = engine::Deployment::Create(options, &backend);
+  ASSERT_TRUE(deployment.ok()) << deployment.status().ToString();
+  if (!(*deployment)->is_driver()) {
+    (*deployment)->worker().Loop();
+    return;
+  }
+  auto engine = engine::LLMEngine::OpenDriver(Options(model), std::move(deployment).value());
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  engine::LLM llm(std::move(engine).value());
+  auto single = engine::LLM::Open(Options(model));
+  ASSERT_TRUE(single.ok()) << single.status().ToString();
+
+  probe::ProbingOptions debug;
+  debug.compare_tp_replicas = true;  // a difference between TP replicas is a fatal error
+  auto session = testing::MakeSession(kSpec, llm.engine().config(), debug);
+  auto single_session = testing::MakeSession(kSpec, llm.engine().config());
+  ASSERT_NE(session, nullptr);
+  const std::vector<GenerateRequest> requests = Workload();
+  const testing::ProbedRun got = testing::RunProbed(llm, *session, requests);
+  const testing::ProbedRun want = testing::RunProbed(**single, *single_session, requests);
+  ASSERT_EQ(got.records.size(), want.records.size());
+  ASSERT_GT(got.records.size(), 100u);
+  double worst = 0.0;
+  for (size_t i = 0; i < got.records.size(); ++i) {
+    const ActivationRecord& a = got.records[i];
+    const ActivationRecord& b = want.records[i];
+    ASSERT_EQ(std::tie(a.request_id, a.point, a.layer, a.token_pos, a.is_generated),
+              std::tie(b.request_id, b.point, b.layer, b.token_pos, b.is_generated))
+        << "record #" << i;
+    worst = std::max(worst, testing::RelativeDiff(a, b));
+  }
+  EXPECT_LE(worst, 1e-5);
+  std::printf("%s tp %d pp %d: %zu records, same order as one process, max relative diff %.3g\n",
+              args.model.c_str(), args.tp, args.pp, got.records.size(), worst);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(got.results[i].output.output_ids, want.results[i].output.output_ids);
+  }
+}
+
+}  // namespace
+}  // namespace uc
