@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "base/logging.h"
 #include "probe/runtime/session_state.h"
@@ -141,4 +144,69 @@ std::optional<ProbeSignal> ProbingSession::DispatchBlocking(Binding& binding,
   ps.open = false;
   return state->signal;
 }
+std::vector<std::vector<BatchedSignal>> ProbingSession::CallBatched(
+    std::vector<Routable>& routable) {
+  std::unordered_map<PointState*, int> batch_of;
+  std::vector<PointState*> points;
+  std::vector<std::vector<size_t>> members;  // per batch: indices into `routable`
+  for (size_t i = 0; i < routable.size(); ++i) {
+    Routable& e = routable[i];
+    PointState& ps = *e.binding->point;
+    if (!ps.inline_point || !ps.type->batched() ||
+        ps.policy.mode == InterventionMode::kBlockUntilSignal) {
+      continue;
+    }
+    const auto [it, added] = batch_of.try_emplace(&ps, static_cast<int>(points.size()));
+    if (added) {
+      points.push_back(&ps);
+      members.emplace_back();
+    }
+    e.batch = it->second;
+    e.slot = members[static_cast<size_t>(it->second)].size();
+    members[static_cast<size_t>(it->second)].push_back(i);
+  }
+  std::vector<std::vector<BatchedSignal>> out(points.size());
+  for (size_t k = 0; k < points.size(); ++k) {
+    PointState& ps = *points[k];
+    const size_t n = members[k].size();
+    std::vector<Probe*> probes;
+    std::vector<ActivationRecord> records;
+    probes.reserve(n);
+    records.reserve(n);
+    for (size_t i : members[k]) {
+      probes.push_back(routable[i].binding->probe.get());
+      records.push_back(std::move(routable[i].record));
+    }
+    counters_->inline_calls += static_cast<int64_t>(n);
+    ps.metrics->activations->Increment(static_cast<double>(n));
+    std::string error;
+    const Clock::time_point start = Clock::now();
+    try {
+      out[k] = ps.type->OnActivationBatch(probes, records);
+      if (out[k].size() != n) {
+        error = "the batch call returned " + std::to_string(out[k].size()) + " signals for " +
+                std::to_string(n) + " records";
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+      if (error.empty()) error = "exception";
+    }
+    ps.metrics->latency->Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    if (!error.empty()) out[k].assign(n, BatchedSignal{std::nullopt, error});
+    for (size_t j = 0; j < n; ++j) {
+      BatchedSignal& outcome = out[k][j];
+      if (outcome.error.empty()) continue;
+      // As a throwing OnActivation: counted, logged, and the policy's fallback decides.
+      ++counters_->errors;
+      ps.metrics->errors->Increment();
+      ps.metrics->fallbacks_exception->Increment();
+      UC_LOG(WARNING) << "probe '" << ps.point->name << "' threw on token " << records[j].token_pos
+                      << ": " << outcome.error;
+      outcome.signal = Fallback(*ps.point, ps.policy, "exception", outcome.error);
+    }
+    for (size_t j = 0; j < n; ++j) routable[members[k][j]].record = std::move(records[j]);
+  }
+  return out;
+}
+
 }  // namespace uc::probe

@@ -107,7 +107,9 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
     const worker::ScheduledSequence& s = plan.scheduled[request_order];
     return s.token_ids[static_cast<size_t>(pos - s.start_pos)];
   };
-  std::vector<engine::StopRequest> stops;
+  // First the records (generated[-k] candidates go to their rings), then the batched points'
+  // calls, then routing in canonical order: a stop at token p drops the records after p.
+  std::vector<Routable> routable;
   const double now = WallSeconds();
   for (const Pending& p : pending) {
     RequestState& r = *p.request;
@@ -139,8 +141,19 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
       b.ring.back().push_back(std::move(record));
       continue;
     }
+    routable.push_back({&r, &b, std::move(record)});
+  }
+  std::vector<std::vector<BatchedSignal>> batches = CallBatched(routable);
+  std::vector<engine::StopRequest> stops;
+  for (Routable& e : routable) {
+    RequestState& r = *e.request;
+    if (r.stopped && e.record.token_pos > r.stop_pos) continue;
+    const std::optional<ProbeSignal>* decided =
+        e.batch >= 0 ? &batches[static_cast<size_t>(e.batch)][e.slot].signal : nullptr;
     const bool was_stopped = r.stopped;
-    if (Route(r, b, std::move(record)) && !was_stopped) stops.push_back({r.seq_id, *r.abort});
+    if (Route(r, *e.binding, std::move(e.record), decided) && !was_stopped) {
+      stops.push_back({r.seq_id, *r.abort});
+    }
   }
   for (const worker::ScheduledSequence& s : plan.scheduled) {
     auto it = requests_.find(s.seq_id);
@@ -151,7 +164,8 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
   return stops;
 }
 
-bool ProbingSession::Route(RequestState& request, Binding& binding, ActivationRecord record) {
+bool ProbingSession::Route(RequestState& request, Binding& binding, ActivationRecord record,
+                           const std::optional<ProbeSignal>* decided) {
   ++counters_->records_routed;
   if (!binding.point->inline_point) {
     // Async: enqueue and return; the queue's policy decides what a full queue loses.
@@ -164,7 +178,7 @@ bool ProbingSession::Route(RequestState& request, Binding& binding, ActivationRe
   }
   const int64_t pos = record.token_pos;
   const int layer = record.layer;
-  std::optional<ProbeSignal> signal = Dispatch(binding, record);
+  std::optional<ProbeSignal> signal = decided != nullptr ? *decided : Dispatch(binding, record);
   if (!signal.has_value()) return false;
   if (signal->timestamp == 0.0) signal->timestamp = WallSeconds();
   CountSignal(*binding.point, *signal);

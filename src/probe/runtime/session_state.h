@@ -190,4 +190,13 @@ struct ProbingSession::RequestState {
   std::vector<AsyncExecutor::EndState> ends;  // per binding (async ones)
 };
 
+// One record of a step on its way to its binding (session_routing.cc).
+struct ProbingSession::Routable {
+  RequestState* request = nullptr;
+  Binding* binding = nullptr;
+  ActivationRecord record;
+  int batch = -1;  // the batched call that decided it (CallBatched), -1: routed one by one
+  size_t slot = 0;
+};
+
 }  // namespace uc::probe
