@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs Undercurrent's build and test dependencies from Debian 12's packages.
 # Idempotent; uses sudo when not run as root. The Python packages the tests and examples use
-# (tests/requirements.txt: numpy, the OpenAI SDK) go into a virtual environment, build/venv: the
-# one interpreter the tests run (CMake's UC_TEST_PYTHON), whatever `python3` is first on PATH.
+# (tests/requirements.txt: numpy, the OpenAI SDK, pytest, and nanobind and scikit-build-core,
+# which build the Python extension module) go into a virtual environment, build/venv: the one
+# interpreter the tests run (CMake's UC_TEST_PYTHON) and the one the module is built for,
+# whatever `python3` is first on PATH.
 set -euo pipefail
 
 PACKAGES=(
@@ -13,7 +15,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libcli11-dev
   libboost-dev zlib1g-dev  # the server's HTTP front end: Boost.Beast/Asio; gzip request bodies
   libpcre2-dev
-  python3 python3-pip python3-venv
+  python3 python3-pip python3-venv python3-dev  # python3-dev: the extension module's headers
   iproute2 util-linux procps
   prometheus  # promtool: the tests check the metrics output with `promtool check metrics`
 )

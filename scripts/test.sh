@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One command from a fresh Debian 12 machine to every test passing: installs the dependencies
 # (Debian packages; numpy and the OpenAI SDK into build/venv, the tests' one Python), fetches the
-# real chat model the model tests use, checks formatting, builds with warnings as errors, runs
-# the unit, integration, bad-input, model and multi-process (mpiexec) suites, then builds only
-# the unit and bad-input tests under AddressSanitizer and runs them again.
+# real chat model the model tests use, checks formatting, builds with warnings as errors (the
+# Python extension module too), runs the unit, integration, bad-input, model and multi-process
+# (mpiexec) suites (the Python package's pytest suite is in integration and model), proves
+# `pip install .` in a fresh virtual environment, then builds only the unit and bad-input tests
+# under AddressSanitizer and runs them again.
 #
 # Prints each phase's wall time as it ends and, at the end (also after a failure), a table of
 # the phases and one summary line: "test.sh: N passed, N failed".
@@ -91,6 +93,15 @@ for label in unit integration badinput model mpi; do
   run_ctest "$label" --preset ci -L "^${label}\$" -j"$JOBS"
   end_phase
 done
+
+# The packaging itself: `pip install .` from the checkout into a fresh virtual environment (its
+# own CMake build of the libraries and the extension module), then 0.1's quickstart against it.
+begin_phase "python package: pip install ."
+rm -rf build/pip-check
+build/venv/bin/python -m venv build/pip-check
+build/pip-check/bin/python -m pip install --quiet --disable-pip-version-check .
+(cd build && pip-check/bin/python ../examples/python/quickstart.py ../models/stories260K)
+end_phase
 
 begin_phase "build (asan preset: unit, badinput)"
 cmake --preset asan >/dev/null

@@ -10,7 +10,9 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 #include <tuple>
 
@@ -582,6 +584,176 @@ extraction_points:
         "spec.yaml:11: extraction_points[4] 'kind'.probe_type:"}) {
     EXPECT_NE(m.find(s), std::string::npos) << "missing '" << s << "' in:\n" << m;
   }
+}
+
+// A probe type implemented "outside C++" as the Python bridge is: batched, one call per engine
+// step with every request's records of the point. It aborts request {request} at generated
+// index {at} (layer {layer}), and its probe "raises" on request {fail} (an error outcome). It
+// counts its batch calls and the records of each.
+struct BatchLog {
+  std::mutex mu;
+  std::vector<std::vector<std::pair<std::string, int64_t>>> calls;  // (request, token_pos)
+  int64_t per_record_calls = 0;
+};
+
+BatchLog& TheBatchLog() {
+  static BatchLog log;
+  return log;
+}
+
+struct BatchArgs {
+  std::string request;
+  int64_t at = -1;
+  int layer = -1;
+  std::string fail;
+};
+
+std::optional<probe::ProbeSignal> BatchDecide(const BatchArgs& a, const ActivationRecord& r) {
+  if (!a.fail.empty() && r.request_id == a.fail) throw std::runtime_error("probe raised");
+  if (r.request_id != a.request || r.generated_index != a.at) return std::nullopt;
+  if (a.layer >= 0 && r.layer != a.layer) return std::nullopt;
+  probe::ProbeSignal s;
+  s.action = probe::ProbeAction::kAbort;
+  s.confidence = 0.5;
+  return s;
+}
+
+class BatchedGateProbe : public probe::Probe {
+ public:
+  explicit BatchedGateProbe(BatchArgs a) : a_(std::move(a)) {}
+  std::optional<probe::ProbeSignal> OnActivation(const ActivationRecord& record) override {
+    {
+      std::lock_guard<std::mutex> lock(TheBatchLog().mu);
+      ++TheBatchLog().per_record_calls;
+    }
+    return BatchDecide(a_, record);
+  }
+  probe::ProbeResult OnEnd(const probe::RequestContext& ctx) override {
+    probe::ProbeResult r;
+    r.request_id = ctx.request_id;
+    return r;
+  }
+
+ private:
+  BatchArgs a_;
+};
+
+class BatchedGateType : public probe::ProbeType {
+ public:
+  explicit BatchedGateType(BatchArgs a) : a_(std::move(a)) {}
+  probe::ProbeKind kind() const override { return probe::ProbeKind::kSingleShot; }
+  std::unique_ptr<probe::Probe> Spawn() const override {
+    return std::make_unique<BatchedGateProbe>(a_);
+  }
+  bool batched() const override { return true; }
+  std::vector<probe::BatchedSignal> OnActivationBatch(
+      std::span<probe::Probe* const> probes,
+      std::span<const ActivationRecord> records) const override {
+    EXPECT_EQ(probes.size(), records.size());
+    std::vector<probe::BatchedSignal> out(records.size());
+    std::vector<std::pair<std::string, int64_t>> seen;
+    for (size_t i = 0; i < records.size(); ++i) {
+      seen.push_back({records[i].request_id, records[i].token_pos});
+      try {
+        out[i].signal = BatchDecide(a_, records[i]);
+      } catch (const std::exception& e) {
+        out[i].error = e.what();
+      }
+    }
+    std::lock_guard<std::mutex> lock(TheBatchLog().mu);
+    TheBatchLog().calls.push_back(std::move(seen));
+    return out;
+  }
+
+ private:
+  BatchArgs a_;
+};
+
+std::unique_ptr<probe::ProbingSession> BatchedSession(const std::string& yaml,
+                                                      const models::ModelConfig& config) {
+  static probe::ProbeRegistry* registry = [] {
+    auto* r = new probe::ProbeRegistry();
+    // Registered at run time by name, as the Python package registers its probes.
+    EXPECT_TRUE(r->Register("batched_gate", probe::ProbeKind::kSingleShot,
+                            [](const nlohmann::json& args, const probe::ProbeEnv&)
+                                -> StatusOr<std::unique_ptr<probe::ProbeType>> {
+                              BatchArgs a;
+                              a.request = args.value("request", std::string());
+                              a.at = args.value("at", int64_t{-1});
+                              a.layer = args.value("layer", -1);
+                              a.fail = args.value("fail", std::string());
+                              return std::unique_ptr<probe::ProbeType>(new BatchedGateType(a));
+                            })
+                    .ok());
+    return r;
+  }();
+  auto spec = probe::ParseSpecText(yaml, "test.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (!spec.ok()) return nullptr;
+  auto session = probe::ProbingSession::Create(*spec, *registry, config);
+  EXPECT_TRUE(session.ok()) << session.status().ToString();
+  return session.ok() ? std::move(session).value() : nullptr;
+}
+
+// A batched probe type gets one call per step with every request's records (in canonical
+// order), its ABORT at generated[3] is token-exact (4 tokens), the co-batched requests are
+// untouched, and an error outcome fails only its own record, under the point's intervention
+// policy (reject: counted, generation goes on).
+TEST(ProbingTest, BatchedProbeTypeIsCalledOncePerStepAndAbortsTokenExactly) {
+  const std::vector<GenerateRequest> neighbours = testing::BatchingWorkload(4);
+  auto solo =
+      engine::Generator::Open({.model_path = ModelPath(), .tokenizer_path = {}, .num_threads = 2});
+  ASSERT_TRUE(solo.ok());
+  const auto alone = testing::RunAlone(**solo, neighbours);
+  auto llm = OpenLLM();
+  ASSERT_NE(llm, nullptr);
+  auto session = BatchedSession(R"(version: "1"
+extraction_points:
+  - {name: gate, layers: [1, 3], tensor_type: residual_stream, position: "generated[*]",
+     probe_type: batched_gate, probe_kind: single_shot,
+     probe_args: {request: gated, at: 3, layer: 3, fail: failing}}
+)",
+                                llm->engine().config());
+  ASSERT_NE(session, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(TheBatchLog().mu);
+    TheBatchLog().calls.clear();
+    TheBatchLog().per_record_calls = 0;
+  }
+  std::vector<GenerateRequest> requests = neighbours;
+  requests.push_back({"gated", Prompt::Text("Once upon a time there was a little"), Greedy(20)});
+  requests.push_back({"failing", Prompt::Text("Once upon a time"), Greedy(20)});
+  ProbedRun run = testing::RunProbed(*llm, *session, requests);
+  const engine::RequestOutput& gated = run.results[neighbours.size()].output;
+  EXPECT_EQ(gated.output_ids.size(), 4u);
+  ASSERT_TRUE(gated.abort.has_value());
+  EXPECT_EQ(gated.abort->point, "gate");
+  EXPECT_EQ(gated.abort->confidence, 0.5);
+  EXPECT_EQ(gated.abort->token_pos, static_cast<int64_t>(gated.prompt_ids.size()) + 3);
+  // The failing request's records all failed; under `reject` the fallback continues, so it
+  // generates on, and only its records were counted as errors.
+  const engine::RequestOutput& failing = run.results.back().output;
+  EXPECT_NE(failing.finish_reason, engine::FinishReason::kAbort);
+  EXPECT_EQ(failing.output_ids.size(), 20u);
+  EXPECT_EQ(run.stats.errors, 2 * static_cast<int64_t>(failing.output_ids.size()));
+  for (size_t i = 0; i < neighbours.size(); ++i) {
+    const engine::RequestOutput& out = run.results[i].output;
+    EXPECT_EQ(out.output_ids, alone.at(out.request_id).output_ids) << out.request_id;
+  }
+  std::lock_guard<std::mutex> lock(TheBatchLog().mu);
+  EXPECT_EQ(TheBatchLog().per_record_calls, 0);  // never called one record at a time
+  // Calls carry several requests' records (one call per step, not per record).
+  size_t multi_request_calls = 0;
+  int64_t records = 0;
+  for (const auto& call : TheBatchLog().calls) {
+    std::set<std::string> ids;
+    for (const auto& [id, pos] : call) ids.insert(id);
+    multi_request_calls += ids.size() > 1 ? 1 : 0;
+    records += static_cast<int64_t>(call.size());
+  }
+  EXPECT_GT(multi_request_calls, 0u);
+  EXPECT_EQ(run.stats.inline_calls, records);
+  EXPECT_GT(records, static_cast<int64_t>(TheBatchLog().calls.size()) * 2);
 }
 
 }  // namespace

@@ -57,4 +57,18 @@ double UnixSeconds() {
   return std::chrono::duration<double>(since_epoch).count();
 }
 
+std::vector<BatchedSignal> ProbeType::OnActivationBatch(
+    std::span<Probe* const> probes, std::span<const ActivationRecord> records) const {
+  std::vector<BatchedSignal> out(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    try {
+      out[i].signal = probes[i]->OnActivation(records[i]);
+    } catch (const std::exception& e) {
+      out[i].error = e.what();
+      if (out[i].error.empty()) out[i].error = "exception";
+    }
+  }
+  return out;
+}
+
 }  // namespace uc::probe

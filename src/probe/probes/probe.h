@@ -92,6 +92,13 @@ class Probe {
   virtual ProbeResult OnEnd(const RequestContext& ctx) = 0;
 };
 
+// One record's outcome in a batched call (ProbeType::OnActivationBatch): a signal (or none), or
+// the error its probe raised (non-empty).
+struct BatchedSignal {
+  std::optional<ProbeSignal> signal;
+  std::string error;
+};
+
 // What a ProbeType may look at while checking its arguments.
 // What to do with a probe artifact (a weights file) whose metadata says it was made for another
 // model, layer or site than the one it is deployed on (probes/artifact.h).
@@ -114,6 +121,24 @@ class ProbeType {
   // A fresh instance for one (request, point): it shares only immutable state (weights) with
   // its siblings. Never null.
   virtual std::unique_ptr<Probe> Spawn() const = 0;
+
+  // Batched types (probes implemented outside C++, e.g. in Python, where a call has a fixed
+  // cost): true makes the session call OnActivationBatch once per engine step for each inline
+  // point of this type under the `reject` intervention (the default), with all that step's
+  // records of the point, every request's, in routed (request, token_pos, layer) order, instead
+  // of one OnActivation per record. Signals are then applied in that order, so an ABORT at token
+  // p stops its request exactly as a per-record ABORT does (no token after p is returned), though
+  // the call has already seen the request's later records of the same step (prefill). Async
+  // points, `block_until_signal` points and generated[-k] points still call OnActivation per
+  // record. False by default.
+  virtual bool batched() const { return false; }
+  // REQUIRES: probes.size() == records.size(); probes[i] is the instance (from this type's
+  // Spawn) of the request records[i] belongs to. Returns one outcome per record, in order: a
+  // record whose outcome has an error fails under its point's intervention policy (on_timeout
+  // decides, as for a throwing OnActivation); a wrong count or a throw fails every record of
+  // the call. Called on the engine thread only. The default calls each probe's OnActivation.
+  virtual std::vector<BatchedSignal> OnActivationBatch(
+      std::span<Probe* const> probes, std::span<const ActivationRecord> records) const;
 };
 
 }  // namespace uc::probe

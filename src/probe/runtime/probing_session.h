@@ -195,14 +195,21 @@ class ProbingSession : public engine::StepObserver {
   class CallPool;
   struct Counters;
   struct EscalationCall;
+  struct Routable;
 
  private:
   ProbingSession() = default;
   // Routes one record to one binding under its point's policy; the signal (if any).
   std::optional<ProbeSignal> Dispatch(Binding& binding, const ActivationRecord& record);
   std::optional<ProbeSignal> DispatchBlocking(Binding& binding, const ActivationRecord& record);
-  // Routes a record; true when it stopped the request (first inline ABORT).
-  bool Route(RequestState& request, Binding& binding, ActivationRecord record);
+  // Routes a record; true when it stopped the request (first inline ABORT). `decided`: the
+  // signal a batched call already gave for it (not null: the probe is not called again).
+  bool Route(RequestState& request, Binding& binding, ActivationRecord record,
+             const std::optional<ProbeSignal>* decided = nullptr);
+  // Calls each batched inline point (ProbeType::batched) once with its records of the step,
+  // setting their batch and slot; the outcomes by batch then slot, errors already turned into
+  // the point policy's fallback signals.
+  std::vector<std::vector<BatchedSignal>> CallBatched(std::vector<Routable>& routable);
   // An async point's probe on one record (worker thread).
   void RunAsync(PointState& point, Probe& probe, const std::string& request_id,
                 ActivationRecord& record);
