@@ -42,6 +42,13 @@ struct LLMEngine::RequestState {
   std::vector<uint8_t> steering_state;
   bool held = false;                  // the observer holds it (TakeHolds)
   std::optional<int32_t> held_token;  // sampled in the step it was held in; not yet returned
+  std::optional<worker::PositionLogprobs> held_logprobs;  // held_token's
+  std::vector<worker::PositionLogprobs> logprobs;         // per output id, when asked
+  double cumulative_logprob = 0.0;
+  // Per prompt position when asked ([0] stays unset); filled once (a recompute after
+  // preemption gives the same values and is ignored).
+  std::vector<std::optional<worker::PositionLogprobs>> prompt_logprobs;
+  int prompt_logprobs_filled = 0;  // positions 1 .. this are filled
 };
 
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
@@ -183,6 +190,7 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
   r->decoder = std::make_unique<tokenizer::IncrementalDecoder>(*tokenizer_, at_start);
   r->stops = std::make_unique<StopMatcher>(params.stop);
   r->metrics.arrival_seconds = Now();
+  if (params.prompt_logprobs.has_value()) r->prompt_logprobs.resize(r->prompt_ids.size());
   r->steering_bytes = std::move(prepared.bytes);
   if (!r->steering_bytes.empty()) InitSteeringWindows(prepared, prompt_len, *r);
   std::lock_guard<std::mutex> lock(inbox_mu_);
@@ -236,11 +244,13 @@ void LLMEngine::ApplyHoldDecisions(std::vector<RequestOutput>& outputs) {
     }
     r.held = false;
     const std::optional<int32_t> token = r.held_token;
+    const std::optional<worker::PositionLogprobs> token_logprobs = r.held_logprobs;
     r.held_token.reset();
+    r.held_logprobs.reset();
     const uint64_t seq_id = r.seq_id;
     // The token first (AppendToken accepts a held sequence that was preempted meanwhile).
     if (token.has_value()) {
-      ProcessToken(r, *token, out);
+      ProcessToken(r, *token, out, token_logprobs.has_value() ? &*token_logprobs : nullptr);
       outputs.push_back(std::move(out));
     }
     scheduler_->Release(seq_id);  // false when the token finished it
@@ -322,8 +332,17 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
   }
   AttachSteering(plan);
   if (observer_ != nullptr && !plan.scheduled.empty()) plan.capture = observer_->PlanCapture(plan);
+  AttachLogprobs(plan);
   std::vector<Tensor> captured;
-  const std::vector<int32_t> tokens = deployment_->worker().ExecuteModel(plan, &captured);
+  std::vector<worker::SequenceLogprobs> logprobs;
+  const std::vector<int32_t> tokens =
+      deployment_->worker().ExecuteModel(plan, &captured, &logprobs);
+  // Sampled tokens' logprobs by sequence (at most one sampled token per sequence per step).
+  std::unordered_map<uint64_t, const worker::PositionLogprobs*> sampled_logprobs;
+  for (const worker::SequenceLogprobs& lp : logprobs) {
+    StorePromptLogprobs(lp);
+    if (lp.has_sampled) sampled_logprobs[lp.seq_id] = &lp.sampled;
+  }
   UC_CHECK(static_cast<int32_t>(tokens.size()) == plan.num_sampled(),
            "%zu tokens for %d sampled sequences", tokens.size(), plan.num_sampled());
   // Probes see this step's activations before any token it sampled is returned.
@@ -369,23 +388,67 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
     }
     const int32_t token = tokens[next++];
     if (it == requests_.end()) continue;  // stopped by a probe in this very step
+    const auto lp = sampled_logprobs.find(s.seq_id);
+    const worker::PositionLogprobs* token_logprobs =
+        lp == sampled_logprobs.end() ? nullptr : lp->second;
     if (it->second->held) {
       it->second->held_token = token;  // returned only if the hold is released
+      if (token_logprobs != nullptr) it->second->held_logprobs = *token_logprobs;
       continue;
     }
     RequestOutput out;
-    ProcessToken(*it->second, token, out);
+    ProcessToken(*it->second, token, out, token_logprobs);
     outputs.push_back(std::move(out));
   }
   return outputs;
 }
 
-bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out) {
+void LLMEngine::AttachLogprobs(worker::SchedulerOutput& plan) const {
+  for (worker::ScheduledSequence& s : plan.scheduled) {
+    const auto it = requests_.find(s.seq_id);
+    if (it == requests_.end()) continue;
+    const RequestState& r = *it->second;
+    s.num_logprobs = r.params.logprobs.value_or(-1);
+    const int prompt_len = static_cast<int>(r.prompt_ids.size());
+    // Only while some row of the chunk predicts a prompt token still missing (after a
+    // preemption the recompute covers filled positions again: those are ignored).
+    const int filled = r.prompt_logprobs_filled;
+    if (r.params.prompt_logprobs.has_value() && filled < prompt_len - 1 && s.start_pos <= filled &&
+        filled < s.end_pos()) {
+      s.num_prompt_logprobs = *r.params.prompt_logprobs;
+      s.next_prompt_token = s.end_pos() < prompt_len ? r.prompt_ids[s.end_pos()] : -1;
+    }
+  }
+}
+
+void LLMEngine::StorePromptLogprobs(const worker::SequenceLogprobs& lp) {
+  const auto it = requests_.find(lp.seq_id);
+  if (it == requests_.end() || lp.prompt.empty()) return;
+  RequestState& r = *it->second;
+  UC_CHECK(lp.first_prompt_position <= r.prompt_logprobs_filled + 1 &&
+               lp.first_prompt_position + lp.prompt.size() <= r.prompt_logprobs.size(),
+           "prompt logprobs of positions %d.. for a request with %d filled of %zu",
+           lp.first_prompt_position, r.prompt_logprobs_filled, r.prompt_logprobs.size());
+  for (size_t i = 0; i < lp.prompt.size(); ++i) {
+    const int position = lp.first_prompt_position + static_cast<int>(i);
+    if (position <= r.prompt_logprobs_filled) continue;  // recomputed: the same values
+    r.prompt_logprobs[position] = lp.prompt[i];
+    r.prompt_logprobs_filled = position;
+  }
+}
+
+bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out,
+                             const worker::PositionLogprobs* logprobs) {
   ++stats_.generated_tokens;
   if (r.output_ids.empty()) r.metrics.first_token_seconds = Now();
   r.output_ids.push_back(token);
   out.request_id = r.id;
   out.new_token_ids = {token};
+  if (logprobs != nullptr) {
+    r.logprobs.push_back(*logprobs);
+    r.cumulative_logprob += logprobs->chosen.logprob;
+    out.new_logprobs = {*logprobs};
+  }
   const bool is_eos = !r.params.ignore_eos && IsOneOf(eos_ids_, token);
   const bool is_stop_id = IsOneOf(r.params.stop_token_ids, token);
   std::string text = (is_eos || is_stop_id) ? r.decoder->Flush() : r.decoder->Add(token);
@@ -441,6 +504,9 @@ void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
   out.stop_reason = r.stop_reason;
   out.abort = r.abort;
   out.metrics = r.metrics;
+  out.logprobs = std::move(r.logprobs);
+  out.cumulative_logprob = r.cumulative_logprob;
+  out.prompt_logprobs = std::move(r.prompt_logprobs);
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     ids_in_use_.erase(r.id);

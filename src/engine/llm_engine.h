@@ -46,6 +46,7 @@
 #include "engine/step_observer.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
+#include "worker/logprobs.h"
 #include "worker/sampling_params.h"
 #include "worker/steering_config.h"
 
@@ -121,6 +122,8 @@ struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> new_token_ids;  // sampled this step (0 or 1)
   std::string new_text;                // text released this step (complete UTF-8)
+  // With SamplingParams::logprobs: one entry per new_token_ids (worker/logprobs.h).
+  std::vector<worker::PositionLogprobs> new_logprobs;
   bool finished = false;
   // Set when finished:
   std::vector<int32_t> prompt_ids;
@@ -130,6 +133,13 @@ struct RequestOutput {
   std::string stop_reason;  // "eos", "stop_token:<id>", "stop:<string>", "max_tokens", ...
   std::optional<AbortInfo> abort;
   RequestMetrics metrics;
+  // With SamplingParams::logprobs: one per output id. cumulative_logprob sums their chosen
+  // logprobs (0 without).
+  std::vector<worker::PositionLogprobs> logprobs;
+  double cumulative_logprob = 0.0;
+  // With SamplingParams::prompt_logprobs: one per prompt id, the first unset (nothing
+  // predicts it).
+  std::vector<std::optional<worker::PositionLogprobs>> prompt_logprobs;
 };
 
 struct EngineStats {
@@ -223,8 +233,14 @@ class LLMEngine {
   // Holding (StepObserver::TakeHolds / TakeHoldDecisions).
   void ApplyHoldDecisions(std::vector<RequestOutput>& outputs);
   void WaitWhileHeld();
-  // Applies one sampled token; true when the request finished.
-  bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out);
+  // Applies one sampled token (with its logprobs when the request asked); true when the
+  // request finished.
+  bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out,
+                    const worker::PositionLogprobs* logprobs = nullptr);
+  // Sets each scheduled sequence's logprob fields from its request (before execution), and
+  // files the prompt logprobs a step returned.
+  void AttachLogprobs(worker::SchedulerOutput& plan) const;
+  void StorePromptLogprobs(const worker::SequenceLogprobs& lp);
   // Stops `r` because `info` says so (a probe or a client), dropping nothing already returned.
   void AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out);
   void FinishRequest(RequestState& r, RequestOutput& out);
