@@ -444,6 +444,8 @@ bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out,
   r.output_ids.push_back(token);
   out.request_id = r.id;
   out.new_token_ids = {token};
+  // The prompt's logprobs are complete once the first token is sampled (streamed echo).
+  if (r.output_ids.size() == 1) out.prompt_logprobs = r.prompt_logprobs;
   if (logprobs != nullptr) {
     r.logprobs.push_back(*logprobs);
     r.cumulative_logprob += logprobs->chosen.logprob;

@@ -138,7 +138,7 @@ struct RequestOutput {
   std::vector<worker::PositionLogprobs> logprobs;
   double cumulative_logprob = 0.0;
   // With SamplingParams::prompt_logprobs: one per prompt id, the first unset (nothing
-  // predicts it).
+  // predicts it). Also set in the output of the first token.
   std::vector<std::optional<worker::PositionLogprobs>> prompt_logprobs;
 };
 
