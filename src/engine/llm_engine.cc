@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "base/fingerprint.h"
 #include "base/logging.h"
 #include "engine/kv_cache_plan.h"
 #include "engine/stop_matcher.h"
@@ -126,6 +127,12 @@ Status LLMEngine::InitKvCache() {
   sc.max_model_len = max_model_len_;
   sc.sliding_window = config().MaxWindow();
   sc.max_steering_configs = options_.max_steering_configs;
+  sc.enable_prefix_caching = options_.enable_prefix_caching && sc.sliding_window == 0;
+  if (options_.enable_prefix_caching && !sc.enable_prefix_caching) {
+    UC_LOG(WARNING) << "prefix caching is off: every layer of this model has a sliding window "
+                       "of "
+                    << sc.sliding_window << " tokens, so a prompt's blocks leave the cache";
+  }
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get());
   UC_LOG(INFO) << plan.Describe();
   return OkStatus();
@@ -276,11 +283,11 @@ void LLMEngine::DrainInbox(std::vector<RequestOutput>& outputs) {
   for (std::unique_ptr<RequestState>& r : added) {
     // AddRequest checked everything the scheduler checks, against the same limits.
     if (!r->steering_bytes.empty()) r->steering_id = InternSteering(r->steering_bytes);
-    const Status status =
-        scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params, r->steering_id);
-    UC_CHECK(status.ok(), "%s", status.ToString().c_str());
     const uint64_t seq_id = r->seq_id;
     if (observer_ != nullptr) observer_->OnRequestAdded(seq_id, r->id, r->prompt_ids);
+    const Status status = scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params,
+                                                  r->steering_id, PrefixCacheUseOf(*r));
+    UC_CHECK(status.ok(), "%s", status.ToString().c_str());
     requests_[seq_id] = std::move(r);
   }
   for (auto& [id, info] : aborts) {
@@ -403,6 +410,23 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
   return outputs;
 }
 
+PrefixCacheUse LLMEngine::PrefixCacheUseOf(const RequestState& r) const {
+  PrefixCacheUse use;
+  // Steering that switches by position (a window, a deferred group, or a probe's switch, which
+  // an observer may make at any step) makes a block's KV depend on more than its tokens and
+  // the config: such requests keep to themselves.
+  const bool steered = !r.steering_bytes.empty();
+  if (steered && (!r.steering_windows.empty() || observer_ != nullptr)) return use;
+  use.write = true;
+  use.read_on_recompute = observer_ == nullptr;
+  use.read = !r.params.prompt_logprobs.has_value() &&
+             (observer_ == nullptr || !observer_->WantsPromptActivations(r.seq_id));
+  if (steered) {
+    use.key = {Fnv1a64(r.steering_bytes), Fnv1a64(r.steering_bytes, 0x6a09e667f3bcc909ull)};
+  }
+  return use;
+}
+
 void LLMEngine::AttachLogprobs(worker::SchedulerOutput& plan) const {
   for (worker::ScheduledSequence& s : plan.scheduled) {
     const auto it = requests_.find(s.seq_id);
@@ -490,6 +514,9 @@ void LLMEngine::AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out
 
 // Frees the request's blocks (the next step tells the ranks) and fills its final output.
 void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
+  if (const auto info = scheduler_->Info(r.seq_id); info.ok()) {
+    out.num_cached_tokens = info->num_cached_tokens;
+  }
   scheduler_->Finish(r.seq_id);
   if (r.steering_id != 0) ReleaseSteering(r.steering_id);
   if (observer_ != nullptr) {
@@ -681,6 +708,9 @@ EngineStats LLMEngine::stats() const {
   s.num_waiting = scheduler_->num_waiting();
   s.num_kv_blocks = blocks_->num_blocks();
   s.num_free_kv_blocks = blocks_->num_free_blocks();
+  s.prefix_caching = scheduler_->config().enable_prefix_caching;
+  s.prefix_cache_queries = scheduler_->prefix_cache_queries();
+  s.prefix_cache_hits = scheduler_->prefix_cache_hits();
   s.num_preemptions = scheduler_->num_preemptions();
   s.num_held = scheduler_->num_held();
   return s;

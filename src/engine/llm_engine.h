@@ -73,6 +73,14 @@ struct EngineOptions {
   // Distinct per-request steering configs running at once at most (SchedulerConfig); requests
   // with another config wait. 0: no limit.
   int max_steering_configs = 16;
+  // Automatic prefix caching (scheduler.h, block_manager.h); refused, with a logged reason,
+  // when every layer has a sliding window (blocks leave the cache as a sequence grows).
+  // Requests keep their records and logprobs: one whose probes may want prompt positions
+  // (StepObserver::WantsPromptActivations), or that asks for prompt_logprobs, reads no cached
+  // block (it still shares its own); steering enters the blocks' hashes, and a steered request
+  // whose steering may switch (a window, a deferred group, or any steering beside an observer,
+  // whose probes may switch it) neither reads nor shares.
+  bool enable_prefix_caching = true;
 };
 
 // How one request is steered: vectors added to its residual stream (worker/steering_config.h).
@@ -133,6 +141,7 @@ struct RequestOutput {
   std::string stop_reason;  // "eos", "stop_token:<id>", "stop:<string>", "max_tokens", ...
   std::optional<AbortInfo> abort;
   RequestMetrics metrics;
+  int num_cached_tokens = 0;  // prompt tokens served from the prefix cache
   // With SamplingParams::logprobs: one per output id. cumulative_logprob sums their chosen
   // logprobs (0 without).
   std::vector<worker::PositionLogprobs> logprobs;
@@ -151,8 +160,11 @@ struct EngineStats {
   int64_t num_steps = 0;
   int64_t prompt_tokens_computed = 0;  // including recomputation
   int64_t generated_tokens = 0;
-  int num_steering_configs = 0;  // distinct steering configs registered on the ranks
-  int num_held = 0;              // requests held by the observer (a probe escalated)
+  int num_steering_configs = 0;      // distinct steering configs registered on the ranks
+  int num_held = 0;                  // requests held by the observer (a probe escalated)
+  bool prefix_caching = false;       // on (EngineOptions::enable_prefix_caching, and allowed)
+  int64_t prefix_cache_queries = 0;  // tokens of admissions that could read the prefix cache
+  int64_t prefix_cache_hits = 0;     // of those, tokens served from it
 };
 
 class LLMEngine {
@@ -240,6 +252,8 @@ class LLMEngine {
   // Sets each scheduled sequence's logprob fields from its request (before execution), and
   // files the prompt logprobs a step returned.
   void AttachLogprobs(worker::SchedulerOutput& plan) const;
+  // How a request uses the prefix cache (EngineOptions::enable_prefix_caching).
+  PrefixCacheUse PrefixCacheUseOf(const RequestState& r) const;
   void StorePromptLogprobs(const worker::SequenceLogprobs& lp);
   // Stops `r` because `info` says so (a probe or a client), dropping nothing already returned.
   void AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out);

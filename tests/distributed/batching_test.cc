@@ -112,6 +112,30 @@ void CheckLogprobs(engine::LLMEngine& engine, engine::Generator& solo) {
   }
 }
 
+// Prefix caching across ranks: every rank holds the same block ids, so a repeated prompt
+// starts from the first one's blocks and generates what the one-process Generator does.
+void CheckPrefixCache(engine::LLMEngine& engine, engine::Generator& solo) {
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, she saw a big red ball under a tree and";
+  std::vector<engine::RequestOutput> outs;
+  for (const char* id : {"pc1", "pc2"}) {
+    ASSERT_TRUE(engine.AddRequest(id, engine::Prompt::Text(prompt), testing::Greedy(10)).ok());
+    while (engine.HasUnfinished()) {
+      for (engine::RequestOutput& o : engine.Step()) {
+        if (o.finished) outs.push_back(std::move(o));
+      }
+    }
+  }
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(outs[0].num_cached_tokens, 0);
+  EXPECT_GE(outs[1].num_cached_tokens, 48);
+  auto alone = solo.GenerateFromIds(outs[0].prompt_ids, testing::Greedy(10));
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(outs[0].output_ids, alone->output_ids);
+  EXPECT_EQ(outs[1].output_ids, alone->output_ids);
+}
+
 TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
   const Args args = ParseArgs();
   engine::DeploymentOptions options;
@@ -171,6 +195,7 @@ TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
                             "tp " + std::to_string(args.tp) + " pp " + std::to_string(args.pp));
   }
   CheckLogprobs(llm.engine(), **solo);
+  if (args.kv_blocks == 0) CheckPrefixCache(llm.engine(), **solo);
   CheckAbort(llm.engine());
 }
 

@@ -4,7 +4,8 @@
 // Generator's logits; a greedy token's logprob is the largest of its top_logprobs exactly;
 // chat logprobs streamed and not agree; prompt_logprobs, n with best_of; bad values are 400s
 // naming the field; /tokenize, /detokenize and /tokenizer_info in vLLM's shapes agree with the
-// engine's tokenizer and the chat endpoint.
+// engine's tokenizer and the chat endpoint; a repeated prompt reports its cached tokens
+// (usage.prompt_tokens_details, /metrics) unless --no-prefix-caching.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -275,6 +276,33 @@ TEST_F(ServeLogprobsTest, TokenizerEndpointsInVllmsShapes) {
   EXPECT_EQ(i["bos_token"], "<s>");
   EXPECT_EQ(i["add_bos_token"], true);
   EXPECT_EQ(i["model_max_length"], t["max_model_len"]);
+}
+
+TEST_F(ServeLogprobsTest, PrefixCachingReportsCachedTokensAndCanBeTurnedOff) {
+  const std::string prompt = std::string(kLpPrompt) +
+                             " loved to play outside in the park with her friends. One day, she "
+                             "saw a big red ball under a tree and ran to get it.";
+  const json request = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}};
+  const json first = Post("/v1/completions", request);
+  const json second = Post("/v1/completions", request);
+  EXPECT_EQ(second["choices"][0]["text"], first["choices"][0]["text"]);
+  EXPECT_GE(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 48)
+      << second["usage"].dump();
+  EXPECT_LT(second["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+            second["usage"]["prompt_tokens"].get<int>());
+  const std::string metrics = HttpGet(server_->port(), "/metrics").body;
+  EXPECT_GE(testing::MetricValue(metrics, "undercurrent_prefix_cache_hits_total"), 48);
+  EXPECT_GT(testing::MetricValue(metrics, "undercurrent_prefix_cache_queries_total"),
+            testing::MetricValue(metrics, "undercurrent_prefix_cache_hits_total"));
+
+  ServeProcess off({"--model", kLpModel, "--threads", "1", "--no-prefix-caching"});
+  ASSERT_TRUE(off.ok()) << off.log();
+  for (int i = 0; i < 2; ++i) {
+    const testing::HttpResult r = HttpPost(off.port(), "/v1/completions", request.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.Json()["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    EXPECT_EQ(r.Json()["choices"][0]["text"], first["choices"][0]["text"]);
+  }
 }
 
 }  // namespace

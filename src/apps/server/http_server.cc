@@ -871,10 +871,17 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
     return false;
   }
   s.usage.completion_tokens = 0;
+  s.usage.cached_tokens = 0;
   std::vector<ChoiceResult> results;
+  int64_t group_cached = 0;  // prompt tokens count once per prompt: so do cached ones
   for (size_t i = 0; i < s.choices.size(); ++i) {
     results.push_back(s.Result(i));
     s.usage.completion_tokens += static_cast<int64_t>(results.back().output.output_ids.size());
+    group_cached = std::max<int64_t>(group_cached, results.back().output.num_cached_tokens);
+    if ((i + 1) % static_cast<size_t>(s.best_of) == 0) {
+      s.usage.cached_tokens += group_cached;
+      group_cached = 0;
+    }
   }
   if (s.best_of > s.n) results = BestOf(std::move(results), s.n, s.best_of);
   if (s.stream) {

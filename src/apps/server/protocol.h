@@ -164,6 +164,8 @@ struct ResponseContext {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens served from the prefix cache (prompt_tokens_details.cached_tokens).
+  int64_t cached_tokens = 0;
   nlohmann::json ToJson() const;
 };
 
