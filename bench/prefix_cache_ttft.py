@@ -19,6 +19,7 @@ import re
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -83,6 +84,8 @@ def main():
     words = ("the river carries light and stone through quiet valleys where old mills turn "
              "and children count the boats that pass beneath the bridge at dusk ").split()
     system = " ".join(words[i % len(words)] for i in range(int(args.system_tokens * 0.8)))
+    # A timeout's SIGTERM still stops both servers (the finally below).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     extra = ["--threads", str(args.threads), "--max-num-seqs", str(args.clients + 1)]
     servers = {"cache": Server(args.binary, args.model, extra),
                "no_cache": Server(args.binary, args.model, extra + ["--no-prefix-caching"])}
