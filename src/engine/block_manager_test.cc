@@ -45,8 +45,9 @@ TEST(BlockManagerTest, AllocateGrowsATableOnlyAsFarAsNeeded) {
   EXPECT_EQ(blocks.num_free_blocks(), 5);
 }
 
-// Allocation takes from the front of the free list and Free returns to the back, so the
-// blocks freed last are reused last.
+// Allocation takes from the front of the free list and Free returns to the back (a table's
+// last block first, so a cached prefix's tail is evicted before its head), so the blocks
+// freed last are reused last.
 TEST(BlockManagerTest, FreeListIsFirstInFirstOut) {
   BlockManager blocks(4, 2);
   Table a, b;
@@ -58,8 +59,8 @@ TEST(BlockManagerTest, FreeListIsFirstInFirstOut) {
   EXPECT_TRUE(a.empty());
   EXPECT_EQ(blocks.num_free_blocks(), 3);
   Table c;
-  ASSERT_TRUE(blocks.Allocate(c, 6));  // free list is 3, 0, 1
-  EXPECT_EQ(c, (Table{3, 0, 1}));
+  ASSERT_TRUE(blocks.Allocate(c, 6));  // free list is 3, 1, 0
+  EXPECT_EQ(c, (Table{3, 1, 0}));
   EXPECT_EQ(blocks.num_free_blocks(), 0);
 }
 
@@ -127,6 +128,55 @@ TEST(BlockManagerDeathTest, DoubleFreeIsACheckedError) {
   EXPECT_DEATH(blocks.Free(duplicated), "double free");
   Table out_of_range = {7};
   EXPECT_DEATH(blocks.Free(out_of_range), "freeing block 7 of a cache of 4 blocks");
+}
+
+TEST(BlockManagerTest, ChainedHashesDependOnParentTokensAndKey) {
+  const std::vector<int32_t> a = {1, 2, 3, 4}, b = {1, 2, 3, 5};
+  const BlockHash h = HashBlock(std::nullopt, a, {});
+  EXPECT_EQ(h, HashBlock(std::nullopt, a, {}));
+  EXPECT_NE(h, HashBlock(std::nullopt, b, {}));
+  EXPECT_NE(h, HashBlock(std::nullopt, a, BlockHash{7, 9}));  // steered, or salted
+  EXPECT_NE(HashBlock(h, a, {}), HashBlock(HashBlock(std::nullopt, b, {}), a, {}));
+  EXPECT_NE(HashBlock(h, a, {}), h);
+}
+
+TEST(BlockManagerTest, RegisteredBlocksAreSharedAndSurviveUntilEvicted) {
+  BlockManager blocks(4, 2);
+  const BlockHash h0 = HashBlock(std::nullopt, std::vector<int32_t>{1, 2}, {});
+  const BlockHash h1 = HashBlock(h0, std::vector<int32_t>{3, 4}, {});
+  Table first;
+  ASSERT_TRUE(blocks.Allocate(first, 5));  // blocks 0, 1, 2
+  blocks.Register(first[0], h0);
+  blocks.Register(first[1], h1);
+  EXPECT_EQ(blocks.num_cached_blocks(), 2);
+  // A second sequence with the same prefix shares both blocks (one more reference each).
+  Table second;
+  EXPECT_EQ(blocks.Match(std::vector<BlockHash>{h0, h1}, second), 2);
+  EXPECT_EQ(second, (Table{0, 1}));
+  EXPECT_EQ(blocks.num_free_blocks(), 1);
+  blocks.Free(first);
+  EXPECT_EQ(blocks.num_free_blocks(), 2);  // block 2; 0 and 1 are still referenced
+  blocks.Free(second);
+  EXPECT_EQ(blocks.num_free_blocks(), 4);
+  // Freed, they keep their hashes: a third sequence still matches them.
+  Table third;
+  EXPECT_EQ(blocks.Match(std::vector<BlockHash>{h0, h1}, third), 2);
+  blocks.Free(third);
+  // Allocation reuses the least recently freed first (block 3, then 2, then the tail of the
+  // prefix, block 1): the prefix's head outlives its tail.
+  Table other;
+  ASSERT_TRUE(blocks.Allocate(other, 5));
+  EXPECT_EQ(other, (Table{3, 2, 1}));
+  EXPECT_EQ(blocks.num_cached_blocks(), 1);  // h1 evicted
+  Table fourth;
+  EXPECT_EQ(blocks.Match(std::vector<BlockHash>{h0, h1}, fourth), 1);
+  EXPECT_EQ(fourth, (Table{0}));
+  // A hash registers once: a second block with the same contents is not registered.
+  blocks.Register(other[0], h0);
+  EXPECT_EQ(blocks.num_cached_blocks(), 1);
+  blocks.Free(fourth);
+  blocks.Free(other);
+  EXPECT_EQ(blocks.num_free_blocks(), 4);
 }
 
 }  // namespace

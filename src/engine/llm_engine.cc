@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "base/fingerprint.h"
 #include "base/logging.h"
 #include "engine/kv_cache_plan.h"
 #include "engine/stop_matcher.h"
@@ -42,6 +43,13 @@ struct LLMEngine::RequestState {
   std::vector<uint8_t> steering_state;
   bool held = false;                  // the observer holds it (TakeHolds)
   std::optional<int32_t> held_token;  // sampled in the step it was held in; not yet returned
+  std::optional<worker::PositionLogprobs> held_logprobs;  // held_token's
+  std::vector<worker::PositionLogprobs> logprobs;         // per output id, when asked
+  double cumulative_logprob = 0.0;
+  // Per prompt position when asked ([0] stays unset); filled once (a recompute after
+  // preemption gives the same values and is ignored).
+  std::vector<std::optional<worker::PositionLogprobs>> prompt_logprobs;
+  int prompt_logprobs_filled = 0;  // positions 1 .. this are filled
 };
 
 StatusOr<std::unique_ptr<LLMEngine>> LLMEngine::Open(const EngineOptions& options) {
@@ -119,6 +127,12 @@ Status LLMEngine::InitKvCache() {
   sc.max_model_len = max_model_len_;
   sc.sliding_window = config().MaxWindow();
   sc.max_steering_configs = options_.max_steering_configs;
+  sc.enable_prefix_caching = options_.enable_prefix_caching && sc.sliding_window == 0;
+  if (options_.enable_prefix_caching && !sc.enable_prefix_caching) {
+    UC_LOG(WARNING) << "prefix caching is off: every layer of this model has a sliding window "
+                       "of "
+                    << sc.sliding_window << " tokens, so a prompt's blocks leave the cache";
+  }
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get());
   UC_LOG(INFO) << plan.Describe();
   return OkStatus();
@@ -183,6 +197,7 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
   r->decoder = std::make_unique<tokenizer::IncrementalDecoder>(*tokenizer_, at_start);
   r->stops = std::make_unique<StopMatcher>(params.stop);
   r->metrics.arrival_seconds = Now();
+  if (params.prompt_logprobs.has_value()) r->prompt_logprobs.resize(r->prompt_ids.size());
   r->steering_bytes = std::move(prepared.bytes);
   if (!r->steering_bytes.empty()) InitSteeringWindows(prepared, prompt_len, *r);
   std::lock_guard<std::mutex> lock(inbox_mu_);
@@ -236,11 +251,13 @@ void LLMEngine::ApplyHoldDecisions(std::vector<RequestOutput>& outputs) {
     }
     r.held = false;
     const std::optional<int32_t> token = r.held_token;
+    const std::optional<worker::PositionLogprobs> token_logprobs = r.held_logprobs;
     r.held_token.reset();
+    r.held_logprobs.reset();
     const uint64_t seq_id = r.seq_id;
     // The token first (AppendToken accepts a held sequence that was preempted meanwhile).
     if (token.has_value()) {
-      ProcessToken(r, *token, out);
+      ProcessToken(r, *token, out, token_logprobs.has_value() ? &*token_logprobs : nullptr);
       outputs.push_back(std::move(out));
     }
     scheduler_->Release(seq_id);  // false when the token finished it
@@ -266,11 +283,11 @@ void LLMEngine::DrainInbox(std::vector<RequestOutput>& outputs) {
   for (std::unique_ptr<RequestState>& r : added) {
     // AddRequest checked everything the scheduler checks, against the same limits.
     if (!r->steering_bytes.empty()) r->steering_id = InternSteering(r->steering_bytes);
-    const Status status =
-        scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params, r->steering_id);
-    UC_CHECK(status.ok(), "%s", status.ToString().c_str());
     const uint64_t seq_id = r->seq_id;
     if (observer_ != nullptr) observer_->OnRequestAdded(seq_id, r->id, r->prompt_ids);
+    const Status status = scheduler_->AddSequence(r->seq_id, r->prompt_ids, r->params,
+                                                  r->steering_id, PrefixCacheUseOf(*r));
+    UC_CHECK(status.ok(), "%s", status.ToString().c_str());
     requests_[seq_id] = std::move(r);
   }
   for (auto& [id, info] : aborts) {
@@ -322,8 +339,17 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
   }
   AttachSteering(plan);
   if (observer_ != nullptr && !plan.scheduled.empty()) plan.capture = observer_->PlanCapture(plan);
+  AttachLogprobs(plan);
   std::vector<Tensor> captured;
-  const std::vector<int32_t> tokens = deployment_->worker().ExecuteModel(plan, &captured);
+  std::vector<worker::SequenceLogprobs> logprobs;
+  const std::vector<int32_t> tokens =
+      deployment_->worker().ExecuteModel(plan, &captured, &logprobs);
+  // Sampled tokens' logprobs by sequence (at most one sampled token per sequence per step).
+  std::unordered_map<uint64_t, const worker::PositionLogprobs*> sampled_logprobs;
+  for (const worker::SequenceLogprobs& lp : logprobs) {
+    StorePromptLogprobs(lp);
+    if (lp.has_sampled) sampled_logprobs[lp.seq_id] = &lp.sampled;
+  }
   UC_CHECK(static_cast<int32_t>(tokens.size()) == plan.num_sampled(),
            "%zu tokens for %d sampled sequences", tokens.size(), plan.num_sampled());
   // Probes see this step's activations before any token it sampled is returned.
@@ -369,23 +395,86 @@ std::vector<RequestOutput> LLMEngine::StepOnce() {
     }
     const int32_t token = tokens[next++];
     if (it == requests_.end()) continue;  // stopped by a probe in this very step
+    const auto lp = sampled_logprobs.find(s.seq_id);
+    const worker::PositionLogprobs* token_logprobs =
+        lp == sampled_logprobs.end() ? nullptr : lp->second;
     if (it->second->held) {
       it->second->held_token = token;  // returned only if the hold is released
+      if (token_logprobs != nullptr) it->second->held_logprobs = *token_logprobs;
       continue;
     }
     RequestOutput out;
-    ProcessToken(*it->second, token, out);
+    ProcessToken(*it->second, token, out, token_logprobs);
     outputs.push_back(std::move(out));
   }
   return outputs;
 }
 
-bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out) {
+PrefixCacheUse LLMEngine::PrefixCacheUseOf(const RequestState& r) const {
+  PrefixCacheUse use;
+  // Steering that switches by position (a window, a deferred group, or a probe's switch, which
+  // an observer may make at any step) makes a block's KV depend on more than its tokens and
+  // the config: such requests keep to themselves.
+  const bool steered = !r.steering_bytes.empty();
+  if (steered && (!r.steering_windows.empty() || observer_ != nullptr)) return use;
+  use.write = true;
+  use.read_on_recompute = observer_ == nullptr;
+  use.read = !r.params.prompt_logprobs.has_value() &&
+             (observer_ == nullptr || !observer_->WantsPromptActivations(r.seq_id));
+  if (steered) {
+    use.key = {Fnv1a64(r.steering_bytes), Fnv1a64(r.steering_bytes, 0x6a09e667f3bcc909ull)};
+  }
+  return use;
+}
+
+void LLMEngine::AttachLogprobs(worker::SchedulerOutput& plan) const {
+  for (worker::ScheduledSequence& s : plan.scheduled) {
+    const auto it = requests_.find(s.seq_id);
+    if (it == requests_.end()) continue;
+    const RequestState& r = *it->second;
+    s.num_logprobs = r.params.logprobs.value_or(-1);
+    const int prompt_len = static_cast<int>(r.prompt_ids.size());
+    // Only while some row of the chunk predicts a prompt token still missing (after a
+    // preemption the recompute covers filled positions again: those are ignored).
+    const int filled = r.prompt_logprobs_filled;
+    if (r.params.prompt_logprobs.has_value() && filled < prompt_len - 1 && s.start_pos <= filled &&
+        filled < s.end_pos()) {
+      s.num_prompt_logprobs = *r.params.prompt_logprobs;
+      s.next_prompt_token = s.end_pos() < prompt_len ? r.prompt_ids[s.end_pos()] : -1;
+    }
+  }
+}
+
+void LLMEngine::StorePromptLogprobs(const worker::SequenceLogprobs& lp) {
+  const auto it = requests_.find(lp.seq_id);
+  if (it == requests_.end() || lp.prompt.empty()) return;
+  RequestState& r = *it->second;
+  UC_CHECK(lp.first_prompt_position <= r.prompt_logprobs_filled + 1 &&
+               lp.first_prompt_position + lp.prompt.size() <= r.prompt_logprobs.size(),
+           "prompt logprobs of positions %d.. for a request with %d filled of %zu",
+           lp.first_prompt_position, r.prompt_logprobs_filled, r.prompt_logprobs.size());
+  for (size_t i = 0; i < lp.prompt.size(); ++i) {
+    const int position = lp.first_prompt_position + static_cast<int>(i);
+    if (position <= r.prompt_logprobs_filled) continue;  // recomputed: the same values
+    r.prompt_logprobs[position] = lp.prompt[i];
+    r.prompt_logprobs_filled = position;
+  }
+}
+
+bool LLMEngine::ProcessToken(RequestState& r, int32_t token, RequestOutput& out,
+                             const worker::PositionLogprobs* logprobs) {
   ++stats_.generated_tokens;
   if (r.output_ids.empty()) r.metrics.first_token_seconds = Now();
   r.output_ids.push_back(token);
   out.request_id = r.id;
   out.new_token_ids = {token};
+  // The prompt's logprobs are complete once the first token is sampled (streamed echo).
+  if (r.output_ids.size() == 1) out.prompt_logprobs = r.prompt_logprobs;
+  if (logprobs != nullptr) {
+    r.logprobs.push_back(*logprobs);
+    r.cumulative_logprob += logprobs->chosen.logprob;
+    out.new_logprobs = {*logprobs};
+  }
   const bool is_eos = !r.params.ignore_eos && IsOneOf(eos_ids_, token);
   const bool is_stop_id = IsOneOf(r.params.stop_token_ids, token);
   std::string text = (is_eos || is_stop_id) ? r.decoder->Flush() : r.decoder->Add(token);
@@ -425,6 +514,9 @@ void LLMEngine::AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out
 
 // Frees the request's blocks (the next step tells the ranks) and fills its final output.
 void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
+  if (const auto info = scheduler_->Info(r.seq_id); info.ok()) {
+    out.num_cached_tokens = info->num_cached_tokens;
+  }
   scheduler_->Finish(r.seq_id);
   if (r.steering_id != 0) ReleaseSteering(r.steering_id);
   if (observer_ != nullptr) {
@@ -441,6 +533,9 @@ void LLMEngine::FinishRequest(RequestState& r, RequestOutput& out) {
   out.stop_reason = r.stop_reason;
   out.abort = r.abort;
   out.metrics = r.metrics;
+  out.logprobs = std::move(r.logprobs);
+  out.cumulative_logprob = r.cumulative_logprob;
+  out.prompt_logprobs = std::move(r.prompt_logprobs);
   {
     std::lock_guard<std::mutex> lock(inbox_mu_);
     ids_in_use_.erase(r.id);
@@ -613,6 +708,9 @@ EngineStats LLMEngine::stats() const {
   s.num_waiting = scheduler_->num_waiting();
   s.num_kv_blocks = blocks_->num_blocks();
   s.num_free_kv_blocks = blocks_->num_free_blocks();
+  s.prefix_caching = scheduler_->config().enable_prefix_caching;
+  s.prefix_cache_queries = scheduler_->prefix_cache_queries();
+  s.prefix_cache_hits = scheduler_->prefix_cache_hits();
   s.num_preemptions = scheduler_->num_preemptions();
   s.num_held = scheduler_->num_held();
   return s;

@@ -46,6 +46,7 @@
 #include "engine/step_observer.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"
+#include "worker/logprobs.h"
 #include "worker/sampling_params.h"
 #include "worker/steering_config.h"
 
@@ -72,6 +73,14 @@ struct EngineOptions {
   // Distinct per-request steering configs running at once at most (SchedulerConfig); requests
   // with another config wait. 0: no limit.
   int max_steering_configs = 16;
+  // Automatic prefix caching (scheduler.h, block_manager.h); refused, with a logged reason,
+  // when every layer has a sliding window (blocks leave the cache as a sequence grows).
+  // Requests keep their records and logprobs: one whose probes may want prompt positions
+  // (StepObserver::WantsPromptActivations), or that asks for prompt_logprobs, reads no cached
+  // block (it still shares its own); steering enters the blocks' hashes, and a steered request
+  // whose steering may switch (a window, a deferred group, or any steering beside an observer,
+  // whose probes may switch it) neither reads nor shares.
+  bool enable_prefix_caching = true;
 };
 
 // How one request is steered: vectors added to its residual stream (worker/steering_config.h).
@@ -121,6 +130,8 @@ struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> new_token_ids;  // sampled this step (0 or 1)
   std::string new_text;                // text released this step (complete UTF-8)
+  // With SamplingParams::logprobs: one entry per new_token_ids (worker/logprobs.h).
+  std::vector<worker::PositionLogprobs> new_logprobs;
   bool finished = false;
   // Set when finished:
   std::vector<int32_t> prompt_ids;
@@ -130,6 +141,14 @@ struct RequestOutput {
   std::string stop_reason;  // "eos", "stop_token:<id>", "stop:<string>", "max_tokens", ...
   std::optional<AbortInfo> abort;
   RequestMetrics metrics;
+  int num_cached_tokens = 0;  // prompt tokens served from the prefix cache
+  // With SamplingParams::logprobs: one per output id. cumulative_logprob sums their chosen
+  // logprobs (0 without).
+  std::vector<worker::PositionLogprobs> logprobs;
+  double cumulative_logprob = 0.0;
+  // With SamplingParams::prompt_logprobs: one per prompt id, the first unset (nothing
+  // predicts it). Also set in the output of the first token.
+  std::vector<std::optional<worker::PositionLogprobs>> prompt_logprobs;
 };
 
 struct EngineStats {
@@ -141,8 +160,11 @@ struct EngineStats {
   int64_t num_steps = 0;
   int64_t prompt_tokens_computed = 0;  // including recomputation
   int64_t generated_tokens = 0;
-  int num_steering_configs = 0;  // distinct steering configs registered on the ranks
-  int num_held = 0;              // requests held by the observer (a probe escalated)
+  int num_steering_configs = 0;      // distinct steering configs registered on the ranks
+  int num_held = 0;                  // requests held by the observer (a probe escalated)
+  bool prefix_caching = false;       // on (EngineOptions::enable_prefix_caching, and allowed)
+  int64_t prefix_cache_queries = 0;  // tokens of admissions that could read the prefix cache
+  int64_t prefix_cache_hits = 0;     // of those, tokens served from it
 };
 
 class LLMEngine {
@@ -223,8 +245,16 @@ class LLMEngine {
   // Holding (StepObserver::TakeHolds / TakeHoldDecisions).
   void ApplyHoldDecisions(std::vector<RequestOutput>& outputs);
   void WaitWhileHeld();
-  // Applies one sampled token; true when the request finished.
-  bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out);
+  // Applies one sampled token (with its logprobs when the request asked); true when the
+  // request finished.
+  bool ProcessToken(RequestState& r, int32_t token, RequestOutput& out,
+                    const worker::PositionLogprobs* logprobs = nullptr);
+  // Sets each scheduled sequence's logprob fields from its request (before execution), and
+  // files the prompt logprobs a step returned.
+  void AttachLogprobs(worker::SchedulerOutput& plan) const;
+  // How a request uses the prefix cache (EngineOptions::enable_prefix_caching).
+  PrefixCacheUse PrefixCacheUseOf(const RequestState& r) const;
+  void StorePromptLogprobs(const worker::SequenceLogprobs& lp);
   // Stops `r` because `info` says so (a probe or a client), dropping nothing already returned.
   void AbortRequest(RequestState& r, AbortInfo info, RequestOutput& out);
   void FinishRequest(RequestState& r, RequestOutput& out);

@@ -45,7 +45,8 @@ int Scheduler::MaxBlocksHeld(int num_tokens) const {
 }
 
 Status Scheduler::AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
-                              const worker::SamplingParams& params, uint32_t steering_id) {
+                              const worker::SamplingParams& params, uint32_t steering_id,
+                              const PrefixCacheUse& cache) {
   if (seqs_.count(seq_id) != 0) {
     return InvalidArgumentError("sequence id " + std::to_string(seq_id) + " is already in use");
   }
@@ -74,6 +75,7 @@ Status Scheduler::AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
   seq->num_prompt_tokens = num_prompt;
   seq->params = params;
   seq->steering_id = steering_id;
+  if (config_.enable_prefix_caching) seq->cache = cache;
   waiting_.push_back(seq.get());
   seqs_.emplace(seq_id, std::move(seq));
   return OkStatus();
@@ -85,6 +87,8 @@ worker::SchedulerOutput Scheduler::Schedule() {
   out.finished_seq_ids = std::move(finished_since_last_);
   finished_since_last_.clear();
   for (const uint64_t id : out.finished_seq_ids) seqs_.erase(id);
+  // Every chunk scheduled so far has run on every rank: their full blocks can be shared.
+  for (Sequence* seq : running_) RegisterComputed(seq);
 
   int budget = config_.max_num_batched_tokens;
   bool preempted = false;
@@ -142,13 +146,25 @@ worker::SchedulerOutput Scheduler::Schedule() {
       continue;
     }
     CheckSchedulable(*seq);
+    MatchPrefix(seq);
     const int n = ChunkSize(*seq, budget);
-    bool fits = blocks_->Allocate(seq->block_table, n);
+    const int end = seq->num_computed_tokens + n;
+    bool fits = blocks_->Allocate(seq->block_table, end);
     while (!fits && PreemptHeld(out)) {  // held sequences yield their blocks first
       --held_running;
-      fits = blocks_->Allocate(seq->block_table, n);
+      fits = blocks_->Allocate(seq->block_table, end);
     }
-    if (!fits) break;  // never skip for lack of blocks
+    if (!fits) {  // never skip for lack of blocks; the matched prefix is matched again later
+      if (seq->num_computed_tokens > 0) {
+        prefix_hits_ -= seq->num_computed_tokens;
+        prefix_queries_ -= seq->num_tokens();
+        blocks_->Free(seq->block_table);
+        seq->num_computed_tokens = 0;
+        seq->num_registered = 0;
+      }
+      break;
+    }
+    if (seq->num_preemptions == 0) seq->num_cached_tokens = seq->num_computed_tokens;
     // A preempted held sequence went back into the queue, maybe before `seq`.
     next = static_cast<size_t>(std::find(waiting_.begin(), waiting_.end(), seq) - waiting_.begin());
     if (new_config) configs.push_back(seq->steering_id);
@@ -192,6 +208,7 @@ bool Scheduler::Finish(uint64_t seq_id) {
   } else {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
   }
+  if (seq->status == SequenceStatus::kRunning) RegisterComputed(seq);  // its chunks have run
   blocks_->Free(seq->block_table);
   if (seq->held) --num_held_;
   seq->held = false;
@@ -213,6 +230,7 @@ StatusOr<SequenceInfo> Scheduler::Info(uint64_t seq_id) const {
   info.num_tokens = seq->num_tokens();
   info.num_computed_tokens = seq->num_computed_tokens;
   info.num_preemptions = seq->num_preemptions;
+  info.num_cached_tokens = seq->num_cached_tokens;
   info.block_table = seq->block_table;
   return info;
 }
@@ -221,6 +239,7 @@ void Scheduler::Preempt(Sequence* seq, worker::SchedulerOutput& out) {
   running_.erase(std::find(running_.begin(), running_.end(), seq));
   blocks_->Free(seq->block_table);
   seq->num_computed_tokens = 0;
+  seq->num_registered = 0;
   seq->status = SequenceStatus::kPreempted;
   ++seq->num_preemptions;
   ++num_preemptions_;
@@ -270,6 +289,42 @@ void Scheduler::ReleaseOutOfWindow(Sequence* seq) {
   const int count =
       std::min(first_needed / blocks_->block_size(), static_cast<int>(seq->block_table.size()));
   blocks_->FreeLeading(seq->block_table, count);
+}
+
+void Scheduler::HashBlocks(Sequence* seq, int num_blocks) {
+  const int bs = blocks_->block_size();
+  while (static_cast<int>(seq->hashes.size()) < num_blocks) {
+    const size_t b = seq->hashes.size();
+    const std::span<const int32_t> tokens(seq->token_ids.data() + b * bs, static_cast<size_t>(bs));
+    const std::optional<BlockHash> parent =
+        b == 0 ? std::nullopt : std::optional<BlockHash>(seq->hashes.back());
+    seq->hashes.push_back(HashBlock(parent, tokens, seq->cache.key));
+  }
+}
+
+void Scheduler::RegisterComputed(Sequence* seq) {
+  if (!seq->cache.write) return;
+  const int full = seq->num_computed_tokens / blocks_->block_size();
+  if (full <= seq->num_registered) return;
+  HashBlocks(seq, full);
+  for (int b = seq->num_registered; b < full; ++b) {
+    blocks_->Register(seq->block_table[b], seq->hashes[b]);
+  }
+  seq->num_registered = full;
+}
+
+void Scheduler::MatchPrefix(Sequence* seq) {
+  if (!seq->cache.read || seq->num_computed_tokens != 0 || !seq->block_table.empty()) return;
+  if (seq->num_preemptions > 0 && !seq->cache.read_on_recompute) return;
+  // The last token always runs: it is the one that samples.
+  const int full = (seq->num_tokens() - 1) / blocks_->block_size();
+  HashBlocks(seq, full);
+  const int matched =
+      blocks_->Match(std::span<const BlockHash>(seq->hashes.data(), full), seq->block_table);
+  seq->num_computed_tokens = matched * blocks_->block_size();
+  seq->num_registered = matched;
+  prefix_queries_ += seq->num_tokens();
+  prefix_hits_ += seq->num_computed_tokens;
 }
 
 int Scheduler::ChunkSize(const Sequence& seq, int budget) const {

@@ -58,6 +58,22 @@ struct SchedulerConfig {
   // limit. A waiting sequence whose config would exceed it stays waiting while later ones —
   // unsteered, or steered by a config already running — go ahead of it.
   int max_steering_configs = 0;
+  // Automatic prefix caching (block_manager.h): a sequence admitted for the first time starts
+  // from the longest run of registered full blocks of its tokens (its last token is always
+  // computed), and full blocks are registered once computed. Needs sliding_window == 0.
+  bool enable_prefix_caching = false;
+};
+
+// How one sequence uses the prefix cache: `read` lets its first admission start from cached
+// blocks, `write` registers its computed full blocks; `key` goes into every block hash
+// (everything besides the tokens that changes the KV: steering, a tenant's salt).
+struct PrefixCacheUse {
+  bool read = false;
+  bool write = false;
+  // Also when it is recomputed after a preemption. Off where the positions it ran before
+  // matter (probes: blocks another sequence registered could cover positions it never ran).
+  bool read_on_recompute = false;
+  BlockHash key;
 };
 
 // The most KV blocks of `block_size` one sequence of `num_tokens` tokens holds at once: all of
@@ -76,6 +92,7 @@ struct SequenceInfo {
   int num_tokens = 0;           // prompt + generated
   int num_computed_tokens = 0;  // in the KV cache
   int num_preemptions = 0;
+  int num_cached_tokens = 0;  // served from the prefix cache at its first admission
   std::vector<int32_t> block_table;
 };
 
@@ -91,8 +108,10 @@ class Scheduler {
   // InvalidArgument (nothing queued) when: seq_id is already known (unfinished, or finished
   // but not yet reported in an output's finished_seq_ids); prompt_ids is empty;
   // prompt_ids.size() >= max_model_len; the prompt alone needs more KV blocks than exist.
+  // `cache` says how it uses the prefix cache (ignored without enable_prefix_caching).
   Status AddSequence(uint64_t seq_id, std::vector<int32_t> prompt_ids,
-                     const worker::SamplingParams& params, uint32_t steering_id = 0);
+                     const worker::SamplingParams& params, uint32_t steering_id = 0,
+                     const PrefixCacheUse& cache = {});
 
   // Decides the next step. Sequences finished (Finish: a stop or an abort) since the previous
   // call are listed in finished_seq_ids. May return an output with nothing scheduled (nothing
@@ -129,6 +148,10 @@ class Scheduler {
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Prefix caching: tokens of first admissions that could read the cache, and of those, the
+  // tokens served from it.
+  int64_t prefix_cache_queries() const { return prefix_queries_; }
+  int64_t prefix_cache_hits() const { return prefix_hits_; }
   const SchedulerConfig& config() const { return config_; }
   const BlockManager& block_manager() const { return *blocks_; }
   // MaxBlocksHeld for this scheduler's block size, window and chunk.
@@ -153,8 +176,19 @@ class Scheduler {
     bool awaiting_token = false;  // scheduled with sample; AppendToken or Finish comes next
     bool final_feed = false;      // its last token runs once more, without sampling
     bool held = false;            // Hold: not scheduled until Release
+    PrefixCacheUse cache;
+    std::vector<BlockHash> hashes;  // of its full blocks, as far as computed so far
+    int num_registered = 0;         // leading blocks registered (or matched)
+    int num_cached_tokens = 0;
     int num_tokens() const { return static_cast<int>(token_ids.size()); }
   };
+  // Prefix caching: extends seq->hashes to its first `num_blocks` full blocks.
+  void HashBlocks(Sequence* seq, int num_blocks);
+  // Registers `seq`'s full blocks whose KV every rank has computed (num_computed_tokens, when
+  // every scheduled chunk has run).
+  void RegisterComputed(Sequence* seq);
+  // A waiting sequence's first admission: takes the cached blocks of its prefix.
+  void MatchPrefix(Sequence* seq);
 
   // Frees `seq`'s blocks, removes it from running_ and puts it at the right place of the
   // waiting queue; records it in out.preempted_seq_ids.
@@ -184,6 +218,8 @@ class Scheduler {
   int64_t step_ = 0;
   int64_t num_preemptions_ = 0;
   int num_held_ = 0;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
 };
 
 }  // namespace uc::engine

@@ -806,5 +806,50 @@ TEST(SchedulerTest, SlidingWindowGivesBackExactlyTheBlocksBeforeTheWindow) {
   EXPECT_EQ(blocks.num_free_blocks(), 6);
 }
 
+TEST(SchedulerTest, PrefixCachingSkipsComputedBlocksButNeverTheLastToken) {
+  BlockManager blocks(/*num_blocks=*/16, /*block_size=*/4);
+  SchedulerConfig config = Config(4, 64, 64, 128);
+  config.enable_prefix_caching = true;
+  Scheduler scheduler(config, &blocks);
+  PrefixCacheUse use;
+  use.read = use.write = true;
+  const Tokens prompt = Prompt(12, 100);  // three full blocks
+  ASSERT_TRUE(scheduler.AddSequence(1, prompt, Params(4), 0, use).ok());
+  const SchedulerOutput first = scheduler.Schedule();
+  ASSERT_EQ(first.scheduled.size(), 1u);
+  EXPECT_EQ(first.scheduled[0].start_pos, 0);
+  scheduler.AppendToken(1, 7);
+  // The same prompt once the first has run: two blocks come from the cache; the third holds
+  // the last prompt token, which must run (it samples).
+  ASSERT_TRUE(scheduler.AddSequence(2, prompt, Params(4), 0, use).ok());
+  const SchedulerOutput second = scheduler.Schedule();
+  const ScheduledSequence* s = FindScheduled(second, 2);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->start_pos, 8);
+  EXPECT_EQ(s->token_ids, Tokens(prompt.begin() + 8, prompt.end()));
+  EXPECT_EQ(
+      Tokens(s->block_table.begin(), s->block_table.begin() + 2),
+      Tokens(first.scheduled[0].block_table.begin(), first.scheduled[0].block_table.begin() + 2));
+  EXPECT_NE(s->block_table[2], first.scheduled[0].block_table[2]);
+  EXPECT_EQ(scheduler.Info(2)->num_cached_tokens, 8);
+  EXPECT_EQ(scheduler.prefix_cache_hits(), 8);
+  EXPECT_EQ(scheduler.prefix_cache_queries(), 24);
+  // Another key (steering, salt), or no read: nothing shared.
+  PrefixCacheUse other = use;
+  other.key = BlockHash{1, 2};
+  ASSERT_TRUE(scheduler.AddSequence(3, prompt, Params(4), 0, other).ok());
+  PrefixCacheUse no_read = use;
+  no_read.read = false;
+  ASSERT_TRUE(scheduler.AddSequence(4, prompt, Params(4), 0, no_read).ok());
+  scheduler.AppendToken(1, 8);
+  scheduler.AppendToken(2, 7);
+  const SchedulerOutput third = scheduler.Schedule();
+  EXPECT_EQ(FindScheduled(third, 3)->start_pos, 0);
+  EXPECT_EQ(FindScheduled(third, 4)->start_pos, 0);
+  for (uint64_t id : {1, 2, 3, 4}) scheduler.Finish(id);
+  scheduler.Schedule();
+  EXPECT_EQ(blocks.num_free_blocks(), 16);
+}
+
 }  // namespace
 }  // namespace uc::engine

@@ -98,6 +98,14 @@ class StepObserver {
   // activation of its last generated token (which has not been through the model yet): the
   // engine then runs it through once more, without sampling, before finishing.
   virtual bool WantsFinalToken(uint64_t seq_id, int64_t num_generated) = 0;
+  // After OnRequestAdded: whether the request may want activations of prompt positions
+  // (a selector that can match one). Prefix caching serves such a request no cached prompt
+  // block, so each of its prompt positions runs and is observed as without the cache. The
+  // default, true, is always safe.
+  virtual bool WantsPromptActivations(uint64_t seq_id) {
+    (void)seq_id;
+    return true;
+  }
   // The request ended (stop, length or abort) after returning `num_generated` tokens (the
   // observer knows from the plans which of them went through the model). Called exactly once
   // per added request.

@@ -1,6 +1,9 @@
 #include "worker/sampling_params.h"
 
 #include <cmath>
+#include <utility>
+
+#include "worker/logprobs.h"
 
 namespace uc::worker {
 
@@ -17,6 +20,14 @@ Status SamplingParams::Validate() const {
   }
   if (max_tokens < 0) {
     return InvalidArgumentError("max_tokens must be >= 0, got " + std::to_string(max_tokens));
+  }
+  for (const auto& [name, value] :
+       {std::pair{"logprobs", logprobs}, std::pair{"prompt_logprobs", prompt_logprobs}}) {
+    if (value.has_value() && (*value < 0 || *value > kMaxLogprobs)) {
+      return InvalidArgumentError(std::string(name) + " must be in [0, " +
+                                  std::to_string(kMaxLogprobs) + "], got " +
+                                  std::to_string(*value));
+    }
   }
   for (const std::string& s : stop) {
     if (s.empty()) return InvalidArgumentError("stop strings must not be empty");

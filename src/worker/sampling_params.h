@@ -22,6 +22,11 @@ struct SamplingParams {
   std::vector<std::string> stop;  // stop strings (not included in the output text)
   std::vector<int32_t> stop_token_ids;  // extra ids that end generation (included in ids)
   bool ignore_eos = false;              // keep going past the model's end-of-sequence tokens
+  // Log-probabilities (worker/logprobs.h): set, the engine returns each generated token's
+  // logprob and the `logprobs` most likely tokens of its row; `prompt_logprobs` the same for
+  // every prompt token after the first. Each in [0, kMaxLogprobs].
+  std::optional<int> logprobs;
+  std::optional<int> prompt_logprobs;
 
   bool greedy() const { return temperature <= 0.0f; }
   // InvalidArgument naming the field when a value is out of range.

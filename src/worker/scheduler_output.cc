@@ -17,16 +17,21 @@ void PutParams(ByteWriter& w, const SamplingParams& p) {
   w.Put(p.min_p);
   w.Put<uint8_t>(p.seed.has_value());
   w.Put<uint64_t>(p.seed.value_or(0));
+  w.Put<int32_t>(p.logprobs.value_or(-1));
+  w.Put<int32_t>(p.prompt_logprobs.value_or(-1));
 }
 
 bool GetParams(ByteReader& r, SamplingParams& p) {
   uint8_t has_seed = 0;
   uint64_t seed = 0;
+  int32_t logprobs = -1, prompt_logprobs = -1;
   if (!(r.Get(p.temperature) && r.Get(p.top_k) && r.Get(p.top_p) && r.Get(p.min_p) &&
-        r.Get(has_seed) && r.Get(seed))) {
+        r.Get(has_seed) && r.Get(seed) && r.Get(logprobs) && r.Get(prompt_logprobs))) {
     return false;
   }
   if (has_seed) p.seed = seed;
+  if (logprobs >= 0) p.logprobs = logprobs;
+  if (prompt_logprobs >= 0) p.prompt_logprobs = prompt_logprobs;
   return true;
 }
 
@@ -55,6 +60,13 @@ int32_t SchedulerOutput::total_tokens() const {
   return total;
 }
 
+bool SchedulerOutput::wants_logprobs() const {
+  for (const ScheduledSequence& s : scheduled) {
+    if (s.wants_logprobs()) return true;
+  }
+  return false;
+}
+
 int32_t SchedulerOutput::num_sampled() const {
   int32_t n = 0;
   for (const ScheduledSequence& s : scheduled) n += s.sample ? 1 : 0;
@@ -77,6 +89,9 @@ std::string SchedulerOutput::Serialize() const {
     if (s.new_params.has_value()) PutParams(w, *s.new_params);
     w.Put(s.steering_id);
     w.PutInts(s.steering_windows);
+    w.Put(s.num_logprobs);
+    w.Put(s.num_prompt_logprobs);
+    w.Put(s.next_prompt_token);
   }
   PutIds(w, finished_seq_ids);
   PutIds(w, preempted_seq_ids);
@@ -114,7 +129,8 @@ StatusOr<SchedulerOutput> SchedulerOutput::Parse(const std::string& bytes) {
       s.new_params.emplace();
       ok = GetParams(r, *s.new_params);
     }
-    ok = ok && r.Get(s.steering_id) && r.GetInts(s.steering_windows);
+    ok = ok && r.Get(s.steering_id) && r.GetInts(s.steering_windows) && r.Get(s.num_logprobs) &&
+         r.Get(s.num_prompt_logprobs) && r.Get(s.next_prompt_token);
     if (!ok) return InvalidArgumentError("malformed scheduler output (sequence)");
     s.sample = sample != 0;
     out.scheduled.push_back(std::move(s));

@@ -37,6 +37,13 @@ struct ScheduledSequence {
   // the end: always); empty: every group at every position.
   uint32_t steering_id = 0;
   std::vector<int32_t> steering_windows;
+  // Logprobs (worker/logprobs.h), set by the engine every step: >= 0 returns the sampled
+  // token's logprob with that many top entries; num_prompt_logprobs >= 0 also those of the
+  // prompt tokens this chunk's rows predict (positions start_pos + 1 ... up to the prompt's
+  // end), next_prompt_token being the prompt token at end_pos() (-1 past the prompt).
+  int32_t num_logprobs = -1;
+  int32_t num_prompt_logprobs = -1;
+  int32_t next_prompt_token = -1;
 
   // Whether group `group` of the steering applies at `position`.
   bool SteeringActive(int group, int32_t position) const {
@@ -47,6 +54,17 @@ struct ScheduledSequence {
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t end_pos() const { return start_pos + num_tokens(); }
+  // The rows of this chunk whose logits give prompt logprobs: positions
+  // [start_pos, min(end_pos(), num_prompt_tokens - 1)) (none without num_prompt_logprobs).
+  int32_t num_prompt_logprob_rows() const {
+    if (num_prompt_logprobs < 0) return 0;
+    const int32_t end = end_pos() < num_prompt_tokens - 1 ? end_pos() : num_prompt_tokens - 1;
+    return end > start_pos ? end - start_pos : 0;
+  }
+  // Whether the last stage returns logprobs for this sequence this step.
+  bool wants_logprobs() const {
+    return num_prompt_logprob_rows() > 0 || (sample && num_logprobs >= 0);
+  }
 };
 
 // A steering config (worker/steering_config.h, serialized) the ranks keep under `id` until a
@@ -85,6 +103,7 @@ struct SchedulerOutput {
 
   int32_t total_tokens() const;
   int32_t num_sampled() const;
+  bool wants_logprobs() const;  // any sequence's
   bool empty() const { return scheduled.empty() && finished_seq_ids.empty(); }
 
   std::string Serialize() const;

@@ -21,7 +21,11 @@ SchedulerOutput ExampleOutput() {
   p.top_p = 0.9f;
   p.min_p = 0.05f;
   p.seed = 1234567890123ull;
+  p.logprobs = 5;
   a.new_params = p;
+  a.num_logprobs = 5;
+  a.num_prompt_logprobs = 2;
+  a.next_prompt_token = -1;
   a.steering_id = 3;
   a.steering_windows = {14, 30, 0, 2};
   ScheduledSequence b;
@@ -37,6 +41,19 @@ SchedulerOutput ExampleOutput() {
   out.capture = {{3, 2, {0, 2}}, {5, 3, {3}}};
   out.compare_tp_replicas = true;
   return out;
+}
+
+TEST(SchedulerOutputTest, PromptLogprobRowsStopBeforeTheLastPromptToken) {
+  ScheduledSequence s;
+  s.token_ids = {1, 2, 3, 4};
+  s.num_prompt_tokens = 6;
+  EXPECT_EQ(s.num_prompt_logprob_rows(), 0);  // not asked
+  s.num_prompt_logprobs = 0;
+  EXPECT_EQ(s.num_prompt_logprob_rows(), 4);  // positions 0..3 predict prompt tokens 1..4
+  s.start_pos = 2;                            // positions 2..5: 5 is the last prompt token
+  EXPECT_EQ(s.num_prompt_logprob_rows(), 3);
+  s.start_pos = 5;
+  EXPECT_EQ(s.num_prompt_logprob_rows(), 0);
 }
 
 TEST(SchedulerOutputTest, SerializeParseRoundTrip) {
@@ -55,6 +72,15 @@ TEST(SchedulerOutputTest, SerializeParseRoundTrip) {
   EXPECT_EQ(out->scheduled[0].new_params->temperature, 0.7f);
   EXPECT_EQ(out->scheduled[0].new_params->top_k, 40);
   EXPECT_EQ(out->scheduled[0].new_params->seed, 1234567890123ull);
+  EXPECT_EQ(out->scheduled[0].new_params->logprobs, 5);
+  EXPECT_FALSE(out->scheduled[0].new_params->prompt_logprobs.has_value());
+  EXPECT_EQ(out->scheduled[0].num_logprobs, 5);
+  EXPECT_EQ(out->scheduled[0].num_prompt_logprobs, 2);
+  // Positions 16..18 of a 12-token prompt: no prompt rows, but the sampled token's logprobs.
+  EXPECT_EQ(out->scheduled[0].num_prompt_logprob_rows(), 0);
+  EXPECT_TRUE(out->scheduled[0].wants_logprobs());
+  EXPECT_FALSE(out->scheduled[1].wants_logprobs());
+  EXPECT_TRUE(out->wants_logprobs());
   EXPECT_FALSE(out->scheduled[1].new_params.has_value());
   EXPECT_FALSE(out->scheduled[1].sample);
   EXPECT_EQ(out->scheduled[0].steering_id, 3u);

@@ -290,6 +290,8 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
       slots.push_back(s.block_table[p / bs] * bs + p % bs);
       token_seq.push_back(static_cast<int32_t>(si));
     }
+    const int32_t first_row = static_cast<int32_t>(ids.size()) - s.num_tokens();
+    for (int32_t j = 0; j < s.num_prompt_logprob_rows(); ++j) logit_rows.push_back(first_row + j);
     if (s.sample) logit_rows.push_back(static_cast<int32_t>(ids.size()) - 1);
     if (s.new_params.has_value() && is_result_rank()) {
       samplers_[s.seq_id] = std::make_unique<Sampler>(*s.new_params);
@@ -326,15 +328,40 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
   if (!is_result_rank() || rows == 0) return;
   has_result = true;
   const int64_t vocab = model_->config().vocab_size;
+  auto row_of = [&](int64_t row) {
+    return std::span<const float>(logits.data<float>() + row * vocab, static_cast<size_t>(vocab));
+  };
+  std::vector<SequenceLogprobs> logprobs;
   int64_t row = 0;
   for (const ScheduledSequence& s : output.scheduled) {
-    if (!s.sample) continue;
-    auto it = samplers_.find(s.seq_id);
-    UC_CHECK(it != samplers_.end(), "sequence %llu sampled before its parameters arrived",
-             static_cast<unsigned long long>(s.seq_id));
-    result.tokens.push_back(
-        it->second->Sample({logits.data<float>() + row * vocab, static_cast<size_t>(vocab)}));
-    ++row;
+    SequenceLogprobs lp;
+    lp.seq_id = s.seq_id;
+    lp.first_prompt_position = s.start_pos + 1;
+    // Row j predicts the token at position start_pos + j + 1: the chunk's next token, or the
+    // prompt token just past the chunk.
+    for (int32_t j = 0; j < s.num_prompt_logprob_rows(); ++j, ++row) {
+      const int32_t target = j + 1 < s.num_tokens() ? s.token_ids[j + 1] : s.next_prompt_token;
+      UC_CHECK(target >= 0 && target < vocab, "sequence %llu: prompt token %d for logprobs",
+               static_cast<unsigned long long>(s.seq_id), target);
+      lp.prompt.push_back(ComputeLogprobs(row_of(row), target, s.num_prompt_logprobs));
+    }
+    if (s.sample) {
+      auto it = samplers_.find(s.seq_id);
+      UC_CHECK(it != samplers_.end(), "sequence %llu sampled before its parameters arrived",
+               static_cast<unsigned long long>(s.seq_id));
+      const int32_t token = it->second->Sample(row_of(row));
+      result.tokens.push_back(token);
+      if (s.num_logprobs >= 0) {
+        lp.has_sampled = true;
+        lp.sampled = ComputeLogprobs(row_of(row), token, s.num_logprobs);
+      }
+      ++row;
+    }
+    if (s.wants_logprobs()) logprobs.push_back(std::move(lp));
+  }
+  if (output.wants_logprobs()) {
+    result.logprobs = SerializeLogprobs(logprobs);
+    result.has_logprobs = true;
   }
 }
 
@@ -347,7 +374,8 @@ void Worker::InitializeCache(int num_blocks, int block_size) {
 }
 
 std::vector<int32_t> Worker::ExecuteModel(const SchedulerOutput& output,
-                                          std::vector<Tensor>* captured) {
+                                          std::vector<Tensor>* captured,
+                                          std::vector<SequenceLogprobs>* logprobs) {
   StepCommand command;
   command.kind = StepCommand::Kind::kExecute;
   command.payload = output.Serialize();
@@ -360,6 +388,14 @@ std::vector<int32_t> Worker::ExecuteModel(const SchedulerOutput& output,
   if (captured != nullptr) {
     *captured = std::move(result.captured);
     captured->resize(output.capture.size());
+  }
+  if (logprobs != nullptr) {
+    logprobs->clear();
+    if (result.has_logprobs) {
+      StatusOr<std::vector<SequenceLogprobs>> parsed = ParseLogprobs(result.logprobs);
+      UC_CHECK(parsed.ok(), "%s", parsed.status().ToString().c_str());
+      *logprobs = std::move(parsed).value();
+    }
   }
   return std::move(result.tokens);
 }
@@ -487,6 +523,15 @@ StepResult Worker::Run(const StepCommand& command) {
     result.tokens.resize(static_cast<size_t>(command.capacity));
     pg.Recv(result.tokens.data(), result.tokens.size() * sizeof(int32_t), result_rank_, kResultTag);
   }
+  if (command.kind == StepCommand::Kind::kExecute && result_rank_ != 0 && executing_ != nullptr &&
+      executing_->wants_logprobs()) {
+    WatchStep(world, result_rank_);
+    int64_t size = 0;
+    pg.Recv(&size, sizeof(size), result_rank_, kResultTag);
+    result.logprobs.resize(static_cast<size_t>(size));
+    if (size > 0) pg.Recv(result.logprobs.data(), size, result_rank_, kResultTag);
+    result.has_logprobs = true;
+  }
   if (command.kind == StepCommand::Kind::kExecute && executing_ != nullptr &&
       !executing_->capture.empty()) {
     GatherCaptures(*executing_, result);
@@ -530,6 +575,11 @@ void Worker::Loop() {
     if (result.has_value() && command->kind == StepCommand::Kind::kExecute) {
       if (!result->tokens.empty()) {
         pg.Send(result->tokens.data(), result->tokens.size() * sizeof(int32_t), 0, kResultTag);
+      }
+      if (result->has_logprobs) {
+        const int64_t size = static_cast<int64_t>(result->logprobs.size());
+        pg.Send(&size, sizeof(size), 0, kResultTag);
+        if (size > 0) pg.Send(result->logprobs.data(), size, 0, kResultTag);
       }
       SendCaptures(*result, pg);
     } else if (result.has_value() && command->kind == StepCommand::Kind::kForward) {

@@ -24,6 +24,7 @@
 #include "base/thread_pool.h"
 #include "distributed/parallel_state.h"
 #include "models/llama_model.h"
+#include "worker/logprobs.h"
 #include "worker/sampler.h"
 #include "worker/sampling_params.h"
 #include "worker/scheduler_output.h"
@@ -65,6 +66,10 @@ struct StepResult {
   // kExecute, driver: one tensor per SchedulerOutput::capture item, [rows, hidden_size] F32,
   // gathered from the rank that owns the item's layer.
   std::vector<Tensor> captured;
+  // kExecute: SerializeLogprobs of the sequences that wanted logprobs (set on the last stage
+  // and, after the transfer, on the driver).
+  std::string logprobs;
+  bool has_logprobs = false;
   int32_t token = -1;  // kSample
   Tensor logits;       // kLastLogits: [1, vocab_size]; kAllLogits: [m, vocab_size]
 };
@@ -104,8 +109,11 @@ class Worker {
   // Activations the output's capture items asked for come back in `captured` (one tensor per
   // item); with compare_tp_replicas every TP replica is checked bit for bit and a difference
   // is a fatal error naming the layer and ranks.
+  // With `logprobs`, it receives the logprobs the sequences asked for (ScheduledSequence::
+  // num_logprobs / num_prompt_logprobs), one entry per such sequence in batch order.
   std::vector<int32_t> ExecuteModel(const SchedulerOutput& output,
-                                    std::vector<Tensor>* captured = nullptr);
+                                    std::vector<Tensor>* captured = nullptr,
+                                    std::vector<SequenceLogprobs>* logprobs = nullptr);
   // The engine's paged cache on this rank (empty before InitializeCache).
   const models::KvCache& paged_cache() const { return paged_cache_; }
 

@@ -8,6 +8,8 @@
 // next step and returns its blocks.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <optional>
 #include <string>
 
 #include "common/batching_workload.h"
@@ -64,6 +66,74 @@ void CheckAbort(engine::LLMEngine& engine) {
   EXPECT_GT(engine.stats().num_free_kv_blocks, free_before);
   while (engine.HasUnfinished()) engine.Step();
   EXPECT_EQ(engine.stats().num_free_kv_blocks, total);
+}
+
+// Logprobs travel from the last stage to the driver: generated and prompt logprobs equal a
+// log-softmax of the one-process Generator's logits (topologies agree to 2e-4).
+void CheckLogprobs(engine::LLMEngine& engine, engine::Generator& solo) {
+  worker::SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = 8;
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  p.prompt_logprobs = 1;
+  const std::string prompt = "Once upon a time, there was a little dog who liked to run";
+  ASSERT_TRUE(engine.AddRequest("lp", engine::Prompt::Text(prompt), p).ok());
+  std::optional<engine::RequestOutput> out;
+  while (engine.HasUnfinished()) {
+    for (engine::RequestOutput& o : engine.Step()) {
+      if (o.finished) out = std::move(o);
+    }
+  }
+  ASSERT_TRUE(out.has_value());
+  std::vector<int32_t> all = out->prompt_ids;
+  all.insert(all.end(), out->output_ids.begin(), out->output_ids.end());
+  auto logits = solo.ScoreAllPositions(all);
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  const int64_t vocab = logits->shape()[1];
+  auto oracle = [&](size_t row, int32_t token) {
+    const float* x = logits->data<float>() + row * vocab;
+    double max = x[0], sum = 0.0;
+    for (int64_t i = 1; i < vocab; ++i) max = std::max(max, static_cast<double>(x[i]));
+    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(x[i]) - max);
+    return static_cast<double>(x[token]) - max - std::log(sum);
+  };
+  const size_t prompt_len = out->prompt_ids.size();
+  ASSERT_EQ(out->prompt_logprobs.size(), prompt_len);
+  for (size_t q = 1; q < prompt_len; ++q) {
+    ASSERT_TRUE(out->prompt_logprobs[q].has_value()) << q;
+    EXPECT_NEAR(out->prompt_logprobs[q]->chosen.logprob, oracle(q - 1, all[q]), 2e-4) << q;
+  }
+  ASSERT_EQ(out->logprobs.size(), out->output_ids.size());
+  for (size_t i = 0; i < out->logprobs.size(); ++i) {
+    const worker::PositionLogprobs& lp = out->logprobs[i];
+    EXPECT_EQ(lp.top[0].logprob, lp.chosen.logprob);
+    EXPECT_NEAR(lp.chosen.logprob, oracle(prompt_len - 1 + i, out->output_ids[i]), 2e-4) << i;
+  }
+}
+
+// Prefix caching across ranks: every rank holds the same block ids, so a repeated prompt
+// starts from the first one's blocks and generates what the one-process Generator does.
+void CheckPrefixCache(engine::LLMEngine& engine, engine::Generator& solo) {
+  const std::string prompt =
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her friends. One day, she saw a big red ball under a tree and";
+  std::vector<engine::RequestOutput> outs;
+  for (const char* id : {"pc1", "pc2"}) {
+    ASSERT_TRUE(engine.AddRequest(id, engine::Prompt::Text(prompt), testing::Greedy(10)).ok());
+    while (engine.HasUnfinished()) {
+      for (engine::RequestOutput& o : engine.Step()) {
+        if (o.finished) outs.push_back(std::move(o));
+      }
+    }
+  }
+  ASSERT_EQ(outs.size(), 2u);
+  EXPECT_EQ(outs[0].num_cached_tokens, 0);
+  EXPECT_GE(outs[1].num_cached_tokens, 48);
+  auto alone = solo.GenerateFromIds(outs[0].prompt_ids, testing::Greedy(10));
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(outs[0].output_ids, alone->output_ids);
+  EXPECT_EQ(outs[1].output_ids, alone->output_ids);
 }
 
 TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
@@ -124,6 +194,8 @@ TEST(BatchingTest, ConcurrentRequestsMatchEachRunAlone) {
     testing::ExpectSameBits(together, one_by_one,
                             "tp " + std::to_string(args.tp) + " pp " + std::to_string(args.pp));
   }
+  CheckLogprobs(llm.engine(), **solo);
+  if (args.kv_blocks == 0) CheckPrefixCache(llm.engine(), **solo);
   CheckAbort(llm.engine());
 }
 

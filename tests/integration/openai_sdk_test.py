@@ -2,7 +2,8 @@
 """The official OpenAI Python SDK drives `undercurrent serve` on SmolLM2-135M-Instruct.
 
 A completion, a chat completion (rendered with the model's ChatML template, answered
-coherently), a streamed chat completion, a request an inline probe flags
+coherently), a streamed chat completion, logprobs (completions with echo, chat logprobs with
+top_logprobs, streamed and not) as the SDK's typed objects, a request an inline probe flags
 (finish_reason "content_flagged", with the probing fields read back from the SDK's objects),
 and steering through `extra_body`: a registered module (steering_name) and the same vectors
 inline (steering_vectors, arrays and base64) give the text `undercurrent generate
@@ -229,6 +230,46 @@ class OpenAiSdkTest(unittest.TestCase):
         with self.assertRaises(openai.BadRequestError) as e:
             complete(steering_name="calm")
         self.assertEqual(e.exception.body["param"], "steering_name")
+
+    def test_logprobs_parse_in_the_sdk(self):
+        # Completions with echo, as lm-eval-harness's loglikelihood requests them.
+        r = self.client.completions.create(model="smollm2", prompt="The capital of France is",
+                                           max_tokens=1, temperature=0, echo=True, logprobs=2)
+        lp = r.choices[0].logprobs
+        self.assertEqual(len(lp.tokens), r.usage.prompt_tokens + 1)
+        self.assertEqual(len(lp.token_logprobs), len(lp.tokens))
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        self.assertTrue(r.choices[0].text.startswith("The capital of France is"))
+        self.assertEqual(lp.token_logprobs[-1], max(lp.top_logprobs[-1].values()))
+        self.assertEqual(len(lp.text_offset), len(lp.tokens))
+        # Chat logprobs, typed by the SDK; greedy tokens are their rows' top entries.
+        c = self.client.chat.completions.create(
+            model="smollm2", temperature=0, max_tokens=6, logprobs=True, top_logprobs=3,
+            messages=[{"role": "user", "content": "What is the capital of France?"}])
+        content = c.choices[0].logprobs.content
+        self.assertEqual(len(content), c.usage.completion_tokens)
+        for entry in content:
+            self.assertEqual(len(entry.top_logprobs), 3)
+            self.assertEqual(entry.logprob, entry.top_logprobs[0].logprob)
+            self.assertEqual(bytes(entry.bytes).decode("utf-8", "replace"), entry.token)
+            self.assertLessEqual(entry.logprob, 0.0)
+        # Streamed, the same entries arrive chunk by chunk.
+        streamed = []
+        for chunk in self.client.chat.completions.create(
+                model="smollm2", temperature=0, max_tokens=6, logprobs=True, top_logprobs=3,
+                stream=True,
+                messages=[{"role": "user", "content": "What is the capital of France?"}]):
+            for choice in chunk.choices:
+                if choice.logprobs is not None and choice.logprobs.content:
+                    streamed += choice.logprobs.content
+        self.assertEqual([e.logprob for e in streamed], [e.logprob for e in content])
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model="smollm2", prompt="x", logprobs=21)
+        self.assertEqual(e.exception.body["param"], "logprobs")
+        with self.assertRaises(openai.BadRequestError) as e:
+            self.client.completions.create(model="smollm2", prompt="x", n=0)
+        self.assertEqual(e.exception.body["param"], "n")
 
     def test_errors_are_sdk_exceptions(self):
         with self.assertRaises(openai.BadRequestError) as e:

@@ -101,11 +101,18 @@ void EngineLoop::Dispatch(std::vector<engine::RequestOutput>& outputs) {
       }
     }
     if (channel == nullptr) continue;
-    if (!out.new_text.empty()) {
+    if (!out.new_text.empty() || !out.new_logprobs.empty()) {
       ChannelEvent e;
       e.kind = ChannelEvent::Kind::kText;
       e.index = index;
       e.text = std::move(out.new_text);
+      e.logprobs = std::move(out.new_logprobs);
+      // The finished event below keeps its own copy.
+      if (out.finished) {
+        e.prompt_logprobs = out.prompt_logprobs;
+      } else {
+        e.prompt_logprobs = std::move(out.prompt_logprobs);
+      }
       channel->Push(std::move(e));
     }
     if (out.finished) {

@@ -44,8 +44,11 @@ namespace uc::server {
 struct ChannelEvent {
   enum class Kind { kText, kFinished, kProbing };
   Kind kind = Kind::kText;
-  int index = 0;                                      // the choice
-  std::string text;                                   // kText: the increment
+  int index = 0;                                   // the choice
+  std::string text;                                // kText: the increment
+  std::vector<worker::PositionLogprobs> logprobs;  // kText: its tokens' (when asked)
+  // kText of the first token, when asked: the prompt's logprobs (RequestOutput's).
+  std::vector<std::optional<worker::PositionLogprobs>> prompt_logprobs;
   std::optional<engine::RequestOutput> output;        // kFinished
   std::optional<probe::RequestProbeResults> probing;  // kProbing
 };

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "apps/server/tokenize_protocol.h"
 #include "base/did_you_mean.h"
 #include "base/logging.h"
 #include "io/json_file.h"
@@ -35,7 +36,8 @@ std::string Hex(uint64_t v) {
 // A bounded label for the metrics: the known routes, else "other".
 std::string RouteLabel(const std::string& path) {
   for (const char* route : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/steering",
-                            "/v1/probes", "/v1/probes/reload", "/health", "/metrics"}) {
+                            "/v1/probes", "/v1/probes/reload", "/health", "/metrics", "/tokenize",
+                            "/detokenize", "/tokenizer_info"}) {
     if (path == route) return route;
   }
   return path.rfind("/v1/models/", 0) == 0 ? "/v1/models/{model}" : "other";
@@ -86,6 +88,43 @@ ApiError ErrorForStatus(int status, const std::string& method, const std::string
   return e;
 }
 
+// Of each prompt's `best_of` candidates (consecutive), the `n` with the largest summed
+// logprob, most likely first (ties: the earlier candidate), renumbered.
+std::vector<ChoiceResult> BestOf(std::vector<ChoiceResult> candidates, int n, int best_of) {
+  std::vector<ChoiceResult> kept;
+  for (size_t group = 0; group < candidates.size(); group += static_cast<size_t>(best_of)) {
+    const auto first = candidates.begin() + static_cast<std::ptrdiff_t>(group);
+    const auto last = first + best_of;
+    std::stable_sort(first, last, [](const ChoiceResult& a, const ChoiceResult& b) {
+      return a.output.cumulative_logprob > b.output.cumulative_logprob;
+    });
+    for (auto it = first; it != first + n; ++it) {
+      kept.push_back(std::move(*it));
+      kept.back().index = static_cast<int>(kept.size()) - 1;
+    }
+  }
+  return kept;
+}
+
+// The JSON of a request body: a 400 when it does not parse. Nesting is bounded before
+// parsing: a parser builds every level (8 MB of '[' would cost hundreds of MB) before it can
+// see that the document is wrong.
+std::optional<ApiError> ParseJsonBody(const std::string& text, json* out) {
+  if (const size_t at = io::JsonDepthExceededAt(text); at != std::string::npos) {
+    return BadRequest("The JSON body of your request nests arrays and objects more than " +
+                          std::to_string(io::kMaxJsonDepth) + " levels deep (at byte " +
+                          std::to_string(at) + ").",
+                      "", "json_too_deep");
+  }
+  try {
+    *out = json::parse(text);
+  } catch (const json::exception& e) {
+    return BadRequest(std::string("We could not parse the JSON body of your request: ") +
+                      EchoValue(e.what(), 256));
+  }
+  return std::nullopt;
+}
+
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;
@@ -125,6 +164,10 @@ struct Server::ResponseState {
     std::optional<json> probe_set;
     Clock::time_point finished_at;
     bool finish_sent = false;
+    std::string echo_text;            // with echo
+    std::vector<int32_t> prompt_ids;  // with echo
+    bool echoed = false;              // streamed: the echo chunk went out
+    size_t text_offset = 0;           // streamed: bytes of text sent (echo included)
   };
   ~ResponseState() {
     // Normally every choice finished; otherwise the client went away mid-response.
@@ -132,7 +175,8 @@ struct Server::ResponseState {
     loop->Release(*channel, "client disconnected");
   }
   ChoiceResult Result(size_t i) const {
-    return {static_cast<int>(i), *choices[i].output, choices[i].probing, choices[i].probe_set};
+    return {static_cast<int>(i), *choices[i].output, choices[i].probing, choices[i].probe_set,
+            choices[i].echo_text};
   }
 
   EngineLoop* loop = nullptr;
@@ -140,7 +184,9 @@ struct Server::ResponseState {
   ResponseContext ctx;
   bool stream = false;
   bool include_usage = false;
-  std::vector<Choice> choices;
+  std::vector<Choice> choices;  // engine requests: best_of per prompt, in prompt order
+  int n = 1;                    // choices returned per prompt: the best of best_of
+  int best_of = 1;
   Usage usage;
   bool started = false;
   bool done = false;
@@ -239,6 +285,9 @@ HttpResponse Server::Handle(const HttpRequest& req) {
   if (get && (path == "/v1/models" || (path.rfind("/v1/models/", 0) == 0 && path.size() > 11))) {
     return HandleModels(req);
   }
+  if (post && path == "/tokenize") return HandleTokenize(req);
+  if (post && path == "/detokenize") return HandleDetokenize(req);
+  if (get && path == "/tokenizer_info") return HandleTokenizerInfo(req);
   if (get && path == "/v1/steering") return HandleSteering(req);
   if (get && path == "/v1/probes") return HandleProbes(req);
   if (post && path == "/v1/probes/reload") return HandleProbesReload(req);
@@ -338,6 +387,102 @@ ApiError Server::Unauthorized() {
   e.message = "Incorrect API key provided. Send it as 'Authorization: Bearer KEY'.";
   e.code = "invalid_api_key";
   return e;
+}
+
+std::optional<ApiError> Server::CheckModel(const std::string& model) const {
+  if (model.empty() || model == options_.served_model_name) return std::nullopt;
+  ApiError e;
+  e.http_status = 404;
+  e.message = "The model '" + EchoValue(model) + "' does not exist. This server serves '" +
+              options_.served_model_name + "'.";
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
+HttpResponse Server::HandleTokenize(const HttpRequest& req) {
+  if (!Authorized(req)) return Respond(Unauthorized());
+  json body;
+  if (auto error = ParseJsonBody(req.body, &body)) return Respond(*error);
+  TokenizeRequest request;
+  if (auto error = ParseTokenizeRequest(body, &request)) return Respond(*error);
+  if (auto error = CheckModel(request.model)) return Respond(*error);
+  const tokenizer::Tokenizer& tok = engine_->tokenizer();
+  std::vector<int32_t> ids;
+  if (request.prompt.has_value()) {
+    ids = tok.Encode(*request.prompt, request.add_special_tokens && tok.add_bos_token(),
+                     /*parse_special=*/true);
+  } else {
+    StatusOr<std::string> text = chat_->Render(request.messages);
+    if (!text.ok()) {
+      ApiError e = BadRequest(text.status().message(), "messages");
+      if (text.status().code() == StatusCode::kFailedPrecondition) {
+        e.code = "chat_template_unavailable";
+      }
+      return Respond(e);
+    }
+    ids = tok.Encode(*text, request.add_special_tokens && tok.add_bos_token(),
+                     /*parse_special=*/true);
+  }
+  json strs = nullptr;
+  if (request.return_token_strs) {
+    strs = json::array();
+    for (int32_t id : ids) strs.push_back(std::string(tok.TokenText(id)));
+  }
+  HttpResponse res;
+  res.content_type = kJson;
+  res.body = JsonText(json{{"count", ids.size()},
+                           {"max_model_len", engine_->max_model_len()},
+                           {"tokens", ids},
+                           {"token_strs", std::move(strs)}});
+  return res;
+}
+
+HttpResponse Server::HandleDetokenize(const HttpRequest& req) {
+  if (!Authorized(req)) return Respond(Unauthorized());
+  json body;
+  if (auto error = ParseJsonBody(req.body, &body)) return Respond(*error);
+  DetokenizeRequest request;
+  if (auto error = ParseDetokenizeRequest(body, &request)) return Respond(*error);
+  if (auto error = CheckModel(request.model)) return Respond(*error);
+  const tokenizer::Tokenizer& tok = engine_->tokenizer();
+  for (int32_t id : request.tokens) {
+    if (id >= tok.vocab_size()) {
+      return Respond(BadRequest("'tokens' holds " + std::to_string(id) +
+                                    ", outside the vocabulary [0, " +
+                                    std::to_string(tok.vocab_size()) + ").",
+                                "tokens", "invalid_value"));
+    }
+  }
+  HttpResponse res;
+  res.content_type = kJson;
+  res.body = JsonText(json{{"prompt", tok.Decode(request.tokens)}});
+  return res;
+}
+
+HttpResponse Server::HandleTokenizerInfo(const HttpRequest& req) {
+  if (!Authorized(req)) return Respond(Unauthorized());
+  const tokenizer::Tokenizer& tok = engine_->tokenizer();
+  auto token = [&](int32_t id) {
+    return id >= 0 && id < tok.vocab_size() ? json(std::string(tok.TokenText(id))) : json(nullptr);
+  };
+  const bool spm = tok.algorithm() == tokenizer::Algorithm::kSentencePieceBpe;
+  HttpResponse res;
+  res.content_type = kJson;
+  res.body = JsonText(json{
+      {"tokenizer_class", spm ? "LlamaTokenizerFast" : "PreTrainedTokenizerFast"},
+      {"algorithm", spm ? "sentencepiece_bpe" : (tok.byte_level() ? "byte_level_bpe" : "bpe")},
+      {"vocab_size", tok.vocab_size()},
+      {"model_max_length", engine_->max_model_len()},
+      {"bos_token", token(tok.bos_id())},
+      {"eos_token", token(tok.eos_id())},
+      {"pad_token", token(tok.pad_id())},
+      {"unk_token", token(tok.unk_id())},
+      {"add_bos_token", tok.add_bos_token()},
+      {"add_eos_token", tok.add_eos_token()},
+      {"stop_token_ids", tok.stop_ids()},
+      {"chat_template_origin", chat_->origin().empty() ? json(nullptr) : json(chat_->origin())}});
+  return res;
 }
 
 HttpResponse Server::HandleModels(const HttpRequest& req) {
@@ -572,7 +717,7 @@ std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& req
     worker::SamplingParams params = request.sampling;
     const int room = max_len - len;
     params.max_tokens = request.max_tokens.value_or(chat ? room : std::min(16, room));
-    for (int j = 0; j < request.n; ++j) {
+    for (int j = 0; j < request.best_of; ++j) {
       EngineRequest r{id + "-" + std::to_string(index++), engine::Prompt::Ids(ids), params,
                       steering};
       // Choice j of a seeded request: seed + j, so choice 0 equals the same request with n = 1.
@@ -596,33 +741,11 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
     res.close = true;
     return res;
   }
-  // Nesting is bounded before parsing: a parser builds every level (8 MB of '[' would cost
-  // hundreds of MB) before it can see that the document is wrong.
-  if (const size_t at = io::JsonDepthExceededAt(req.body); at != std::string::npos) {
-    return Respond(BadRequest("The JSON body of your request nests arrays and objects more than " +
-                                  std::to_string(io::kMaxJsonDepth) + " levels deep (at byte " +
-                                  std::to_string(at) + ").",
-                              "", "json_too_deep"));
-  }
   json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::exception& e) {
-    return Respond(BadRequest(std::string("We could not parse the JSON body of your "
-                                          "request: ") +
-                              EchoValue(e.what(), 256)));
-  }
+  if (auto error = ParseJsonBody(req.body, &body)) return Respond(*error);
   CompletionRequest request;
   if (auto error = ParseCompletionRequest(body, endpoint, &request)) return Respond(*error);
-  if (!request.model.empty() && request.model != options_.served_model_name) {
-    ApiError e;
-    e.http_status = 404;
-    e.message = "The model '" + EchoValue(request.model) +
-                "' does not exist. This server serves '" + options_.served_model_name + "'.";
-    e.param = "model";
-    e.code = "model_not_found";
-    return Respond(e);
-  }
+  if (auto error = CheckModel(request.model)) return Respond(*error);
   const bool chat = endpoint == Endpoint::kChatCompletions;
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + Hex(next_id_++);
   std::vector<EngineRequest> requests;
@@ -633,7 +756,11 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   if (auto error = AssignProbeSet(request, &requests)) return Respond(*error);
   const size_t num_choices = requests.size();
   std::vector<std::string> ids;
-  for (const EngineRequest& r : requests) ids.push_back(r.id);
+  std::vector<std::vector<int32_t>> prompt_ids;
+  for (const EngineRequest& r : requests) {
+    ids.push_back(r.id);
+    if (request.echo) prompt_ids.push_back(std::get<std::vector<int32_t>>(r.prompt.value));
+  }
   StatusOr<std::shared_ptr<RequestChannel>> channel = loop_.Submit(std::move(requests));
   if (!channel.ok()) {
     if (sets_ != nullptr) {
@@ -656,6 +783,22 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   state->stream = request.stream;
   state->include_usage = request.include_usage;
   state->choices.resize(num_choices);
+  state->n = request.n;
+  state->best_of = request.best_of;
+  state->ctx.logprobs = request.logprobs;
+  state->ctx.prompt_logprobs = request.prompt_logprobs;
+  state->ctx.echo = request.echo;
+  state->ctx.token_text = [tok = &engine_->tokenizer()](int32_t id) {
+    return tok->TokenToPiece(id);
+  };
+  if (request.echo) {
+    for (size_t i = 0; i < num_choices; ++i) {
+      ResponseState::Choice& c = state->choices[i];
+      c.prompt_ids = prompt_ids[i];
+      const PromptInput& p = request.prompts[i / static_cast<size_t>(request.best_of)];
+      c.echo_text = p.text.has_value() ? *p.text : engine_->tokenizer().Decode(p.ids);
+    }
+  }
   state->usage = usage;
   state->last_write = Clock::now();
   state->in_flight = std::move(in_flight);
@@ -680,7 +823,16 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
     ResponseState::Choice& c = s.choices[static_cast<size_t>(e.index)];
     switch (e.kind) {
       case ChannelEvent::Kind::kText:
-        if (s.stream) out += SseEvent(TextChunk(s.ctx, e.index, e.text, s.include_usage));
+        if (!s.stream) break;
+        if (s.ctx.echo && !c.echoed) {
+          out += SseEvent(EchoChunk(s.ctx, e.index, c.echo_text, c.prompt_ids, e.prompt_logprobs,
+                                    s.include_usage));
+          c.echoed = true;
+          c.text_offset = c.echo_text.size();
+        }
+        out +=
+            SseEvent(TextChunk(s.ctx, e.index, e.text, s.include_usage, e.logprobs, c.text_offset));
+        c.text_offset += e.text.size();
         break;
       case ChannelEvent::Kind::kFinished:
         c.output = std::move(e.output);
@@ -703,6 +855,11 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
       continue;
     }
     if (s.stream && !c.finish_sent) {
+      if (s.ctx.echo && !c.echoed) {
+        out += SseEvent(EchoChunk(s.ctx, static_cast<int>(i), c.echo_text, c.prompt_ids,
+                                  c.output->prompt_logprobs, s.include_usage));
+        c.echoed = true;
+      }
       out += SseEvent(FinishChunk(s.ctx, s.Result(i), s.include_usage));
       c.finish_sent = true;
     }
@@ -721,11 +878,19 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
     return false;
   }
   s.usage.completion_tokens = 0;
+  s.usage.cached_tokens = 0;
   std::vector<ChoiceResult> results;
+  int64_t group_cached = 0;  // prompt tokens count once per prompt: so do cached ones
   for (size_t i = 0; i < s.choices.size(); ++i) {
     results.push_back(s.Result(i));
     s.usage.completion_tokens += static_cast<int64_t>(results.back().output.output_ids.size());
+    group_cached = std::max<int64_t>(group_cached, results.back().output.num_cached_tokens);
+    if ((i + 1) % static_cast<size_t>(s.best_of) == 0) {
+      s.usage.cached_tokens += group_cached;
+      group_cached = 0;
+    }
   }
+  if (s.best_of > s.n) results = BestOf(std::move(results), s.n, s.best_of);
   if (s.stream) {
     if (s.include_usage) out += SseEvent(UsageChunk(s.ctx, s.usage));
     if (sets_ != nullptr) {

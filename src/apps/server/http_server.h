@@ -6,6 +6,9 @@
 //
 //   POST /v1/completions, POST /v1/chat/completions   (stream: true -> server-sent events)
 //   GET  /v1/models, /v1/models/{model}, /v1/steering, /health, /metrics
+//   POST /tokenize, POST /detokenize, GET /tokenizer_info   (vLLM's; tokenize_protocol.h)
+// Completions return logprobs (with echo and best_of) and chat completions logprobs /
+// top_logprobs in OpenAI's shapes, both vLLM's prompt_logprobs (logprobs_json.h).
 //
 // Requests are answered on HttpFront's handler threads; their engine requests (n choices, or
 // one per prompt of a batch) join the one engine thread's batch (EngineLoop). Responses,
@@ -128,6 +131,11 @@ class Server {
   class InFlight;
   HttpResponse HandleCompletion(const HttpRequest& req, Endpoint endpoint);
   HttpResponse HandleModels(const HttpRequest& req);
+  HttpResponse HandleTokenize(const HttpRequest& req);       // POST /tokenize
+  HttpResponse HandleDetokenize(const HttpRequest& req);     // POST /detokenize
+  HttpResponse HandleTokenizerInfo(const HttpRequest& req);  // GET /tokenizer_info
+  // A 404 naming `model` when it is set and not the served model.
+  std::optional<ApiError> CheckModel(const std::string& model) const;
   HttpResponse HandleSteering(const HttpRequest& req);
   HttpResponse HandleProbes(const HttpRequest& req);        // GET /v1/probes
   HttpResponse HandleProbesReload(const HttpRequest& req);  // POST /v1/probes/reload

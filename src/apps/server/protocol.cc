@@ -19,7 +19,7 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       "max_tokens", "max_completion_tokens", "n", "presence_penalty", "seed", "stop", "stream",
       "stream_options", "suffix", "temperature", "top_p", "user",
       // vLLM extensions
-      "top_k", "min_p", "ignore_eos", "stop_token_ids",
+      "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs",
       // steering
       "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
       // probing
@@ -31,7 +31,7 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       "response_format", "seed", "service_tier", "stop", "store", "stream", "stream_options",
       "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "web_search_options",
       // vLLM extensions
-      "top_k", "min_p", "ignore_eos", "stop_token_ids",
+      "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs",
       // steering
       "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
       // probing
@@ -183,18 +183,6 @@ std::optional<ApiError> CheckNeutral(const std::string& key, const json& v) {
   } else if (key == "logit_bias") {
     if (!v.is_object()) return WrongType(key, v, "an object");
     if (!v.empty()) return Unsupported(key, "");
-  } else if (key == "logprobs") {
-    if (!(v.is_boolean() || v.is_number_integer())) return WrongType(key, v, "a boolean");
-    if (v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0) return Unsupported(key, "");
-  } else if (key == "top_logprobs") {
-    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
-    if (v.get<int64_t>() != 0) return Unsupported(key, "");
-  } else if (key == "best_of") {
-    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
-    if (v.get<int64_t>() != 1) return Unsupported(key, " (only 1 is accepted)");
-  } else if (key == "echo") {
-    if (!v.is_boolean()) return WrongType(key, v, "a boolean");
-    if (v.get<bool>()) return Unsupported(key, "");
   } else if (key == "suffix") {
     if (!v.is_string()) return WrongType(key, v, "a string");
     if (!v.get<std::string>().empty()) return Unsupported(key, "");
@@ -430,6 +418,39 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     if (v.is_null()) return std::nullopt;
     if (!v.is_boolean()) return WrongType(key, v, "a boolean");
     s.ignore_eos = v.get<bool>();
+  } else if (key == "logprobs" && r->endpoint == Endpoint::kChatCompletions) {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_boolean()) return WrongType(key, v, "a boolean");
+    if (v.get<bool>()) r->logprobs = 0;
+  } else if (key == "logprobs" || key == "top_logprobs" || key == "prompt_logprobs") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    if (v.get<int64_t>() < 0 || v.get<int64_t>() > worker::kMaxLogprobs) {
+      return BadRequest("Invalid value for '" + key + "': " + v.dump() + " is not within [0, " +
+                            std::to_string(worker::kMaxLogprobs) + "].",
+                        key, "invalid_value");
+    }
+    const int k = static_cast<int>(v.get<int64_t>());
+    if (key == "prompt_logprobs") {
+      r->prompt_logprobs = k;
+    } else if (key == "logprobs") {
+      r->logprobs = k;
+    } else {
+      r->top_logprobs = k;
+    }
+  } else if (key == "echo") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_boolean()) return WrongType(key, v, "a boolean");
+    r->echo = v.get<bool>();
+  } else if (key == "best_of") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_number_integer()) return WrongType(key, v, "an integer");
+    if (v.get<int64_t>() < 1 || v.get<int64_t>() > kMaxChoices) {
+      return BadRequest(
+          "Invalid value for 'best_of': must be between 1 and " + std::to_string(kMaxChoices) + ".",
+          key, "invalid_value");
+    }
+    r->best_of = static_cast<int>(v.get<int64_t>());
   } else if (key == "n") {
     if (v.is_null()) return std::nullopt;
     if (!v.is_number_integer()) return WrongType(key, v, "an integer");
@@ -460,6 +481,38 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     r->user = v.get<std::string>();
   } else {
     return CheckNeutral(key, v);
+  }
+  return std::nullopt;
+}
+
+// Checks how the logprob fields combine and sets what the engine computes.
+std::optional<ApiError> ResolveLogprobs(const json& body, CompletionRequest* r) {
+  if (r->top_logprobs.has_value()) {
+    if (!r->logprobs.has_value() && *r->top_logprobs > 0) {
+      return BadRequest("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs",
+                        "invalid_value");
+    }
+    if (r->logprobs.has_value()) r->logprobs = *r->top_logprobs;
+  }
+  if (body.contains("best_of") && !body["best_of"].is_null()) {
+    if (r->best_of < r->n) {
+      return BadRequest("'best_of' (" + std::to_string(r->best_of) +
+                            ") must be greater than or equal to 'n' (" + std::to_string(r->n) +
+                            ").",
+                        "best_of", "invalid_value");
+    }
+    if (r->best_of > 1 && r->stream) {
+      return BadRequest("'best_of' greater than 1 cannot be streamed.", "best_of", "invalid_value");
+    }
+  } else {
+    r->best_of = r->n;
+  }
+  r->sampling.logprobs = r->logprobs;
+  // best_of ranks its candidates by their summed logprobs.
+  if (r->best_of > r->n && !r->sampling.logprobs.has_value()) r->sampling.logprobs = 0;
+  r->sampling.prompt_logprobs = r->prompt_logprobs;
+  if (r->echo && r->logprobs.has_value()) {
+    r->sampling.prompt_logprobs = std::max(r->prompt_logprobs.value_or(0), *r->logprobs);
   }
   return std::nullopt;
 }
@@ -577,12 +630,15 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, Endpoint endpoi
     return BadRequest("The 'stream_options' parameter is only allowed when 'stream' is enabled.",
                       "stream_options");
   }
-  const size_t choices = std::max<size_t>(1, r.prompts.size()) * static_cast<size_t>(r.n);
+  if (auto error = ResolveLogprobs(body, &r)) return error;
+  const int per_prompt = std::max(r.n, r.best_of);
+  const size_t choices = std::max<size_t>(1, r.prompts.size()) * static_cast<size_t>(per_prompt);
   if (choices > static_cast<size_t>(kMaxChoices)) {
-    return BadRequest("The request asks for " + std::to_string(choices) +
-                          " choices (n times the number of prompts); at most " +
-                          std::to_string(kMaxChoices) + " are allowed.",
-                      "n", "invalid_value");
+    const std::string field = r.best_of > r.n ? "best_of" : "n";
+    return BadRequest("The request asks for " + std::to_string(choices) + " choices (" + field +
+                          " times the number of prompts); at most " + std::to_string(kMaxChoices) +
+                          " are allowed.",
+                      field, "invalid_value");
   }
   *out = std::move(r);
   return std::nullopt;
@@ -649,7 +705,8 @@ json ProbingSummary(const probe::RequestProbeResults& results, const probe::Spec
 json Usage::ToJson() const {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 namespace {
@@ -677,10 +734,39 @@ bool AddFlaggedFields(const ChoiceResult& choice, json& j) {
   return true;
 }
 
+// The choice's `logprobs`: completions' legacy object (the prompt's tokens first with echo),
+// or chat's {content, refusal}; null when not asked.
+json ChoiceLogprobs(const ResponseContext& ctx, const ChoiceResult& choice) {
+  if (!ctx.logprobs.has_value()) return nullptr;
+  const engine::RequestOutput& out = choice.output;
+  if (ctx.endpoint == Endpoint::kChatCompletions) {
+    return {{"content", ChatLogprobsContent(out.logprobs, *ctx.logprobs, ctx.token_text)},
+            {"refusal", nullptr}};
+  }
+  std::vector<int32_t> tokens;
+  std::vector<const worker::PositionLogprobs*> entries;
+  if (ctx.echo) {
+    tokens = out.prompt_ids;
+    for (size_t i = 0; i < out.prompt_ids.size(); ++i) {
+      const bool known = i < out.prompt_logprobs.size() && out.prompt_logprobs[i].has_value();
+      entries.push_back(known ? &*out.prompt_logprobs[i] : nullptr);
+    }
+  }
+  for (size_t i = 0; i < out.output_ids.size(); ++i) {
+    tokens.push_back(out.output_ids[i]);
+    entries.push_back(i < out.logprobs.size() ? &out.logprobs[i] : nullptr);
+  }
+  return CompletionLogprobsJson(tokens, entries, *ctx.logprobs, ctx.token_text, 0);
+}
+
 json ChoiceJson(const ResponseContext& ctx, const ChoiceResult& choice) {
-  json j = {{"index", choice.index}, {"logprobs", nullptr}};
+  json j = {{"index", choice.index}, {"logprobs", ChoiceLogprobs(ctx, choice)}};
   if (ctx.endpoint == Endpoint::kCompletions) {
-    j["text"] = choice.output.text;
+    j["text"] = choice.echo_text + choice.output.text;
+    if (ctx.prompt_logprobs.has_value()) {
+      j["prompt_logprobs"] =
+          PromptLogprobsJson(choice.output.prompt_logprobs, *ctx.prompt_logprobs, ctx.token_text);
+    }
   } else {
     j["message"] = {{"role", "assistant"}, {"content", choice.output.text}, {"refusal", nullptr}};
   }
@@ -723,6 +809,12 @@ json ResponseBody(const ResponseContext& ctx, const std::vector<ChoiceResult>& c
     if (!flagged) flagged = AddFlaggedFields(c, j);
   }
   j["usage"] = usage.ToJson();
+  if (ctx.endpoint == Endpoint::kChatCompletions && ctx.prompt_logprobs.has_value()) {
+    j["prompt_logprobs"] = choices.empty()
+                               ? json(nullptr)
+                               : PromptLogprobsJson(choices[0].output.prompt_logprobs,
+                                                    *ctx.prompt_logprobs, ctx.token_text);
+  }
   if (ctx.probing_enabled) {
     j["flagged"] = flagged;
     j["probing"] = choices.empty() ? json(nullptr) : choices[0].probing.value_or(json(nullptr));
@@ -736,10 +828,42 @@ json RoleChunk(const ResponseContext& ctx, int index, bool include_usage) {
                include_usage);
 }
 
-json TextChunk(const ResponseContext& ctx, int index, const std::string& text, bool include_usage) {
+json TextChunk(const ResponseContext& ctx, int index, const std::string& text, bool include_usage,
+               const std::vector<worker::PositionLogprobs>& logprobs, size_t text_offset) {
   const json payload =
       ctx.endpoint == Endpoint::kCompletions ? json(text) : json{{"content", text}};
-  return Chunk(ctx, StreamChoice(ctx, index, payload), include_usage);
+  json choice = StreamChoice(ctx, index, payload);
+  if (ctx.logprobs.has_value() && ctx.endpoint == Endpoint::kChatCompletions) {
+    choice["logprobs"] = {{"content", ChatLogprobsContent(logprobs, *ctx.logprobs, ctx.token_text)},
+                          {"refusal", nullptr}};
+  } else if (ctx.logprobs.has_value()) {
+    std::vector<int32_t> tokens;
+    std::vector<const worker::PositionLogprobs*> entries;
+    for (const worker::PositionLogprobs& p : logprobs) {
+      tokens.push_back(p.chosen.token);
+      entries.push_back(&p);
+    }
+    choice["logprobs"] =
+        CompletionLogprobsJson(tokens, entries, *ctx.logprobs, ctx.token_text, text_offset);
+  }
+  return Chunk(ctx, std::move(choice), include_usage);
+}
+
+json EchoChunk(const ResponseContext& ctx, int index, const std::string& prompt_text,
+               const std::vector<int32_t>& prompt_ids,
+               const std::vector<std::optional<worker::PositionLogprobs>>& prompt_logprobs,
+               bool include_usage) {
+  json choice = StreamChoice(ctx, index, prompt_text);
+  if (ctx.logprobs.has_value()) {
+    std::vector<const worker::PositionLogprobs*> entries;
+    for (size_t i = 0; i < prompt_ids.size(); ++i) {
+      const bool known = i < prompt_logprobs.size() && prompt_logprobs[i].has_value();
+      entries.push_back(known ? &*prompt_logprobs[i] : nullptr);
+    }
+    choice["logprobs"] =
+        CompletionLogprobsJson(prompt_ids, entries, *ctx.logprobs, ctx.token_text, 0);
+  }
+  return Chunk(ctx, std::move(choice), include_usage);
 }
 
 json FinishChunk(const ResponseContext& ctx, const ChoiceResult& choice, bool include_usage) {

@@ -7,10 +7,10 @@
 //
 // Validation follows the OpenAI API: a known field with the wrong type or an impossible value,
 // or a field the API does not have ("Unrecognized request argument supplied"), is a 400 naming
-// the field in `param`. Fields the engine does not implement (logprobs, tools, penalties, ...)
+// the field in `param`. Fields the engine does not implement (tools, penalties, ...)
 // are accepted only at their neutral values. vLLM's extensions top_k, min_p, ignore_eos and
-// stop_token_ids are accepted. A per-request probing spec is refused: specs are the server's
-// (loaded at start-up, reloaded by POST /v1/probes/reload or SIGHUP).
+// stop_token_ids are accepted, and prompt_logprobs. A per-request probing spec is refused: specs
+// are the server's (loaded at start-up, reloaded by POST /v1/probes/reload or SIGHUP).
 //
 // Probing additions (Undercurrent's wire format): every choice carries `probing` (one summary
 // per extraction point); a choice an inline probe stopped has finish_reason "content_flagged"
@@ -43,6 +43,7 @@
 #include <string_view>
 #include <vector>
 
+#include "apps/server/logprobs_json.h"
 #include "engine/llm_engine.h"
 #include "probe/runtime/probing_session.h"
 #include "probe/spec/spec.h"
@@ -108,6 +109,15 @@ struct CompletionRequest {
   std::vector<Steering> steering;
   std::string steering_name;  // empty: none
   std::string probe_set;      // empty: the server's default probe set
+  // Logprobs (logprobs_json.h): completions `logprobs` k in [0, 20], or chat `logprobs: true`
+  // with `top_logprobs` k (default 0); unset: none returned. `sampling.logprobs` and
+  // `sampling.prompt_logprobs` say what the engine computes, which may be more (best_of ranks
+  // candidates by their logprobs; echo needs the prompt's).
+  std::optional<int> logprobs;
+  std::optional<int> top_logprobs;     // chat, as sent (folded into `logprobs`)
+  bool echo = false;                   // completions: the prompt comes back before the completion
+  std::optional<int> prompt_logprobs;  // vLLM's: [0, 20]
+  int best_of = 1;  // completions: candidates per prompt (>= n); the n most likely are returned
 };
 
 // "residual_stream" and its aliases, "attn_out", "mlp_out" -> the site; nullopt otherwise.
@@ -142,6 +152,7 @@ struct ChoiceResult {
   std::optional<nlohmann::json> probing;  // ProbingSummary; unset without a spec
   // {"name": SET, "version": N}: the probe set (and its version) whose probes ran.
   std::optional<nlohmann::json> probe_set;
+  std::string echo_text = {};  // with echo: the prompt's text, before the completion's
 };
 
 struct ResponseContext {
@@ -150,11 +161,19 @@ struct ResponseContext {
   int64_t created = 0;
   std::string model;
   bool probing_enabled = false;  // a spec is set: `probing` fields appear (null if missing)
+  // What the request asked to see (CompletionRequest's fields of the same names); token_text
+  // names tokens in logprobs (required when either is set).
+  std::optional<int> logprobs = std::nullopt;
+  std::optional<int> prompt_logprobs = std::nullopt;
+  bool echo = false;
+  TokenText token_text = nullptr;
 };
 
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Prompt tokens served from the prefix cache (prompt_tokens_details.cached_tokens).
+  int64_t cached_tokens = 0;
   nlohmann::json ToJson() const;
 };
 
@@ -166,9 +185,19 @@ nlohmann::json ResponseBody(const ResponseContext& ctx, const std::vector<Choice
 // every chunk when include_usage, absent otherwise.
 // The first chunk of a chat choice: delta {role: "assistant", content: ""}.
 nlohmann::json RoleChunk(const ResponseContext& ctx, int index, bool include_usage);
-// A text increment.
+// A text increment, with the logprobs of the tokens sampled with it when the request asked
+// (`text_offset`: where `text` starts in the choice's text, for completions' text_offset).
 nlohmann::json TextChunk(const ResponseContext& ctx, int index, const std::string& text,
-                         bool include_usage);
+                         bool include_usage,
+                         const std::vector<worker::PositionLogprobs>& logprobs = {},
+                         size_t text_offset = 0);
+// Completions with echo: the prompt's text (and, when asked, its tokens' logprobs), streamed
+// before the completion.
+nlohmann::json EchoChunk(
+    const ResponseContext& ctx, int index, const std::string& prompt_text,
+    const std::vector<int32_t>& prompt_ids,
+    const std::vector<std::optional<worker::PositionLogprobs>>& prompt_logprobs,
+    bool include_usage);
 // The last chunk of a choice: empty delta (chat) or text, with finish_reason; a flagged choice
 // also carries flagged, flagged_by and flagged_score (in the choice and at the top level).
 nlohmann::json FinishChunk(const ResponseContext& ctx, const ChoiceResult& choice,

@@ -85,7 +85,16 @@ TEST(ProtocolTest, ErrorsNameTheField) {
       {R"({"prompt": "x", "stop": [1]})", "stop", "invalid_type"},
       {R"({"prompt": "x", "promt": "y"})", "promt", "unknown_parameter"},
       {R"({"prompt": "x", "spec": {}})", "spec", "per_request_spec_not_allowed"},
-      {R"({"prompt": "x", "logprobs": 2})", "logprobs", "unsupported_parameter"},
+      {R"({"prompt": "x", "logprobs": 21})", "logprobs", "invalid_value"},
+      {R"({"prompt": "x", "logprobs": -1})", "logprobs", "invalid_value"},
+      {R"({"prompt": "x", "logprobs": true})", "logprobs", "invalid_type"},
+      {R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs", "invalid_value"},
+      {R"({"prompt": "x", "echo": 1})", "echo", "invalid_type"},
+      {R"({"prompt": "x", "n": 1000})", "n", "invalid_value"},
+      {R"({"prompt": "x", "best_of": 0})", "best_of", "invalid_value"},
+      {R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of", "invalid_value"},
+      {R"({"prompt": "x", "best_of": 2, "stream": true})", "best_of", "invalid_value"},
+      {R"({"prompt": ["a", "b", "c"], "best_of": 50})", "best_of", "invalid_value"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options", ""},
       {R"({"max_tokens": 3})", "prompt", "missing_required_parameter"},
   };
@@ -264,6 +273,104 @@ TEST(ProtocolTest, BadSteeringIsA400NamingThePath) {
   EXPECT_EQ(*DecodeBase64("QUJD"), "ABC");
   EXPECT_EQ(*DecodeBase64("QUI="), "AB");
   EXPECT_EQ(*DecodeBase64("QUI"), "AB");
+}
+
+TEST(ProtocolTest, LogprobFields) {
+  CompletionRequest r;
+  ASSERT_FALSE(Parse(R"({"prompt": "x", "logprobs": 3, "echo": true, "max_tokens": 1})",
+                     Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.sampling.logprobs, 3);
+  EXPECT_EQ(r.sampling.prompt_logprobs, 3);  // echo needs the prompt's
+  EXPECT_FALSE(r.prompt_logprobs.has_value());
+  ASSERT_FALSE(Parse(R"({"prompt": "x", "n": 2, "best_of": 4})", Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.best_of, 4);
+  EXPECT_FALSE(r.logprobs.has_value());
+  EXPECT_EQ(r.sampling.logprobs, 0);  // ranks the candidates
+  ASSERT_FALSE(Parse(R"({"prompt": "x", "n": 2})", Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.best_of, 2);
+  EXPECT_FALSE(r.sampling.logprobs.has_value());
+  ASSERT_FALSE(Parse(R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 4,
+      "logprobs": true, "prompt_logprobs": 2})",
+                     Endpoint::kChatCompletions, &r));
+  EXPECT_EQ(r.logprobs, 4);
+  EXPECT_EQ(r.sampling.logprobs, 4);
+  EXPECT_EQ(r.sampling.prompt_logprobs, 2);
+  ASSERT_FALSE(Parse(R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": false})",
+                     Endpoint::kChatCompletions, &r));
+  EXPECT_FALSE(r.logprobs.has_value());
+  const struct {
+    std::string body;
+    std::string param;
+  } chat_errors[] = {
+      {R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": true,
+          "top_logprobs": 21})",
+       "top_logprobs"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "logprobs": 3})", "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "hi"}], "echo": true})", "echo"},
+  };
+  for (const auto& c : chat_errors) {
+    auto e = Parse(c.body, Endpoint::kChatCompletions, &r);
+    ASSERT_TRUE(e) << c.body;
+    EXPECT_EQ(e->http_status, 400);
+    EXPECT_EQ(e->param, c.param) << c.body;
+  }
+}
+
+worker::PositionLogprobs Entry(int32_t token, float logprob, std::vector<int32_t> top) {
+  worker::PositionLogprobs p;
+  p.chosen = {token, logprob, 1};
+  for (size_t i = 0; i < top.size(); ++i) {
+    p.top.push_back({top[i], logprob - static_cast<float>(i), static_cast<int32_t>(i) + 1});
+  }
+  return p;
+}
+
+TEST(ProtocolTest, LogprobsInOpenAisShapes) {
+  engine::RequestOutput out = Finished(engine::FinishReason::kLength, std::nullopt);
+  out.prompt_ids = {1, 2};
+  out.output_ids = {5, 6};
+  out.logprobs = {Entry(5, -0.5f, {5, 7}), Entry(6, -1.5f, {6, 8})};
+  out.prompt_logprobs = {std::nullopt, Entry(2, -3.0f, {9, 2})};
+  const TokenText text = [](int32_t id) { return "t" + std::to_string(id); };
+  ResponseContext ctx{Endpoint::kCompletions, "cmpl-1", 1, "m", false, 1, 1, true, text};
+  ChoiceResult choice{0, out, std::nullopt, std::nullopt, "Hi"};
+  const json body = ResponseBody(ctx, {choice}, Usage{2, 2});
+  const json& c = body["choices"][0];
+  EXPECT_EQ(c["text"], "HiHello");  // the echo, then the completion
+  EXPECT_EQ(c["logprobs"]["tokens"], json({"t1", "t2", "t5", "t6"}));
+  EXPECT_EQ(c["logprobs"]["token_logprobs"][0], nullptr);
+  EXPECT_EQ(c["logprobs"]["token_logprobs"][1], -3.0);
+  EXPECT_EQ(c["logprobs"]["token_logprobs"][2], -0.5);
+  EXPECT_EQ(c["logprobs"]["top_logprobs"][0], nullptr);
+  // Top 1 plus the chosen token.
+  EXPECT_EQ(c["logprobs"]["top_logprobs"][1], json({{"t9", -3.0}, {"t2", -3.0}}));
+  EXPECT_EQ(c["logprobs"]["top_logprobs"][2], json({{"t5", -0.5}}));
+  EXPECT_EQ(c["logprobs"]["text_offset"], json({0, 2, 4, 6}));
+  EXPECT_EQ(c["prompt_logprobs"][0], nullptr);
+  EXPECT_EQ(c["prompt_logprobs"][1]["9"]["rank"], 1);
+  EXPECT_EQ(c["prompt_logprobs"][1]["2"]["decoded_token"], "t2");
+
+  ResponseContext chat{
+      Endpoint::kChatCompletions, "c-1", 1, "m", false, 2, std::nullopt, false, text};
+  const json cb = ResponseBody(chat, {ChoiceResult{0, out, std::nullopt, std::nullopt}}, {});
+  const json& content = cb["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["token"], "t5");
+  EXPECT_EQ(content[0]["logprob"], -0.5);
+  EXPECT_EQ(content[0]["bytes"], json({116, 53}));
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "t7");
+  EXPECT_EQ(cb["choices"][0]["logprobs"]["refusal"], nullptr);
+  EXPECT_FALSE(cb.contains("prompt_logprobs"));
+  const json chunk = TextChunk(chat, 0, "x", false, {out.logprobs[1]});
+  EXPECT_EQ(chunk["choices"][0]["logprobs"]["content"][0]["token"], "t6");
+  // Without logprobs asked: null, as before.
+  ResponseContext plain{Endpoint::kChatCompletions, "c-2", 1, "m", false};
+  EXPECT_EQ(ResponseBody(plain, {ChoiceResult{0, out, {}, {}}}, {})["choices"][0]["logprobs"],
+            nullptr);
 }
 
 TEST(ProtocolTest, FlaggedChoiceAndChunks) {

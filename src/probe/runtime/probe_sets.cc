@@ -367,6 +367,11 @@ std::vector<engine::HoldDecision> ProbeSets::TakeHoldDecisions() {
   return out;
 }
 
+bool ProbeSets::WantsPromptActivations(uint64_t seq_id) {
+  auto it = by_seq_.find(seq_id);
+  return it == by_seq_.end() || it->second->session->WantsPromptActivations(seq_id);
+}
+
 bool ProbeSets::WantsFinalToken(uint64_t seq_id, int64_t num_generated) {
   auto it = by_seq_.find(seq_id);
   return it != by_seq_.end() && it->second->session->WantsFinalToken(seq_id, num_generated);

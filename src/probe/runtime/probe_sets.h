@@ -156,6 +156,7 @@ class ProbeSets : public engine::StepObserver {
   std::vector<engine::HoldDecision> TakeHoldDecisions() override;
   void SetWakeup(std::function<void()> wake) override;
   bool WantsFinalToken(uint64_t seq_id, int64_t num_generated) override;
+  bool WantsPromptActivations(uint64_t seq_id) override;
   void OnRequestFinished(uint64_t seq_id, int64_t num_generated, bool aborted) override;
 
  private:

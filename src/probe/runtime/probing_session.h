@@ -183,6 +183,9 @@ class ProbingSession : public engine::StepObserver {
   std::vector<engine::StopRequest> OnStepExecuted(const worker::SchedulerOutput& plan,
                                                   const std::vector<Tensor>& captured) override;
   bool WantsFinalToken(uint64_t seq_id, int64_t num_generated) override;
+  // True unless every extraction point selects only generated positions (generated[...] with
+  // no negative offset): prefix caching then may serve the request's prompt from the cache.
+  bool WantsPromptActivations(uint64_t seq_id) override;
   std::vector<engine::SteeringSwitch> TakeSteeringSwitches() override;
   std::vector<uint64_t> TakeHolds() override;
   std::vector<engine::HoldDecision> TakeHoldDecisions() override;

@@ -87,6 +87,18 @@ std::vector<worker::CaptureItem> ProbingSession::PlanCapture(const worker::Sched
   return items;
 }
 
+bool ProbingSession::WantsPromptActivations(uint64_t seq_id) {
+  (void)seq_id;
+  for (const ExtractionPoint& point : spec_.extraction_points) {
+    const PositionSelector::Kind kind = point.position.kind();
+    const bool generated = kind == PositionSelector::Kind::kGenerated ||
+                           kind == PositionSelector::Kind::kGeneratedAll ||
+                           kind == PositionSelector::Kind::kGeneratedSlice;
+    if (!generated || point.position.offset() < 0) return true;
+  }
+  return false;
+}
+
 bool ProbingSession::WantsFinalToken(uint64_t seq_id, int64_t num_generated) {
   auto it = requests_.find(seq_id);
   if (it == requests_.end() || it->second->stopped) return false;

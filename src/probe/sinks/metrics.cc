@@ -156,6 +156,17 @@ struct Metrics::Families {
                         .Help("Requests preempted for lack of KV blocks")
                         .Register(r)
                         .Add({})),
+        prefix_queries(BuildCounter()
+                           .Name("undercurrent_prefix_cache_queries_total")
+                           .Help("Prompt tokens of admissions that could read the prefix cache")
+                           .Register(r)
+                           .Add({})),
+        prefix_hits(BuildCounter()
+                        .Name("undercurrent_prefix_cache_hits_total")
+                        .Help("Prompt tokens served from the prefix cache (hit rate: hits / "
+                              "queries)")
+                        .Register(r)
+                        .Add({})),
         step_seconds(BuildHistogram()
                          .Name("undercurrent_engine_step_seconds")
                          .Help("Wall time of one engine step")
@@ -193,6 +204,8 @@ struct Metrics::Families {
   Counter& generation_tokens;
   Counter& steps;
   Counter& preemptions;
+  Counter& prefix_queries;
+  Counter& prefix_hits;
   Histogram& step_seconds;
   Family<Counter>& finished;
 };
@@ -267,6 +280,8 @@ void Metrics::RecordEngineStep(const engine::EngineStats& stats, double step_sec
   AdvanceTo(&f.generation_tokens, last_.generated_tokens, stats.generated_tokens);
   AdvanceTo(&f.steps, last_.num_steps, stats.num_steps);
   AdvanceTo(&f.preemptions, last_.num_preemptions, stats.num_preemptions);
+  AdvanceTo(&f.prefix_queries, last_.prefix_cache_queries, stats.prefix_cache_queries);
+  AdvanceTo(&f.prefix_hits, last_.prefix_cache_hits, stats.prefix_cache_hits);
   if (step_seconds >= 0) f.step_seconds.Observe(step_seconds);
   last_ = stats;
 }

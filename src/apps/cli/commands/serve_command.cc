@@ -451,6 +451,10 @@ void AddServeCommand(CLI::App& app, int argc, char** argv) {
                   "A control vector file (.gguf, .safetensors, .npy) requests may pick by NAME "
                   "with \"steering_name\" (repeatable; GET /v1/steering lists them)")
       ->type_name("NAME=FILE");
+  cmd->add_flag(
+      "--no-prefix-caching{false}", o->engine.enable_prefix_caching,
+      "Turn off automatic prefix caching (requests sharing a prompt prefix reuse its KV blocks; "
+      "records and logprobs are the same either way)");
   cmd->add_option("--max-steering-configs", o->engine.max_steering_configs,
                   "Distinct per-request steering configurations running at once (others wait; "
                   "0: no limit)")
