@@ -108,8 +108,8 @@ TEST(BadInputTest, TensorShapeDisagreesWithConfig) {
 
 TEST(BadInputTest, UnknownArchitecture) {
   const fs::path dir = CopyModelDir("unknown_arch");
-  EditConfig(dir, [](nlohmann::json& c) { c["architectures"] = {"GPTNeoXForCausalLM"}; });
-  ExpectCleanFailure(Generate(dir), {"config.json", "GPTNeoXForCausalLM", "LlamaForCausalLM"});
+  EditConfig(dir, [](nlohmann::json& c) { c["architectures"] = {"MambaForCausalLM"}; });
+  ExpectCleanFailure(Generate(dir), {"config.json", "MambaForCausalLM", "LlamaForCausalLM"});
 }
 
 TEST(BadInputTest, InconsistentHeads) {

@@ -176,10 +176,10 @@ TEST(CliTest, ReportedFailuresExitOne) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_EQ(missing.output, "error: /no/such/model: no such file or directory\n");
   const fs::path dir = testing::ScratchDir("cli_bad_model");
-  std::ofstream(dir / "config.json") << R"({"architectures": ["GPT2LMHeadModel"]})";
+  std::ofstream(dir / "config.json") << R"({"architectures": ["MambaForCausalLM"]})";
   const CliResult unknown = RunCli("inspect-model " + dir.string());
   EXPECT_EQ(unknown.exit_code, 1);
-  EXPECT_NE(unknown.output.find("unknown architecture 'GPT2LMHeadModel'"), std::string::npos)
+  EXPECT_NE(unknown.output.find("unknown architecture 'MambaForCausalLM'"), std::string::npos)
       << unknown.output;
   const fs::path empty = testing::ScratchDir("cli_empty_dir");
   const CliResult no_config = RunCli("inspect-model " + empty.string());
