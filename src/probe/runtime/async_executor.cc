@@ -9,17 +9,6 @@
 #include "base/logging.h"
 
 namespace uc::probe {
-namespace {
-// A Push that finds its queue full while no worker is in the queue's handler, and a worker is
-// free (the workers were woken but not yet scheduled: a busy machine, steps microseconds apart)
-// does not drop at once. While the handler's last call took at most kPusherServesUpTo it serves
-// the oldest record itself; otherwise it parks for up to kPusherWaitsUpTo for a worker to take
-// one, giving its CPU to the workers. Either way the step pays at most about that much for a
-// record that would otherwise be lost for want of a scheduled worker, not for the probe's speed.
-constexpr AsyncExecutor::Clock::duration kPusherServesUpTo = std::chrono::microseconds(100);
-constexpr AsyncExecutor::Clock::duration kPusherWaitsUpTo = std::chrono::milliseconds(1);
-}  // namespace
-
 nlohmann::json QueueCounts::ToJson() const {
   return {{"capacity", capacity},
           {"overflow_policy", std::string(Name(policy))},
@@ -53,7 +42,7 @@ class AsyncExecutor::Queue {
   }
 };
 
-AsyncExecutor::AsyncExecutor(int num_workers) {
+AsyncExecutor::AsyncExecutor(int num_workers, PusherLimits limits) : limits_(limits) {
   UC_CHECK(num_workers >= 1, "an executor needs at least one worker, got %d", num_workers);
   for (int i = 0; i < num_workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   timer_ = std::thread([this] { TimerLoop(); });
@@ -87,11 +76,14 @@ PushResult AsyncExecutor::Push(const std::shared_ptr<Queue>& queue, ActivationRe
   }
   const auto full = [&] { return static_cast<int>(q.items.size()) >= q.counts.capacity; };
   if (full() && !q.running) {
-    // No worker holds the queue (see kPusherServesUpTo).
-    if (q.last_call <= kPusherServesUpTo) {
+    // No worker holds the queue, and the workers were woken but may not have run yet (a busy
+    // machine, steps microseconds apart): rather than drop at once, serve a fast handler here or
+    // give a free worker a moment. The step pays at most about that much for a record that would
+    // otherwise be lost for want of a scheduled worker, not for the probe's speed.
+    if (q.last_call <= limits_.serves_up_to) {
       ServeOldestLocked(lock, queue, /*by_worker=*/false);
     } else if (busy_workers_ < static_cast<int>(workers_.size())) {
-      space_cv_.wait_for(lock, kPusherWaitsUpTo,
+      space_cv_.wait_for(lock, limits_.waits_up_to,
                          [&] { return stopping_ || q.closed || q.running || !full(); });
     }
     if (stopping_ || q.closed) {

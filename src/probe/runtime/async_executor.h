@@ -81,6 +81,16 @@ enum class PushResult {
 
 enum class DropReason { kOverflow, kDrainTimeout, kShutdown };
 
+// How far a Push that finds its queue full and unattended may go before applying the policy
+// (see the file comment). The defaults are the product's; tests widen them to take scheduling
+// out of what they assert.
+struct PusherLimits {
+  // The pusher serves the oldest record itself while the handler's last call took at most this.
+  std::chrono::steady_clock::duration serves_up_to = std::chrono::microseconds(100);
+  // Otherwise it parks for up to this for a free worker to take a record.
+  std::chrono::steady_clock::duration waits_up_to = std::chrono::milliseconds(1);
+};
+
 class AsyncExecutor {
  public:
   using Clock = std::chrono::steady_clock;
@@ -96,7 +106,7 @@ class AsyncExecutor {
   class Queue;
 
   // REQUIRES: num_workers >= 1.
-  explicit AsyncExecutor(int num_workers);
+  explicit AsyncExecutor(int num_workers, PusherLimits limits = PusherLimits());
   ~AsyncExecutor();  // Stop()
   AsyncExecutor(const AsyncExecutor&) = delete;
   AsyncExecutor& operator=(const AsyncExecutor&) = delete;
@@ -140,6 +150,7 @@ class AsyncExecutor {
   std::condition_variable timer_cv_;
   std::deque<std::shared_ptr<Queue>> ready_;
   std::multimap<Clock::time_point, std::weak_ptr<Queue>> deadlines_;
+  const PusherLimits limits_;
   bool stopping_ = false;
   int busy_workers_ = 0;  // workers in a handler
   std::vector<std::thread> workers_;

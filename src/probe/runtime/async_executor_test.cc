@@ -262,7 +262,11 @@ TEST(AsyncExecutorTest, ManyQueuesShareFewWorkersFairly) {
 TEST(AsyncExecutorTest, APusherServesAFullQueueNoWorkerHasReached) {
   for (OverflowPolicy policy : {OverflowPolicy::kDropOldest, OverflowPolicy::kDropNewest}) {
     SCOPED_TRACE(std::string(Name(policy)));
-    AsyncExecutor ex(1);
+    // "Fast" is the product's 100 us; widened here so a preempted call (a loaded machine, a
+    // sanitizer) cannot make the probe look slow and turn the assertions into a race.
+    PusherLimits limits;
+    limits.serves_up_to = std::chrono::seconds(10);
+    AsyncExecutor ex(1, limits);
     Gate gate;
     auto blocker = ex.Open(
         1, OverflowPolicy::kDropOldest, [&](ActivationRecord&) { gate.Wait(); }, nullptr);
