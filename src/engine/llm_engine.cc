@@ -421,8 +421,11 @@ PrefixCacheUse LLMEngine::PrefixCacheUseOf(const RequestState& r) const {
   use.read_on_recompute = observer_ == nullptr;
   use.read = !r.params.prompt_logprobs.has_value() &&
              (observer_ == nullptr || !observer_->WantsPromptActivations(r.seq_id));
-  if (steered) {
-    use.key = {Fnv1a64(r.steering_bytes), Fnv1a64(r.steering_bytes, 0x6a09e667f3bcc909ull)};
+  if (steered || !r.params.cache_salt.empty()) {
+    // The steering bytes' length first, so no (steering, salt) pair reads as another.
+    std::string key = std::to_string(r.steering_bytes.size()) + ":" + r.steering_bytes;
+    key += r.params.cache_salt;
+    use.key = {Fnv1a64(key), Fnv1a64(key, 0x6a09e667f3bcc909ull)};
   }
   return use;
 }

@@ -27,6 +27,10 @@ struct SamplingParams {
   // every prompt token after the first. Each in [0, kMaxLogprobs].
   std::optional<int> logprobs;
   std::optional<int> prompt_logprobs;
+  // Prefix caching: a request shares cached KV blocks only with requests of the same salt (a
+  // tenant's isolation, vLLM's `cache_salt`); empty: the shared pool. Not a sampling setting,
+  // carried here because it travels with the request.
+  std::string cache_salt;
 
   bool greedy() const { return temperature <= 0.0f; }
   // InvalidArgument naming the field when a value is out of range.

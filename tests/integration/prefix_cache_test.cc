@@ -3,7 +3,8 @@
 // the cache turned off; steered and unsteered requests with the same prompt never share a
 // block; and a spec on prompt positions gets exactly the records it gets without the cache —
 // while a spec on generated positions only lets the cache serve the prompt, which is what would
-// make the prompt-position records vanish if the engine ignored the spec.
+// make the prompt-position records vanish if the engine ignored the spec; and cache_salt keeps
+// tenants' blocks apart.
 #include <gtest/gtest.h>
 
 #include "common/probing_util.h"
@@ -127,6 +128,39 @@ TEST(PrefixCacheTest, SteeredAndUnsteeredRequestsNeverShareBlocks) {
   const engine::RequestOutput unsteered2 = run(*cached, "u2", prompt, {});
   EXPECT_GE(unsteered2.num_cached_tokens, 48);
   EXPECT_EQ(unsteered2.output_ids, unsteered.output_ids);
+}
+
+// cache_salt isolates tenants: a request reuses only blocks a request of its own salt computed,
+// unsteered or steered, and the text is the same whatever the salt.
+TEST(PrefixCacheTest, RequestsShareBlocksOnlyWithTheirOwnSalt) {
+  auto cached = OpenCached(true);
+  ASSERT_TRUE(cached);
+  const std::string prompt = std::string(kShared) + "Her mom said";
+  auto run = [&](const std::string& id, const std::string& salt) {
+    worker::SamplingParams params = Greedy(8);
+    params.cache_salt = salt;
+    engine::LLMEngine& e = cached->engine();
+    EXPECT_TRUE(e.AddRequest(id, Prompt::Text(prompt), params).ok());
+    engine::RequestOutput done;
+    while (e.HasUnfinished()) {
+      for (engine::RequestOutput& out : e.Step()) {
+        if (out.finished) done = std::move(out);
+      }
+    }
+    return done;
+  };
+  const engine::RequestOutput shared = run("shared", "");
+  const engine::RequestOutput a = run("a", "tenant-a");
+  EXPECT_EQ(a.num_cached_tokens, 0);  // the shared pool's blocks are not tenant-a's
+  const engine::RequestOutput b = run("b", "tenant-b");
+  EXPECT_EQ(b.num_cached_tokens, 0);
+  const engine::RequestOutput a2 = run("a2", "tenant-a");
+  EXPECT_GE(a2.num_cached_tokens, 48);
+  const engine::RequestOutput shared2 = run("shared2", "");
+  EXPECT_GE(shared2.num_cached_tokens, 48);
+  for (const auto* out : {&a, &b, &a2, &shared2}) {
+    EXPECT_EQ(out->output_ids, shared.output_ids);
+  }
 }
 
 // Records of one request, as comparable values.

@@ -19,7 +19,7 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       "max_tokens", "max_completion_tokens", "n", "presence_penalty", "seed", "stop", "stream",
       "stream_options", "suffix", "temperature", "top_p", "user",
       // vLLM extensions
-      "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs",
+      "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs", "cache_salt",
       // steering
       "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
       // probing
@@ -31,7 +31,7 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       "response_format", "seed", "service_tier", "stop", "store", "stream", "stream_options",
       "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "web_search_options",
       // vLLM extensions
-      "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs",
+      "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs", "cache_salt",
       // steering
       "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
       // probing
@@ -418,6 +418,14 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     if (v.is_null()) return std::nullopt;
     if (!v.is_boolean()) return WrongType(key, v, "a boolean");
     s.ignore_eos = v.get<bool>();
+  } else if (key == "cache_salt") {
+    if (v.is_null()) return std::nullopt;
+    if (!v.is_string()) return WrongType(key, v, "a string");
+    if (v.get_ref<const std::string&>().empty()) {
+      return BadRequest("Invalid value for 'cache_salt': must be a non-empty string if provided.",
+                        key, "invalid_value");
+    }
+    s.cache_salt = v.get<std::string>();
   } else if (key == "logprobs" && r->endpoint == Endpoint::kChatCompletions) {
     if (v.is_null()) return std::nullopt;
     if (!v.is_boolean()) return WrongType(key, v, "a boolean");

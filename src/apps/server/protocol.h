@@ -9,7 +9,8 @@
 // or a field the API does not have ("Unrecognized request argument supplied"), is a 400 naming
 // the field in `param`. Fields the engine does not implement (tools, penalties, ...)
 // are accepted only at their neutral values. vLLM's extensions top_k, min_p, ignore_eos and
-// stop_token_ids are accepted, and prompt_logprobs. A per-request probing spec is refused: specs
+// stop_token_ids are accepted, and prompt_logprobs and cache_salt (prefix caching shares blocks
+// only between requests of the same salt). A per-request probing spec is refused: specs
 // are the server's (loaded at start-up, reloaded by POST /v1/probes/reload or SIGHUP).
 //
 // Probing additions (Undercurrent's wire format): every choice carries `probing` (one summary

@@ -90,6 +90,8 @@ TEST(ProtocolTest, ErrorsNameTheField) {
       {R"({"prompt": "x", "logprobs": true})", "logprobs", "invalid_type"},
       {R"({"prompt": "x", "prompt_logprobs": 21})", "prompt_logprobs", "invalid_value"},
       {R"({"prompt": "x", "echo": 1})", "echo", "invalid_type"},
+      {R"({"prompt": "x", "cache_salt": ""})", "cache_salt", "invalid_value"},
+      {R"({"prompt": "x", "cache_salt": 7})", "cache_salt", "invalid_type"},
       {R"({"prompt": "x", "n": 1000})", "n", "invalid_value"},
       {R"({"prompt": "x", "best_of": 0})", "best_of", "invalid_value"},
       {R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of", "invalid_value"},
@@ -284,6 +286,11 @@ TEST(ProtocolTest, LogprobFields) {
   EXPECT_EQ(r.sampling.logprobs, 3);
   EXPECT_EQ(r.sampling.prompt_logprobs, 3);  // echo needs the prompt's
   EXPECT_FALSE(r.prompt_logprobs.has_value());
+  ASSERT_FALSE(Parse(R"({"prompt": "x", "cache_salt": "tenant-7"})", Endpoint::kCompletions, &r));
+  EXPECT_EQ(r.sampling.cache_salt, "tenant-7");
+  ASSERT_FALSE(Parse(R"({"messages": [{"role": "user", "content": "hi"}], "cache_salt": "t"})",
+                     Endpoint::kChatCompletions, &r));
+  EXPECT_EQ(r.sampling.cache_salt, "t");
   ASSERT_FALSE(Parse(R"({"prompt": "x", "n": 2, "best_of": 4})", Endpoint::kCompletions, &r));
   EXPECT_EQ(r.best_of, 4);
   EXPECT_FALSE(r.logprobs.has_value());
