@@ -143,6 +143,29 @@ TEST(CliTest, BenchRunsEitherMatMulPrecision) {
   }
 }
 
+// --batch-invariant is the default; of --batch-invariant and --no-batch-invariant the last given
+// wins, and --help lists each on its own line.
+TEST(CliTest, TheLastBatchInvarianceFlagWins) {
+  const struct {
+    std::string flags;
+    bool invariant;
+  } cases[] = {{"", true},
+               {"--no-batch-invariant", false},
+               {"--no-batch-invariant --batch-invariant", true},
+               {"--batch-invariant --no-batch-invariant", false}};
+  for (const auto& c : cases) {
+    const CliResult r = RunCliStdout("bench --model " + kModel +
+                                     " --batch 1 --prompt-len 8 --max-tokens 2 --repetitions 1 "
+                                     "--threads 1 --format json " +
+                                     c.flags);
+    ASSERT_EQ(r.exit_code, 0) << c.flags << ": " << r.output;
+    EXPECT_EQ(nlohmann::json::parse(r.output)["batch_invariant"], c.invariant) << c.flags;
+  }
+  const CliResult help = RunCli("bench --help");
+  EXPECT_NE(help.output.find("\n  --batch-invariant "), std::string::npos) << help.output;
+  EXPECT_NE(help.output.find("\n  --no-batch-invariant "), std::string::npos) << help.output;
+}
+
 // llama.cpp's control-vector flags: a steered greedy run differs from the plain one, the flags
 // combine, and a file that does not fit the model is named (exit 1).
 TEST(CliTest, ControlVectorFlagsSteerTheGeneration) {

@@ -87,11 +87,19 @@ inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
                   "activations and vdpbf16ps for BF16 weights on AMD CPUs with AVX512_BF16)")
       ->transform(CLI::CheckedTransformer(kNames, CLI::ignore_case))
       ->default_str("exact");
-  cmd->add_flag("--batch-invariant,!--no-batch-invariant", load->batch_invariant,
-                "A request's logits and activations bit-identical alone or in any batch, at any "
-                "prefill chunking: replayable probe verdicts (the default; free for quantized "
-                "weights of the common types; --no-batch-invariant speeds up prefill of F32 "
-                "weights, of F16 / BF16 without AVX-512 and of Q2_K / Q3_K / IQ4_NL)");
+  // Two flags rather than CLI11's "--a,!--no-a" (whose help reads "--a,--no-a{false}"); the
+  // last one given wins, as before.
+  cmd->add_flag_callback(
+         "--batch-invariant", [load] { load->batch_invariant = true; },
+         "A request's logits and activations bit-identical alone or in any batch, at any prefill "
+         "chunking: replayable probe verdicts (the default; free for quantized weights of the "
+         "common types)")
+      ->trigger_on_parse();
+  cmd->add_flag_callback(
+         "--no-batch-invariant", [load] { load->batch_invariant = false; },
+         "Let a row's bits depend on the batch: faster prefill of F32 weights, of F16 / BF16 "
+         "without AVX-512 and of Q2_K / Q3_K / IQ4_NL")
+      ->trigger_on_parse();
   cmd->add_option_function<std::vector<std::string>>(
          "--control-vector",
          [load](const std::vector<std::string>& files) {

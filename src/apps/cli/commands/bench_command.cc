@@ -55,7 +55,18 @@ int RunBench(const BenchOptions& o) {
   options.max_model_len = o.shape.prompt_tokens + o.shape.max_tokens + 8;
   options.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
   StatusOr<std::unique_ptr<engine::LLMEngine>> opened = engine::LLMEngine::Open(options);
-  if (!opened.ok()) return Fail(opened.status());
+  if (!opened.ok()) {
+    // bench has no --max-model-len: its context is the shape's, so say which flags shorten it.
+    std::string message = opened.status().message();
+    const std::string engine_flag = "--max-model-len";
+    for (size_t at = message.find(engine_flag); at != std::string::npos;
+         at = message.find(engine_flag, at)) {
+      const std::string shape_flags = "--prompt-len / --max-tokens";
+      message.replace(at, engine_flag.size(), shape_flags);
+      at += shape_flags.size();
+    }
+    return Fail(Status(opened.status().code(), message));
+  }
   engine::LLMEngine& llm = **opened;
   std::unique_ptr<probe::ProbingSession> session;
   if (spec.has_value()) {
