@@ -21,37 +21,15 @@ import argparse
 import glob
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
+
+from serve_process import ServeProcess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TASKS = ["uc_multiple_choice", "uc_generate"]
-
-
-class Server:
-    def __init__(self, binary, model, threads):
-        cmd = [binary, "serve", "--model", model, "--port", "0", "--served-model-name", "uc"]
-        if threads:
-            cmd += ["--threads", str(threads)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
-        for line in self.proc.stdout:
-            m = re.search(r"listening on http://([^:\s]+):(\d+)", line)
-            if m:
-                self.url = f"http://{m.group(1)}:{m.group(2)}"
-                break
-        else:
-            raise RuntimeError("undercurrent serve did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=120)
 
 
 def run_lm_eval(model, model_args, out_dir, limit):
@@ -90,7 +68,9 @@ def main():
     a = p.parse_args()
     model_dir = os.path.abspath(a.model)
     work = tempfile.mkdtemp(prefix="uc-lm-eval-")
-    server = Server(os.path.abspath(a.binary), model_dir, a.threads)
+    server = ServeProcess(os.path.abspath(a.binary), model_dir,
+                          ["--served-model-name", "uc"] +
+                          (["--threads", str(a.threads)] if a.threads else []))
     try:
         run_lm_eval("local-completions",
                     f"model=uc,base_url={server.url}/v1/completions,tokenizer_backend=huggingface,"

@@ -15,38 +15,20 @@ Example (SmolLM2):
 """
 import argparse
 import json
-import re
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
+
+from serve_process import ServeProcess
 
 
 def percentile(values, p):
     values = sorted(values)
     k = min(len(values) - 1, max(0, int(round(p / 100.0 * (len(values) - 1)))))
     return values[k]
-
-
-class Server:
-    def __init__(self, binary, model, extra):
-        self.proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0"] + extra,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in self.proc.stdout:
-            m = re.search(r"listening on http://([^:\s]+):(\d+)", line)
-            if m:
-                self.url = f"http://{m.group(1)}:{m.group(2)}"
-                break
-        else:
-            raise RuntimeError("server did not start")
-        threading.Thread(target=lambda: [None for _ in self.proc.stdout], daemon=True).start()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=120)
 
 
 def stream_chat(url, messages, max_tokens, out, index):
@@ -87,8 +69,9 @@ def main():
     # A timeout's SIGTERM still stops both servers (the finally below).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     extra = ["--threads", str(args.threads), "--max-num-seqs", str(args.clients + 1)]
-    servers = {"cache": Server(args.binary, args.model, extra),
-               "no_cache": Server(args.binary, args.model, extra + ["--no-prefix-caching"])}
+    servers = {"cache": ServeProcess(args.binary, args.model, extra),
+               "no_cache": ServeProcess(args.binary, args.model,
+                                        extra + ["--no-prefix-caching"])}
     ttft = {k: [] for k in servers}
     tps = {k: [] for k in servers}
     texts = {k: [] for k in servers}

@@ -25,12 +25,11 @@ import asyncio
 import json
 import os
 import random
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import time
+
+from serve_process import ServeProcess
 
 
 def percentile(values, p):
@@ -302,30 +301,20 @@ def main():
     if soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
 
-    cmd = [args.binary, "serve", "--model", args.model, "--port", "0", "--threads",
-           str(args.threads)] + (["--api-key", args.api_key] if args.api_key else []) + \
-        args.serve_args
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    port = None
-    for line in server.stdout:
-        m = re.search(r"listening on http://[^:]+:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    if port is None:
-        sys.exit("the server did not start")
-    # Keep reading its output so that it never blocks on a full pipe.
-    log = []
-    import threading
-    threading.Thread(target=lambda: log.extend(server.stdout), daemon=True).start()
+    extra = ["--threads", str(args.threads)] + (["--api-key", args.api_key] if args.api_key
+                                                 else []) + args.serve_args
+    try:
+        server = ServeProcess(args.binary, args.model, extra)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    port = server.port
     time.sleep(0.5)
     rss0, _, fds0 = proc_sample(server.pid)
     stats, samples, wall = asyncio.run(run(port, server.pid, args))
     time.sleep(2.0)  # let the last connections close
     rss1, hwm, fds1 = proc_sample(server.pid)
-    server.send_signal(signal.SIGTERM)
     t = time.monotonic()
-    code = server.wait(timeout=120)
+    code = server.stop(timeout=120)
     stop_s = time.monotonic() - t
 
     rss_series = [s[1] for s in samples]
