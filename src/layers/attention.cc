@@ -30,10 +30,10 @@ void FullWidthRmsNorm(const Tensor& weight, float eps, distributed::GroupCoordin
 }  // namespace
 
 AttentionBuffers::AttentionBuffers(int64_t max_tokens, int64_t q_size, int64_t kv_size)
-    : q(Tensor::Empty({max_tokens, q_size}, DType::kF32)),
-      k(Tensor::Empty({max_tokens, kv_size}, DType::kF32)),
-      v(Tensor::Empty({max_tokens, kv_size}, DType::kF32)),
-      context(Tensor::Empty({max_tokens, q_size}, DType::kF32)) {}
+    : q(Tensor::ZerosLongLived({max_tokens, q_size}, DType::kF32)),
+      k(Tensor::ZerosLongLived({max_tokens, kv_size}, DType::kF32)),
+      v(Tensor::ZerosLongLived({max_tokens, kv_size}, DType::kF32)),
+      context(Tensor::ZerosLongLived({max_tokens, q_size}, DType::kF32)) {}
 
 Attention::Attention(QKVParallelLinear qkv_proj, RowParallelLinear o_proj, Rotary rotary,
                      kernels::AttentionShape shape, QkNorm qk_norm)

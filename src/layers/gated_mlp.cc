@@ -5,8 +5,8 @@
 namespace uc::layers {
 
 MlpBuffers::MlpBuffers(int64_t max_tokens, int64_t intermediate_size)
-    : gate(Tensor::Empty({max_tokens, intermediate_size}, DType::kF32)),
-      up(Tensor::Empty({max_tokens, intermediate_size}, DType::kF32)) {}
+    : gate(Tensor::ZerosLongLived({max_tokens, intermediate_size}, DType::kF32)),
+      up(Tensor::ZerosLongLived({max_tokens, intermediate_size}, DType::kF32)) {}
 
 GatedMlp::GatedMlp(MergedColumnParallelLinear gate_up_proj, RowParallelLinear down_proj,
                    MlpActivation activation)

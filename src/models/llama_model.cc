@@ -206,11 +206,11 @@ int64_t LayerBytes(const LayerParts& parts) {
 Activations::Activations(int64_t max_tokens, const ModelConfig& c, int64_t q_size_per_rank,
                          int64_t kv_size_per_rank, int64_t intermediate_size_per_partition)
     : max_tokens(max_tokens),
-      hidden_states(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
-      residual(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
-      normed(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
-      tap(Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)),
-      mlp_out(c.parallel_residual ? Tensor::Empty({max_tokens, c.hidden_size}, DType::kF32)
+      hidden_states(Tensor::ZerosLongLived({max_tokens, c.hidden_size}, DType::kF32)),
+      residual(Tensor::ZerosLongLived({max_tokens, c.hidden_size}, DType::kF32)),
+      normed(Tensor::ZerosLongLived({max_tokens, c.hidden_size}, DType::kF32)),
+      tap(Tensor::ZerosLongLived({max_tokens, c.hidden_size}, DType::kF32)),
+      mlp_out(c.parallel_residual ? Tensor::ZerosLongLived({max_tokens, c.hidden_size}, DType::kF32)
                                   : Tensor()),
       attention(max_tokens, q_size_per_rank, kv_size_per_rank),
       mlp(max_tokens, intermediate_size_per_partition) {}
@@ -439,8 +439,8 @@ KvCache CausalLM::NewPagedKvCache(int num_blocks, int block_size) const {
   cache.layers.resize(config_.num_hidden_layers);
   const int64_t slots = int64_t{num_blocks} * block_size;
   for (int i = parallel_.layer_start; i < parallel_.layer_end; ++i) {
-    cache.layers[i] = {Tensor::Zeros({slots, kv_size_per_rank_}, DType::kF32),
-                       Tensor::Zeros({slots, kv_size_per_rank_}, DType::kF32)};
+    cache.layers[i] = {Tensor::ZerosLongLived({slots, kv_size_per_rank_}, DType::kF32),
+                       Tensor::ZerosLongLived({slots, kv_size_per_rank_}, DType::kF32)};
   }
   return cache;
 }

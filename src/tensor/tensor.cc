@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
+#include "base/huge_pages.h"
 #include "tensor/quants.h"
 
 namespace uc {
@@ -44,6 +46,14 @@ Tensor Tensor::Zeros(Shape shape, DType dtype) {
   Tensor t = Empty(std::move(shape), dtype);
   std::memset(t.data_, 0, static_cast<size_t>(t.nbytes()));
   return t;
+}
+
+Tensor Tensor::ZerosLongLived(Shape shape, DType dtype) {
+  const int64_t bytes = BytesFor(shape, dtype);
+  // Padded like Empty (kernels may read a vector past the last row's end).
+  auto buffer = std::make_shared<HugePageBuffer>(static_cast<size_t>((bytes + 63) / 64 * 64 + 64));
+  void* data = buffer->data();
+  return Tensor(data, std::move(shape), dtype, std::shared_ptr<const void>(buffer, data));
 }
 
 Tensor Tensor::Borrow(const void* data, Shape shape, DType dtype,

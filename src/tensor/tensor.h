@@ -36,6 +36,11 @@ class Tensor {
   static Tensor Empty(Shape shape, DType dtype);
   // Zero-filled owned storage.
   static Tensor Zeros(Shape shape, DType dtype);
+  // Zero-filled owned storage for a large buffer that lives as long as the model (its forward
+  // workspace, the KV cache): a HugePageBuffer (base/huge_pages.h), 2 MiB pages where the OS
+  // grants them, so the kernels that stream through activations take fewer TLB misses. Not for
+  // per-step buffers: a huge page's first touch may wait for the kernel to compact memory.
+  static Tensor ZerosLongLived(Shape shape, DType dtype);
   // Wraps `data` without copying. `owner` (may be null) keeps the bytes alive.
   // REQUIRES: data points to at least BytesFor(shape, dtype) bytes.
   static Tensor Borrow(const void* data, Shape shape, DType dtype,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace uc {
@@ -16,6 +17,28 @@ TEST(TensorTest, EmptyShapeAndBytes) {
   EXPECT_EQ(t.row_bytes(), 40);
   EXPECT_EQ(t.nbytes(), 120);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u);
+}
+
+// A long-lived buffer (forward workspace, KV cache): zero-filled, 64-byte aligned, the size the
+// shape needs; large enough ones sit on 2 MiB boundaries (huge pages where the OS grants them),
+// and the storage outlives the first handle through its copies.
+TEST(TensorTest, ZerosLongLivedIsZeroedAlignedAndOwned) {
+  for (const int64_t rows : {int64_t{3}, int64_t{4096}}) {
+    Tensor copy;
+    {
+      Tensor t = Tensor::ZerosLongLived({rows, 1000}, DType::kF32);
+      ASSERT_EQ(t.nbytes(), rows * 1000 * 4);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % 64, 0u);
+      if (t.nbytes() >= (int64_t{4} << 20)) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(t.raw()) % (uintptr_t{2} << 20), 0u);
+      }
+      const float* v = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(v[i], 0.0f) << i;
+      t.data<float>()[t.numel() - 1] = 7.0f;
+      copy = t;
+    }
+    EXPECT_EQ(copy.data<float>()[copy.numel() - 1], 7.0f);
+  }
 }
 
 TEST(TensorTest, SliceAndReshapeAlias) {
