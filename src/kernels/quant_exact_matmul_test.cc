@@ -102,6 +102,33 @@ TEST(QuantExactMatMulTest, PackedMatchesTheGroupedOrderBitForBit) {
   }
 }
 
+// The 32-element types take any k in whole blocks: the prefill's last k block is then shorter
+// than the others (x packed per block of kPanelKc), and m leaves a partial row block.
+TEST(QuantExactMatMulTest, ShortLastKBlockMatchesTheGroupedOrderBitForBit) {
+  const Shape shapes[] = {{7, 40, 288}, {13, 70, 544}, {8, 33, 32}};
+  uint32_t seed = 101;
+  for (internal::KernelLevel level : Levels()) {
+    ScopedLevel scoped(level);
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1}) {
+      for (const Shape& s : shapes) {
+        const Tensor x = RandomX(s.m, s.k, seed++);
+        const Tensor w = RandomWeights(s.n, s.k, dtype, seed++);
+        Tensor want = Tensor::Empty({s.m, s.n}, DType::kF32);
+        reference::MatMulExactGrouped(x, w, want);
+        ThreadPool pool(2);
+        const auto packed = PackedWeight::Pack(w, kExact, &pool);
+        const std::string what = std::string(LevelName(level)) + " " +
+                                 std::string(DTypeName(dtype)) + " m " + std::to_string(s.m) +
+                                 " k " + std::to_string(s.k);
+        ASSERT_NE(packed, nullptr) << what;
+        Tensor got = Tensor::Empty({s.m, s.n}, DType::kF32);
+        MatMul(x, *packed, got, &pool);
+        ExpectBitExact(got, want, what);
+      }
+    }
+  }
+}
+
 // Both levels write the same layout and read it to the same bits: a copy packed on one runs on
 // the other.
 TEST(QuantExactMatMulTest, LevelsShareTheLayout) {
