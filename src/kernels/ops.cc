@@ -481,13 +481,8 @@ void GeluTanh(Tensor& x, ThreadPool* pool) {
   UC_CHECK(x.dtype() == DType::kF32, "GeluTanh: x must be F32");
   if (x.numel() == 0) return;
   float* p = x.data<float>();
-  ForRows(x.numel(), 1, pool, [&](int64_t begin, int64_t end) {
-    constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
-    for (int64_t i = begin; i < end; ++i) {
-      const float z = p[i];
-      p[i] = 0.5f * z * (1.0f + std::tanh(kAlpha * (z + 0.044715f * z * z * z)));
-    }
-  });
+  ForRows(x.numel(), 1, pool,
+          [&](int64_t begin, int64_t end) { UC_DISPATCH(GeluTanh, p + begin, end - begin); });
 }
 
 void Gelu(Tensor& x, ThreadPool* pool) {

@@ -15,6 +15,8 @@ std::string TapPoint::ToString() const {
       return prefix + "hook_resid_post";
     case Site::kFinalNorm:
       return "ln_final.hook_normalized";
+    case Site::kResidMid:
+      return prefix + "hook_resid_mid";
   }
   return prefix + "?";
 }
@@ -58,11 +60,7 @@ StatusOr<TapPoint> TapOfTransformerLensHook(TlHook hook, int layer) {
       }
       return TapPoint{layer - 1, Site::kResidPost};
     case TlHook::kResidMid:
-      return InvalidArgumentError(
-          "hook_resid_mid (the stream between attention and MLP) is not a tap site: it is "
-          "residual_stream of layer " +
-          std::to_string(layer - 1) + " + attn_out of layer " + std::to_string(layer) +
-          " on a sequential block (capture both), and does not exist on a parallel-residual one");
+      return TapPoint{layer, Site::kResidMid};
     case TlHook::kResidPost:
       return TapPoint{layer, Site::kResidPost};
     case TlHook::kAttnOut:

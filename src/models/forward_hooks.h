@@ -21,6 +21,9 @@ enum class Site {
   kMlpOut,     // output of the MLP block (after down_proj), before the residual add
   kResidPost,  // residual stream after the layer
   kFinalNorm,  // final RMSNorm output; layer index = num_hidden_layers
+  kResidMid,   // stream between a sequential block's attention and its MLP: the stream before
+               // the layer + attn_out (TransformerLens's hook_resid_mid); a parallel-residual
+               // block has none and never observes it
 };
 
 struct TapPoint {
@@ -35,8 +38,8 @@ struct TapPoint {
 // TransformerLens's hook names of a block, accepted as aliases of our tap sites (specs, HTTP
 // steering): hook_resid_pre of block L is the stream before it (residual_stream of L - 1),
 // hook_resid_mid the stream between its attention and its MLP (x + attn_out on a sequential
-// block; a parallel block has none), hook_resid_post / hook_attn_out / hook_mlp_out our
-// residual_stream / attn_out / mlp_out of L.
+// block, our resid_mid; a parallel block has none), hook_resid_post / hook_attn_out /
+// hook_mlp_out our residual_stream / attn_out / mlp_out of L.
 enum class TlHook { kResidPre, kResidMid, kResidPost, kAttnOut, kMlpOut };
 struct TlHookName {
   TlHook hook = TlHook::kResidPost;
@@ -44,11 +47,10 @@ struct TlHookName {
 };
 // "hook_attn_out" or "blocks.3.hook_attn_out" (layer < 1e6); nullopt for anything else.
 std::optional<TlHookName> ParseTransformerLensHook(std::string_view name);
-// The tap that holds `hook` of block `layer`: resid_pre of L -> (L - 1, kResidPost); resid_post,
-// attn_out, mlp_out -> (L, their site). InvalidArgument, saying why and what to use instead, for
-// resid_pre of block 0 (the embedding output is not a tap) and for resid_mid (no tap between the
-// blocks; steering it is steering attn_out of L on a sequential block, which callers that
-// steer may use instead).
+// The tap that holds `hook` of block `layer`: resid_pre of L -> (L - 1, kResidPost); resid_mid,
+// resid_post, attn_out, mlp_out -> (L, their site). InvalidArgument, saying why and what to use
+// instead, for resid_pre of block 0 (the embedding output is not a tap). Steering resid_mid of L
+// is steering attn_out of L on a sequential block, which callers that steer use instead.
 StatusOr<TapPoint> TapOfTransformerLensHook(TlHook hook, int layer);
 
 class ForwardHooks {

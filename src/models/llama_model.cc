@@ -284,6 +284,7 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
   Tap(ctx, Site::kAttnOut, hidden);
   Steer(ctx, Site::kAttnOut, hidden, residual);
   kernels::AddInPlace(hidden, residual, ctx.pool);
+  Tap(ctx, Site::kResidMid, residual);  // the stream the MLP reads
   if (post_attention_layernorm_.defined()) {
     post_attention_layernorm_.Forward(residual, normed, ctx.pool);
   }

@@ -140,6 +140,8 @@ void RmsNorm(const float* x, const void* weight, DType weight_dtype, int64_t m, 
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out);
 // out = gelu_tanh(gate) * up (PyTorch's tanh approximation), elementwise.
 void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* out);
+// x = gelu_tanh(x) (PyTorch's tanh approximation, GPT-2's MLP), elementwise, in place.
+void GeluTanh(float* x, int64_t count);
 // Softmax over each of the m rows of length n, in place.
 void Softmax(float* x, int64_t m, int64_t n);
 // dst[0, n) = src converted to F32. REQUIRES: n % DTypeBlockSize(dtype) == 0.
@@ -215,6 +217,8 @@ void SiluAndMul(const float* gate, const float* up, int64_t count, float* out);
 // As z * sigmoid(2 v) (= 0.5 z (1 + tanh v)), with the vectorized Exp: no libm tanh per element
 // (it was a quarter of Gemma 3 270M's prefill time), no cancellation where tanh v nears -1.
 void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* out);
+// The same form without the product (libm's tanh was a third of GPT-2 small's prefill time).
+void GeluTanh(float* x, int64_t count);
 void Softmax(float* x, int64_t m, int64_t n);
 void ConvertRow(DType dtype, const void* src, float* dst, int64_t n);
 double SumFloats(const float* data, int64_t n);

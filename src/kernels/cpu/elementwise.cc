@@ -63,6 +63,14 @@ void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* ou
   }
 }
 
+void GeluTanh(float* x, int64_t count) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < count; ++i) {
+    const float z = x[i];
+    x[i] = 0.5f * z * (1.0f + std::tanh(kSqrt2OverPi * (z + 0.044715f * z * z * z)));
+  }
+}
+
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) {
     out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];

@@ -1,5 +1,5 @@
-// AVX2 row-wise and elementwise kernels: RmsNorm, SiluAndMul, GeluTanhAndMul, Softmax, row
-// conversion and the streaming sum used to measure read bandwidth.
+// AVX2 row-wise and elementwise kernels: RmsNorm, SiluAndMul, GeluTanhAndMul, GeluTanh, Softmax,
+// row conversion and the streaming sum used to measure read bandwidth.
 #if defined(__x86_64__)
 
 #include <algorithm>
@@ -159,6 +159,10 @@ void GeluTanhAndMul(const float* gate, const float* up, int64_t count, float* ou
 
 void SiluAndMul(const float* gate, const float* up, int64_t count, float* out) {
   GatedMap(gate, up, count, out, SiluTimes);
+}
+
+void GeluTanh(float* x, int64_t count) {
+  GatedMap(x, x, count, x, [](__m256 z, __m256) { return GeluTanhTimes(z, _mm256_set1_ps(1.0f)); });
 }
 
 void Softmax(float* x, int64_t m, int64_t n) {

@@ -215,15 +215,16 @@ std::string PlacementProblem(const SaeEncoder& sae, const std::filesystem::path&
   if (!hook.has_value()) {
     return where +
            " is not a TransformerLens block hook this engine taps (hook_resid_pre, "
-           "hook_resid_post, hook_attn_out, hook_mlp_out of blocks.L)";
+           "hook_resid_mid, hook_resid_post, hook_attn_out, hook_mlp_out of blocks.L)";
   }
   const int layer = hook->layer.value_or(sae.hook_layer());
   if (layer < 0) return where + " names no block and cfg.json has no hook_layer";
   const StatusOr<models::TapPoint> tap = models::TapOfTransformerLensHook(hook->hook, layer);
   if (!tap.ok()) return where + ": " + tap.status().message();
-  const TensorType type = tap->site == models::Site::kAttnOut  ? TensorType::kAttnOut
-                          : tap->site == models::Site::kMlpOut ? TensorType::kMlpOut
-                                                               : TensorType::kResidualStream;
+  const TensorType type = tap->site == models::Site::kAttnOut    ? TensorType::kAttnOut
+                          : tap->site == models::Site::kMlpOut   ? TensorType::kMlpOut
+                          : tap->site == models::Site::kResidMid ? TensorType::kResidMid
+                                                                 : TensorType::kResidualStream;
   const std::vector<PointInput> inputs = point.Inputs();
   const bool same = !inputs.empty() && std::all_of(inputs.begin(), inputs.end(), [&](auto& in) {
     return in.layer == tap->layer && in.tensor_type == type;

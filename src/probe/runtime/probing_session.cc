@@ -28,6 +28,8 @@ std::optional<models::Site> SiteOf(TensorType t) {
       return models::Site::kMlpOut;
     case TensorType::kFinalNorm:
       return models::Site::kFinalNorm;
+    case TensorType::kResidMid:
+      return models::Site::kResidMid;
     case TensorType::kKv:
       return std::nullopt;
   }
@@ -84,6 +86,12 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
     state->layers.erase(std::unique(state->layers.begin(), state->layers.end()),
                         state->layers.end());
     for (TensorType type : types) {
+      if (type == TensorType::kResidMid && config.parallel_residual) {
+        problems.push_back(Where(spec, p, index, type_field) +
+                           "hook_resid_mid does not exist on this model: its blocks are parallel "
+                           "(attention and MLP both read the stream before the layer); capture "
+                           "attn_out, mlp_out or residual_stream");
+      }
       for (int layer : state->layers) {
         if (type == TensorType::kFinalNorm && layer != num_layers) {
           problems.push_back(Where(spec, p, index, "layers") + "final_norm is addressed as layer " +

@@ -63,7 +63,9 @@ std::string_view NameOf(E v) {
 }
 }  // namespace
 
-std::string_view Name(TensorType v) { return NameOf(v); }
+std::string_view Name(TensorType v) {
+  return v == TensorType::kResidMid ? std::string_view("resid_mid") : NameOf(v);
+}
 std::string_view Name(ProbeKind v) { return NameOf(v); }
 std::string_view Name(ExecutionMode v) { return NameOf(v); }
 std::string_view Name(Until v) { return NameOf(v); }

@@ -43,7 +43,9 @@
 
 namespace uc::probe {
 
-enum class TensorType { kResidualStream, kAttnOut, kMlpOut, kKv, kFinalNorm };
+// kResidMid (named "resid_mid" in records) is written in a spec only as TransformerLens's
+// hook_resid_mid / blocks.L.hook_resid_mid; the plain names are v0.1's five.
+enum class TensorType { kResidualStream, kAttnOut, kMlpOut, kKv, kFinalNorm, kResidMid };
 enum class ProbeKind { kSingleShot, kTrajectory };
 enum class ExecutionMode { kInline, kAsync };
 enum class Until { kGenerationEnd, kFixedCount, kStopToken };

@@ -674,9 +674,10 @@ bool PointParser::ParseHookTensorType(ExtractionPoint* p) {
       return true;
     }
     layers.push_back(tap->layer);
-    p->tensor_type = tap->site == models::Site::kAttnOut  ? TensorType::kAttnOut
-                     : tap->site == models::Site::kMlpOut ? TensorType::kMlpOut
-                                                          : TensorType::kResidualStream;
+    p->tensor_type = tap->site == models::Site::kAttnOut    ? TensorType::kAttnOut
+                     : tap->site == models::Site::kMlpOut   ? TensorType::kMlpOut
+                     : tap->site == models::Site::kResidMid ? TensorType::kResidMid
+                                                            : TensorType::kResidualStream;
   }
   p->layers = std::move(layers);
   return true;

@@ -98,8 +98,9 @@ void WritePoint(const ExtractionPoint& p, std::string* out) {
   };
   *out += "  - name: " + Scalar(p.name) + "\n";
   line("layers", Layers(p.layers));
-  if (p.tensor_types.empty()) {
-    line("tensor_type", std::string(Name(p.tensor_type)));
+  if (p.tensor_types.empty()) {  // resid_mid has only its TransformerLens spelling in a spec
+    line("tensor_type", p.tensor_type == TensorType::kResidMid ? std::string("hook_resid_mid")
+                                                               : std::string(Name(p.tensor_type)));
   } else {
     std::string types;
     for (TensorType t : p.tensor_types) types += (types.empty() ? "" : ", ") + std::string(Name(t));
