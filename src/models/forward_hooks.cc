@@ -15,6 +15,10 @@ std::string TapPoint::ToString() const {
       return prefix + "hook_resid_post";
     case Site::kFinalNorm:
       return "ln_final.hook_normalized";
+    case Site::kRouterLogits:
+      return prefix + "mlp.hook_router_logits";
+    case Site::kExpertWeights:
+      return prefix + "mlp.hook_expert_weights";
   }
   return prefix + "?";
 }
