@@ -63,6 +63,16 @@ extern const Architecture kGemma3Architecture;
 extern const Architecture kGpt2Architecture;
 extern const Architecture kGptNeoXArchitecture;
 extern const Architecture kOlmo2Architecture;
+extern const Architecture kQwen2MoeArchitecture;
+extern const Architecture kQwen3MoeArchitecture;
+extern const Architecture kOlmoeArchitecture;
+extern const Architecture kMixtralArchitecture;
+
+// The mixture-of-experts fields of config.json (num_experts under `num_experts_key`,
+// num_experts_per_tok, moe_intermediate_size (default intermediate_size),
+// shared_expert_intermediate_size, norm_topk_prob, decoder_sparse_step, mlp_only_layers).
+Status ReadMoeHfExtras(const nlohmann::json& json, const std::string& source,
+                       const char* num_experts_key, ModelConfig& config);
 
 // Shared by the Gemma 2 and Gemma 3 files: the family's config.json fields (sandwich norms,
 // (1 + w) norm weights, sqrt(hidden) embedding scale, query_pre_attn_scalar, soft-capping,

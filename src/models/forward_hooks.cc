@@ -17,6 +17,10 @@ std::string TapPoint::ToString() const {
       return "ln_final.hook_normalized";
     case Site::kResidMid:
       return prefix + "hook_resid_mid";
+    case Site::kRouterLogits:
+      return prefix + "mlp.hook_router_logits";
+    case Site::kExpertWeights:
+      return prefix + "mlp.hook_expert_weights";
   }
   return prefix + "?";
 }

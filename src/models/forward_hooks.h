@@ -24,6 +24,9 @@ enum class Site {
   kResidMid,   // stream between a sequential block's attention and its MLP: the stream before
                // the layer + attn_out (TransformerLens's hook_resid_mid); a parallel-residual
                // block has none and never observes it
+  // Mixture-of-experts layers only; activation [m, num_experts], not [m, hidden_size]:
+  kRouterLogits,   // the router's logits, before the softmax
+  kExpertWeights,  // the weight each expert's output gets (zero off the chosen top-k)
 };
 
 struct TapPoint {
@@ -58,8 +61,8 @@ class ForwardHooks {
   virtual ~ForwardHooks() = default;
   // Whether anyone wants `point` in the current step.
   virtual bool Wants(TapPoint point) const = 0;
-  // activation: [m, hidden_size] F32, row i belongs to the token at positions[i]. The view is
-  // valid only during the call; copy what you keep.
+  // activation: [m, hidden_size] F32 ([m, num_experts] for the router sites), row i belongs to
+  // the token at positions[i]. The view is valid only during the call; copy what you keep.
   virtual void Observe(TapPoint point, std::span<const int32_t> positions,
                        const Tensor& activation) = 0;
 };

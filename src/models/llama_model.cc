@@ -6,6 +6,7 @@
 
 #include "io/tensor_source.h"
 #include "kernels/ops.h"
+#include "models/moe_weights.h"
 
 namespace uc::models {
 namespace {
@@ -52,6 +53,7 @@ struct LayerParts {
   layers::RowParallelLinear o_proj;
   layers::MergedColumnParallelLinear gate_up;
   layers::RowParallelLinear down;
+  layers::FusedMoe moe;  // a mixture-of-experts layer's MLP (gate_up and down then unused)
   layers::Norm input_norm, post_norm;         // before attention; before the MLP (pre_norms)
   Tensor q_norm, k_norm;                      // qk_norm only: [head_dim]
   Tensor post_attention_norm, post_mlp_norm;  // sandwich_norms only
@@ -113,8 +115,9 @@ Tensor F32Slice(const Tensor& v, int64_t begin, int64_t size) {
                             {size});
 }
 
-StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const WeightLoader& w,
+StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const io::TensorSource& source,
                                     distributed::GroupCoordinator& tp) {
+  const WeightLoader w(source);
   const std::string p = "model.layers." + std::to_string(index) + ".";
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
   const bool plus_one = c.norm_weight_plus_one;
@@ -169,6 +172,10 @@ StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const Weigh
   } else {
     UC_ASSIGN_OR_RETURN(parts.post_norm, LoadNorm(c, w, p + "post_attention_layernorm"));
   }
+  if (c.IsMoeLayer(index)) {
+    UC_ASSIGN_OR_RETURN(parts.moe, LoadMoeBlock(c, index, source, tp));
+    return parts;
+  }
   if (c.gated_mlp) {
     UC_ASSIGN_OR_RETURN(auto gate_and_up, LoadGateUp(c, p, w));
     const Tensor gate_up[] = {gate_and_up.first, gate_and_up.second};
@@ -198,7 +205,7 @@ int64_t LayerBytes(const LayerParts& parts) {
   return parts.qkv_bytes + parts.o_proj.weight().nbytes() + mlp_in + parts.down.weight().nbytes() +
          parts.input_norm.weight().nbytes() + parts.post_norm.weight().nbytes() +
          parts.q_norm.nbytes() + parts.k_norm.nbytes() + parts.post_attention_norm.nbytes() +
-         parts.post_mlp_norm.nbytes();
+         parts.post_mlp_norm.nbytes() + parts.moe.bytes_per_token();
 }
 
 }  // namespace
@@ -217,14 +224,18 @@ Activations::Activations(int64_t max_tokens, const ModelConfig& c, int64_t q_siz
 
 DecoderLayer::DecoderLayer(int layer_index, layers::Norm input_layernorm,
                            layers::Attention attention, layers::Norm post_attention_layernorm,
-                           layers::GatedMlp mlp, SandwichNorms sandwich, bool parallel_residual)
+                           layers::GatedMlp mlp, SandwichNorms sandwich, bool parallel_residual,
+                           layers::FusedMoe moe)
     : layer_index_(layer_index),
       input_layernorm_(std::move(input_layernorm)),
       attention_(std::move(attention)),
       post_attention_layernorm_(std::move(post_attention_layernorm)),
       mlp_(std::move(mlp)),
       sandwich_(std::move(sandwich)),
-      parallel_residual_(parallel_residual) {}
+      parallel_residual_(parallel_residual),
+      moe_(std::move(moe)) {
+  UC_CHECK(!(parallel_residual_ && moe_.defined()), "a parallel-residual layer with experts");
+}
 
 void DecoderLayer::Tap(const ForwardContext& ctx, Site site, const Tensor& value) const {
   const TapPoint point{layer_index_, site};
@@ -288,7 +299,14 @@ void DecoderLayer::Forward(const ForwardContext& ctx, Activations& act, int64_t 
   if (post_attention_layernorm_.defined()) {
     post_attention_layernorm_.Forward(residual, normed, ctx.pool);
   }
-  mlp_.Forward(post_attention_layernorm_.defined() ? normed : residual, act.mlp, hidden, ctx.pool);
+  const Tensor& mlp_in = post_attention_layernorm_.defined() ? normed : residual;
+  if (moe_.defined()) {
+    moe_.Forward(mlp_in, act.moe, hidden, ctx.pool);  // all-reduced inside, before any tap
+    Tap(ctx, Site::kRouterLogits, act.moe.router_logits.Slice(0, m));
+    Tap(ctx, Site::kExpertWeights, act.moe.expert_weights.Slice(0, m));
+  } else {
+    mlp_.Forward(mlp_in, act.mlp, hidden, ctx.pool);
+  }
   if (sandwich_.enabled()) sandwich_.post_mlp.Forward(hidden, hidden, ctx.pool);
   Tap(ctx, Site::kMlpOut, hidden);
   if (steering_.defined()) kernels::AddBias(steering_, hidden);  // joins the residual stream
@@ -333,7 +351,9 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
   std::unique_ptr<CausalLM> model(new CausalLM());
   model->config_ = c;
   model->parallel_ = parallel;
-  if (c.intermediate_size % tp.world_size() != 0) {
+  bool any_dense = false;
+  for (int i = parallel.layer_start; i < parallel.layer_end; ++i) any_dense |= !c.IsMoeLayer(i);
+  if (any_dense && c.intermediate_size % tp.world_size() != 0) {
     return InvalidArgumentError(
         checkpoint.path.string() + ": intermediate_size " + std::to_string(c.intermediate_size) +
         " is not divisible by tensor_parallel_size " + std::to_string(tp.world_size()));
@@ -357,12 +377,17 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
   }
   model->layers_.resize(c.num_hidden_layers);
   for (int i = parallel.layer_start; i < parallel.layer_end; ++i) {
-    UC_ASSIGN_OR_RETURN(LayerParts parts, LoadLayerParts(c, i, w, tp));
+    UC_ASSIGN_OR_RETURN(LayerParts parts, LoadLayerParts(c, i, *checkpoint.tensors, tp));
     bytes += LayerBytes(parts);
     parts.qkv.set_matmul(options.matmul());
     parts.o_proj.set_matmul(options.matmul());
-    parts.gate_up.set_matmul(options.matmul());
-    parts.down.set_matmul(options.matmul());
+    if (parts.moe.defined()) {
+      parts.moe.set_matmul(options.matmul());
+    } else {
+      parts.gate_up.set_matmul(options.matmul());
+      parts.down.set_matmul(options.matmul());
+      model->intermediate_per_partition_ = parts.gate_up.output_size_per_partition(0);
+    }
     const kernels::AttentionShape shape{
         .num_heads = static_cast<int>(parts.qkv.num_heads_per_rank()),
         .num_kv_heads = static_cast<int>(parts.qkv.num_kv_heads_per_rank()),
@@ -373,7 +398,6 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     };
     model->q_size_per_rank_ = parts.qkv.q_size_per_rank();
     model->kv_size_per_rank_ = parts.qkv.kv_size_per_rank();
-    model->intermediate_per_partition_ = parts.gate_up.output_size_per_partition(0);
     layers::Rotary rotary(c.RopeInvFreq(i), c.head_dim, c.rope_style);
     layers::QkNorm qk_norm;
     if (c.qk_norm) {
@@ -387,15 +411,18 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
         c.hidden_act == Activation::kGelu       ? layers::MlpActivation::kGelu
         : c.hidden_act == Activation::kGeluTanh ? layers::MlpActivation::kGeluTanh
                                                 : layers::MlpActivation::kSilu;
-    layers::GatedMlp mlp(std::move(parts.gate_up), std::move(parts.down), activation);
+    layers::GatedMlp mlp;
+    if (!parts.moe.defined()) {
+      mlp = layers::GatedMlp(std::move(parts.gate_up), std::move(parts.down), activation);
+    }
     SandwichNorms sandwich;
     if (c.sandwich_norms) {
       sandwich = {layers::RmsNorm(parts.post_attention_norm, c.rms_norm_eps),
                   layers::RmsNorm(parts.post_mlp_norm, c.rms_norm_eps)};
     }
-    model->layers_[i].emplace<DecoderLayer>(i, std::move(parts.input_norm), std::move(attention),
-                                            std::move(parts.post_norm), std::move(mlp),
-                                            std::move(sandwich), c.parallel_residual);
+    model->layers_[i].emplace<DecoderLayer>(
+        i, std::move(parts.input_norm), std::move(attention), std::move(parts.post_norm),
+        std::move(mlp), std::move(sandwich), c.parallel_residual, std::move(parts.moe));
     if (const auto it = steering.find(i); it != steering.end()) {
       Tensor vector = Tensor::Empty({c.hidden_size}, DType::kF32);
       std::copy(it->second.begin(), it->second.end(), vector.data<float>());
@@ -455,6 +482,12 @@ Activations& CausalLM::ActivationsFor(int64_t m) {
   if (activations_ == nullptr || activations_->max_tokens < m) {
     activations_ = std::make_unique<Activations>(m, config_, q_size_per_rank_, kv_size_per_rank_,
                                                  intermediate_per_partition_);
+    for (int i = parallel_.layer_start; i < parallel_.layer_end; ++i) {
+      const layers::FusedMoe& moe = std::get<DecoderLayer>(layers_[i]).moe();
+      if (!moe.defined()) continue;
+      activations_->moe = layers::MoeBuffers(m, moe);  // every sparse layer has the same shapes
+      break;
+    }
   }
   return *activations_;
 }

@@ -27,6 +27,7 @@
 #include "base/thread_pool.h"
 #include "distributed/group_coordinator.h"
 #include "layers/attention.h"
+#include "layers/fused_moe.h"
 #include "layers/gated_mlp.h"
 #include "layers/norm.h"
 #include "layers/rms_norm.h"
@@ -91,6 +92,7 @@ struct Activations {
   Tensor mlp_out;        // [max_tokens, hidden_size]  the MLP's output of a parallel block
   layers::AttentionBuffers attention;
   layers::MlpBuffers mlp;
+  layers::MoeBuffers moe;  // mixture-of-experts models only
 };
 
 // The part of a forward call every layer needs.
@@ -118,10 +120,14 @@ class DecoderLayer {
   // post_attention_layernorm is the norm in front of the MLP (Gemma's pre_feedforward_layernorm).
   // Either pre-norm may be absent (OLMo-2): the block then reads the residual stream itself.
   // parallel_residual: both blocks read the stream before the layer (GPT-NeoX), and the layer
-  // adds attn_out + mlp_out to it.
+  // adds attn_out + mlp_out to it. A defined `moe` replaces `mlp` (then default-constructed):
+  // its output (routed and shared experts, all-reduced) is mlp_out, and the layer also taps
+  // router_logits and expert_weights ([m, num_experts]). REQUIRES: not both moe and
+  // parallel_residual.
   DecoderLayer(int layer_index, layers::Norm input_layernorm, layers::Attention attention,
                layers::Norm post_attention_layernorm, layers::GatedMlp mlp,
-               SandwichNorms sandwich = {}, bool parallel_residual = false);
+               SandwichNorms sandwich = {}, bool parallel_residual = false,
+               layers::FusedMoe moe = {});
 
   // (hidden_states, residual) of the previous layer -> those of this layer, in place on
   // act.hidden_states[0:m] and act.residual[0:m]. The taps: attn_out and mlp_out are what each
@@ -129,6 +135,7 @@ class DecoderLayer {
   // the layer, so that stream(l) = stream(l-1) + attn_out(l) + mlp_out(l) for every form.
   void Forward(const ForwardContext& ctx, Activations& act, int64_t m) const;
   const layers::Attention& attention() const { return attention_; }
+  const layers::FusedMoe& moe() const { return moe_; }
   // A [hidden_size] F32 vector added to this block's output for every token, after the
   // attn_out and mlp_out taps and before the residual-stream tap; undefined: none. Per-request
   // steering (ForwardContext::steering) is applied at the same places: attn_out after the
@@ -151,6 +158,7 @@ class DecoderLayer {
   layers::GatedMlp mlp_;
   SandwichNorms sandwich_;
   bool parallel_residual_ = false;
+  layers::FusedMoe moe_;
   Tensor steering_;
 };
 

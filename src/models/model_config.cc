@@ -91,7 +91,39 @@ Status ModelConfig::Validate(const std::string& source) const {
   if (!(embedding_multiplier > 0.0f) || !std::isfinite(embedding_multiplier)) {
     return FieldError(source, "embedding multiplier", "must be a positive number");
   }
+  return ValidateMoe(source);
+}
+
+Status ModelConfig::ValidateMoe(const std::string& source) const {
+  if (num_experts < 0) return FieldError(source, "num_experts", "must not be negative");
+  if (num_experts == 0) return OkStatus();
+  UC_RETURN_IF_ERROR(RequireSize(source, "num_experts", num_experts, kMaxExperts));
+  if (hidden_act != Activation::kSilu || !gated_mlp || parallel_residual) {
+    return UnimplementedError(source + ": experts are SiLU-gated MLPs in a sequential block here");
+  }
+  UC_RETURN_IF_ERROR(RequireSize(source, "num_experts_per_tok", num_experts_per_tok, num_experts));
+  UC_RETURN_IF_ERROR(
+      RequireSize(source, "moe_intermediate_size", moe_intermediate_size, kMaxIntermediateSize));
+  if (shared_expert_intermediate_size < 0 ||
+      shared_expert_intermediate_size > kMaxIntermediateSize) {
+    return FieldError(source, "shared_expert_intermediate_size",
+                      "must be in [0, " + std::to_string(kMaxIntermediateSize) + "]");
+  }
+  UC_RETURN_IF_ERROR(
+      RequireSize(source, "decoder_sparse_step", decoder_sparse_step, num_hidden_layers));
+  for (const int layer : mlp_only_layers) {
+    if (layer < 0 || layer >= num_hidden_layers) {
+      return FieldError(source, "mlp_only_layers",
+                        "names layer " + std::to_string(layer) + " of a model with " +
+                            std::to_string(num_hidden_layers) + " layers");
+    }
+  }
   return OkStatus();
+}
+
+bool ModelConfig::IsMoeLayer(int layer) const {
+  if (num_experts <= 0 || (layer + 1) % decoder_sparse_step != 0) return false;
+  return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end();
 }
 
 int ModelConfig::LayerWindow(int layer) const {
@@ -165,6 +197,10 @@ std::string ModelConfig::ModelType() const {
   if (architecture == "GPT2LMHeadModel") return "gpt2";
   if (architecture == "GPTNeoXForCausalLM") return "gpt_neox";
   if (architecture == "Olmo2ForCausalLM") return "olmo2";
+  if (architecture == "Qwen2MoeForCausalLM") return "qwen2_moe";
+  if (architecture == "Qwen3MoeForCausalLM") return "qwen3_moe";
+  if (architecture == "OlmoeForCausalLM") return "olmoe";
+  if (architecture == "MixtralForCausalLM") return "mixtral";
   return "llama";
 }
 

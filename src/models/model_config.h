@@ -34,6 +34,7 @@ inline constexpr int kMaxHeads = 1 << 14;
 inline constexpr int kMaxHeadDim = 1 << 14;
 inline constexpr int kMaxVocabSize = 1 << 24;
 inline constexpr int kMaxPositionEmbeddings = 1 << 28;
+inline constexpr int kMaxExperts = 1 << 12;
 
 // The MLP's activation: SwiGLU (Llama, Qwen, Phi-3, OLMo-2), GELU with PyTorch's tanh
 // approximation (Gemma's "gelu_pytorch_tanh", GPT-2's "gelu_new") or the exact GELU (GPT-NeoX's
@@ -104,12 +105,28 @@ struct ModelConfig {
   kernels::RopeStyle rope_style = kernels::RopeStyle::kHalf;
   // Per-pair divisors of the RoPE frequencies (GGUF rope_freqs.weight); empty if none.
   std::vector<float> rope_freq_factors;
+  // Mixture of experts (Qwen2/3-MoE, OLMoE, Mixtral): num_experts > 0 replaces the MLP of the
+  // sparse layers by a router ("mlp.gate", [num_experts, hidden_size]) choosing
+  // num_experts_per_tok gated experts of moe_intermediate_size per token, weighted by the softmax
+  // of the router logits over all experts, renormalised over the chosen when norm_topk_prob;
+  // plus a shared expert of shared_expert_intermediate_size gated by sigmoid(shared_expert_gate)
+  // when that is > 0 (Qwen2-MoE). A layer L is sparse unless L is in mlp_only_layers or
+  // (L + 1) % decoder_sparse_step != 0; the others keep the dense MLP of intermediate_size.
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
+  bool norm_topk_prob = false;
+  int shared_expert_intermediate_size = 0;
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
 
   // Checks every field for consistency and against the bounds above; the message names
   // `source` and the field.
   Status Validate(const std::string& source) const;
+  // The mixture-of-experts fields (part of Validate).
+  Status ValidateMoe(const std::string& source) const;
   // Hugging Face's model_type of the architecture ("llama", "qwen2", "gemma3_text", ...).
   std::string ModelType() const;
   // Inverse RoPE frequencies, rotary_dim / 2 of them, with scaling applied.
@@ -122,6 +139,8 @@ struct ModelConfig {
   // The largest window over all layers, or 0 when some layer attends to everything.
   int MaxWindow() const;
   float AttentionScale() const;
+  // Whether `layer`'s MLP is a mixture of experts (see num_experts).
+  bool IsMoeLayer(int layer) const;
   int q_size() const { return num_attention_heads * head_dim; }
   int kv_size() const { return num_key_value_heads * head_dim; }
 };

@@ -1,7 +1,9 @@
 // The tiny GPT-2, GPT-NeoX and OLMo-2 fixtures (tests/testdata/arch) probed across processes,
 // under `mpiexec -n T*P` with `--tp T --pp P --model DIR_OR_GGUF`: LayerNorm biases and the
 // row-parallel biases added once, the parallel residual pair crossing a stage boundary, OLMo-2's
-// full-width q/k norm all-reducing its sums of squares. The records of a spec on both layers
+// full-width q/k norm all-reducing its sums of squares; and the mixtures of experts (Qwen2/3-MoE,
+// OLMoE, Mixtral), every expert sliced over TP and the block all-reduced before its mlp_out tap.
+// The records of a spec on both layers
 // (residual stream, attention and MLP outputs, the final norm) must be the same sequence as one
 // process (same order, values within 1e-5 relative), every TP replica must capture the same bits,
 // and the greedy tokens must be the same.

@@ -6,7 +6,9 @@
 // with a sliding window — prompts and continuations longer than the windows — each also as
 // GGUF, and tiny-gqa2 as GGUF Q8_0 / Q4_0 / Q4_1 / F16 / BF16 (dequantized on the fly). GPT-2,
 // GPT-NeoX (parallel residual with rotary_pct 0.25, sequential with 1.0) and OLMo-2 (post-norms,
-// full-width q/k norms) also hold every tap to transformers' module outputs.
+// full-width q/k norms) also hold every tap to transformers' module outputs, and so do the
+// mixtures of experts (Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE, Mixtral), whose router
+// logits and routing weights are held to transformers' output_router_logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -181,6 +183,51 @@ TEST_P(TapTest, EveryTapMatchesTransformersModuleOutputs) {
   }
 }
 
+class RouterTest : public FixtureTest {};
+
+// A mixture-of-experts layer taps the router's pre-softmax logits ([num_experts], equal to
+// transformers' output_router_logits within 1e-5) and the dense routing weights (the softmax's
+// top-k, renormalised where the family does, zeros elsewhere: within 1e-5, the same experts
+// chosen); its mlp_out is the whole block (TapTest). Dense layers tap neither.
+TEST_P(RouterTest, RouterLogitsAndExpertWeightsMatchTransformers) {
+  const std::vector<int32_t> ids = JsonInts(reference_["input_ids"]);
+  std::vector<int32_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  models::KvCache cache = model_->NewKvCache(static_cast<int>(ids.size()));
+  Tensor logits = Tensor::Empty({1, model_->config().vocab_size}, DType::kF32);
+  RecordingHooks hooks;
+  model_->Forward(ids, positions, cache, false, logits, &pool_, &hooks);
+  const models::ModelConfig& config = model_->config();
+  ASSERT_GT(config.num_experts, 0);
+  int compared = 0;
+  for (const auto& [name, site] : {std::pair{"router_logits", models::Site::kRouterLogits},
+                                   std::pair{"expert_weights", models::Site::kExpertWeights}}) {
+    const nlohmann::json& expected = reference_["taps"][name];
+    ASSERT_EQ(expected.size(), size_t(config.num_hidden_layers)) << name;
+    for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
+      const auto& rows = hooks.taps[{static_cast<int>(site), layer}];
+      ASSERT_EQ(rows.size(), ids.size()) << name << " layer " << layer;
+      for (size_t p = 0; p < ids.size(); ++p) {
+        const std::vector<float> want = JsonFloats(expected[layer][p]);
+        ASSERT_EQ(rows[p].size(), size_t(config.num_experts));
+        const auto d = testing::MaxAbsDiff(rows[p], want);
+        EXPECT_LE(d.max_abs, 1e-5)
+            << name << " layer " << layer << " position " << p << " expert " << d.worst_index;
+        if (site == models::Site::kExpertWeights) {
+          int chosen = 0;
+          for (int e = 0; e < config.num_experts; ++e) {
+            EXPECT_EQ(rows[p][e] == 0.0f, want[e] == 0.0f) << "layer " << layer << " expert " << e;
+            chosen += rows[p][e] != 0.0f ? 1 : 0;
+          }
+          EXPECT_EQ(chosen, config.num_experts_per_tok);
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 2 * config.num_hidden_layers * static_cast<int>(ids.size()));
+}
+
 class TokenizerTest : public FixtureTest {};
 
 // The fixtures' byte-level BPE (a 512-token GPT-2-style tokenizer.json trained by `tokenizers`,
@@ -337,6 +384,18 @@ const FixtureCase kArchCases[] = {
     FixtureCase{"gptneox_sequential", "arch/gptneox_sequential",
                 "arch/gptneox_sequential/reference.json"},
     FixtureCase{"olmo2", "arch/olmo2", "arch/olmo2/reference.json"},
+    FixtureCase{"qwen3moe", "arch/qwen3moe", "arch/qwen3moe/reference.json"},
+    FixtureCase{"qwen2moe", "arch/qwen2moe", "arch/qwen2moe/reference.json"},
+    FixtureCase{"olmoe", "arch/olmoe", "arch/olmoe/reference.json"},
+    FixtureCase{"mixtral", "arch/mixtral", "arch/mixtral/reference.json"},
+};
+
+// The mixtures of experts (tools/reference/make_moe_fixtures.py).
+const FixtureCase kMoeCases[] = {
+    FixtureCase{"qwen3moe", "arch/qwen3moe", "arch/qwen3moe/reference.json"},
+    FixtureCase{"qwen2moe", "arch/qwen2moe", "arch/qwen2moe/reference.json"},
+    FixtureCase{"olmoe", "arch/olmoe", "arch/olmoe/reference.json"},
+    FixtureCase{"mixtral", "arch/mixtral", "arch/mixtral/reference.json"},
 };
 
 // The interpretability families, from safetensors and from llama.cpp's GGUF layout.
@@ -392,6 +451,10 @@ INSTANTIATE_TEST_SUITE_P(ArchitecturesGguf, GreedyTest, ::testing::ValuesIn(kArc
 INSTANTIATE_TEST_SUITE_P(Interpretability, TapTest, ::testing::ValuesIn(kTapCases),
                          [](const auto& info) { return info.param.name; });
 INSTANTIATE_TEST_SUITE_P(Interpretability, TokenizerTest, ::testing::ValuesIn(kTapCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Moe, TapTest, ::testing::ValuesIn(kMoeCases),
+                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Moe, RouterTest, ::testing::ValuesIn(kMoeCases),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -7,7 +7,9 @@
 // norm, which is the LM head's input), and the generated ids must be equal. Over the F32
 // checkpoint and GGUF F16, Q8_0, Q4_0, Q4_1 and BF16, with exact and int8 matmuls, on the path the
 // CPU has (portable, AVX2 or AVX-512; BF16 at int8 is the vdpbf16ps kernel where the CPU table
-// prefers it, kernels/dispatch.h's CpuPrefersBf16Dot(), and the exact one elsewhere).
+// prefers it, kernels/dispatch.h's CpuPrefersBf16Dot(), and the exact one elsewhere). And a
+// mixture of experts (Qwen2-MoE with a shared expert), whose experts each run over only the
+// tokens routed to them: a token's expert outputs must not depend on who else was routed there.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +28,9 @@ struct Variant {
   const char* name;
   const char* model;  // under the source tree
   kernels::MatMulPrecision precision;
+  // Under the source tree; null: the model's own. The MoE fixture's byte-level BPE adds no BOS
+  // (the workload has an empty prompt): stories260K's has the same 512-token vocabulary and does.
+  const char* tokenizer = nullptr;
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -39,6 +44,7 @@ engine::EngineOptions Options(const Variant& v, int prefill_chunk, int batched_t
   o.max_num_batched_tokens = batched_tokens;
   o.max_prefill_chunk = prefill_chunk;
   o.load.matmul_precision = v.precision;
+  if (v.tokenizer != nullptr) o.tokenizer_path = std::string(UC_SOURCE_DIR) + "/" + v.tokenizer;
   // Batch invariance is the default: nothing to set.
   return o;
 }
@@ -99,7 +105,10 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"Q4_0_int8", "tests/testdata/gguf/q4_0/tiny-gqa2-Q4_0.gguf",
                               kernels::MatMulPrecision::kInt8},
                       Variant{"BF16_int8", "tests/testdata/gguf/bf16/tiny-gqa2-BF16.gguf",
-                              kernels::MatMulPrecision::kInt8}),
+                              kernels::MatMulPrecision::kInt8},
+                      Variant{"Qwen2Moe_F32", "tests/testdata/arch/qwen2moe",
+                              kernels::MatMulPrecision::kExact,
+                              "models/stories260K/tokenizer.model"}),
     [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
 
 }  // namespace

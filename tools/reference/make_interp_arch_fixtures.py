@@ -255,10 +255,11 @@ def module_names(cls):
     return "model.layers", "post_attention_layernorm", "post_feedforward_layernorm", "model.norm"
 
 
-def capture_taps(model, cls, ids):
+def capture_taps(model, cls, ids, names=None):
+    """names: (blocks, attn_out module, mlp_out module, final norm); default module_names(cls)."""
     import torch
 
-    blocks_path, attn_name, mlp_name, final_path = module_names(cls)
+    blocks_path, attn_name, mlp_name, final_path = names or module_names(cls)
     blocks = model.get_submodule(blocks_path)
     taps = {"attn_out": [], "mlp_out": [], "residual_stream": []}
     handles = []

@@ -1,0 +1,218 @@
+#include "layers/fused_moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ops.h"
+
+namespace uc::layers {
+namespace {
+
+Status Annotated(const Status& status, const std::string& what) {
+  return status.ok() ? status : status.Annotate(what);
+}
+
+struct ExpertLayers {
+  MergedColumnParallelLinear gate_up;
+  RowParallelLinear down;
+};
+
+StatusOr<ExpertLayers> LoadExpert(const std::string& name, const ExpertWeights& w,
+                                  int64_t hidden_size, distributed::GroupCoordinator& tp) {
+  if (w.gate.rank() != 2 || w.up.rank() != 2 || w.down.rank() != 2 ||
+      w.gate.shape() != w.up.shape() || w.gate.dim(1) != hidden_size ||
+      w.down.dim(0) != hidden_size || w.down.dim(1) != w.gate.dim(0)) {
+    return InvalidArgumentError(
+        name + ": gate " + ShapeToString(w.gate.shape()) + ", up " + ShapeToString(w.up.shape()) +
+        " and down " + ShapeToString(w.down.shape()) + " do not form an expert of hidden_size " +
+        std::to_string(hidden_size));
+  }
+  ExpertLayers layers;
+  const Tensor gate_up[] = {w.gate, w.up};
+  auto merged = MergedColumnParallelLinear::Load(gate_up, {}, tp);
+  UC_RETURN_IF_ERROR(Annotated(merged.status(), name + " gate/up (intermediate size)"));
+  layers.gate_up = std::move(merged).value();
+  auto down =
+      RowParallelLinear::Load(w.down, Tensor(), tp, RowParallelOptions{.reduce_results = false});
+  UC_RETURN_IF_ERROR(Annotated(down.status(), name + " down"));
+  layers.down = std::move(down).value();
+  return layers;
+}
+
+// The first rows x cols floats of an F32 buffer, as a [rows, cols] tensor.
+Tensor Prefix(Tensor& buffer, int64_t rows, int64_t cols) {
+  return Tensor::Borrow(buffer.raw(), {rows, cols}, DType::kF32);
+}
+
+}  // namespace
+
+MoeBuffers::MoeBuffers(int64_t max_tokens, const FusedMoe& moe) {
+  const int64_t h = moe.hidden_size(), e = moe.num_experts();
+  const int64_t inter =
+      std::max(moe.intermediate_size_per_partition(), moe.shared_intermediate_size_per_partition());
+  router_logits = Tensor::ZerosLongLived({max_tokens, e}, DType::kF32);
+  expert_weights = Tensor::ZerosLongLived({max_tokens, e}, DType::kF32);
+  rows = Tensor::ZerosLongLived({max_tokens, h}, DType::kF32);
+  gate = Tensor::ZerosLongLived({max_tokens, inter}, DType::kF32);
+  up = Tensor::ZerosLongLived({max_tokens, inter}, DType::kF32);
+  expert_out = Tensor::ZerosLongLived({max_tokens, h}, DType::kF32);
+  shared_scale = Tensor::ZerosLongLived({max_tokens, 1}, DType::kF32);
+}
+
+StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
+                                  std::span<const ExpertWeights> experts, int top_k,
+                                  bool renormalize, const ExpertWeights* shared,
+                                  const Tensor& shared_gate, distributed::GroupCoordinator& tp) {
+  const int64_t num_experts = static_cast<int64_t>(experts.size());
+  if (router.rank() != 2 || router.dim(0) != num_experts || num_experts == 0) {
+    return InvalidArgumentError(name + ": router " + ShapeToString(router.shape()) +
+                                " must be [num_experts=" + std::to_string(num_experts) +
+                                ", hidden_size]");
+  }
+  if (top_k < 1 || top_k > num_experts) {
+    return InvalidArgumentError(name + ": num_experts_per_tok " + std::to_string(top_k) +
+                                " must be in [1, " + std::to_string(num_experts) + "]");
+  }
+  const int64_t h = router.dim(1);
+  FusedMoe moe;
+  moe.router_ = Linear(router, Tensor());
+  moe.top_k_ = top_k;
+  moe.renormalize_ = renormalize;
+  moe.tp_group_ = &tp;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    UC_ASSIGN_OR_RETURN(ExpertLayers layers,
+                        LoadExpert(name + " expert " + std::to_string(e), experts[e], h, tp));
+    if (e > 0 && layers.gate_up.output_size_per_partition(0) !=
+                     moe.gate_up_[0].output_size_per_partition(0)) {
+      return InvalidArgumentError(name + ": expert " + std::to_string(e) +
+                                  " has another intermediate size than expert 0");
+    }
+    moe.gate_up_.push_back(std::move(layers.gate_up));
+    moe.down_.push_back(std::move(layers.down));
+  }
+  if (shared != nullptr) {
+    UC_ASSIGN_OR_RETURN(ExpertLayers layers, LoadExpert(name + " shared expert", *shared, h, tp));
+    moe.shared_gate_up_ = std::move(layers.gate_up);
+    moe.shared_down_ = std::move(layers.down);
+    if (shared_gate.rank() != 2 || shared_gate.dim(0) != 1 || shared_gate.dim(1) != h) {
+      return InvalidArgumentError(name + ": shared_expert_gate " +
+                                  ShapeToString(shared_gate.shape()) + " must be [1, " +
+                                  std::to_string(h) + "]");
+    }
+    moe.shared_expert_gate_ = Linear(shared_gate, Tensor());
+  }
+  return moe;
+}
+
+int64_t FusedMoe::intermediate_size_per_partition() const {
+  return defined() ? gate_up_[0].output_size_per_partition(0) : 0;
+}
+
+int64_t FusedMoe::shared_intermediate_size_per_partition() const {
+  return shared_gate_up_.num_outputs() == 0 ? 0 : shared_gate_up_.output_size_per_partition(0);
+}
+
+int64_t FusedMoe::bytes_per_token() const {
+  if (!defined()) return 0;
+  const auto expert_bytes = [](const MergedColumnParallelLinear& gate_up,
+                               const RowParallelLinear& down) {
+    return gate_up.weight(0).nbytes() + gate_up.weight(1).nbytes() + down.weight().nbytes();
+  };
+  int64_t bytes = router_.weight().nbytes() + top_k_ * expert_bytes(gate_up_[0], down_[0]);
+  if (shared_gate_up_.num_outputs() > 0) {
+    bytes += expert_bytes(shared_gate_up_, shared_down_) + shared_expert_gate_.weight().nbytes();
+  }
+  return bytes;
+}
+
+void FusedMoe::set_matmul(const kernels::MatMulOptions& options) {
+  router_.set_matmul(options);
+  for (MergedColumnParallelLinear& gate_up : gate_up_) gate_up.set_matmul(options);
+  for (RowParallelLinear& down : down_) down.set_matmul(options);
+  if (shared_gate_up_.num_outputs() > 0) {
+    shared_gate_up_.set_matmul(options);
+    shared_down_.set_matmul(options);
+    shared_expert_gate_.set_matmul(options);
+  }
+}
+
+void FusedMoe::RunExpert(int expert, const Tensor& x, std::span<const int32_t> rows,
+                         MoeBuffers& buffers, Tensor& out, ThreadPool* pool) const {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t h = hidden_size(), e = num_experts();
+  const int64_t inter = intermediate_size_per_partition();
+  Tensor gathered = buffers.rows.Slice(0, n);  // [n, hidden_size]
+  for (int64_t j = 0; j < n; ++j) {
+    std::memcpy(gathered.row(j), x.row(rows[j]), static_cast<size_t>(h) * sizeof(float));
+  }
+  Tensor gate = Prefix(buffers.gate, n, inter);  // [n, inter / tp]
+  Tensor up = Prefix(buffers.up, n, inter);
+  gate_up_[expert].Forward(gathered, gate, up, pool);
+  kernels::SiluAndMul(gate, up, gate, pool);
+  Tensor y = buffers.expert_out.Slice(0, n);  // [n, hidden_size]
+  down_[expert].Forward(gate, y, pool);
+  const float* weights = buffers.expert_weights.data<float>();
+  for (int64_t j = 0; j < n; ++j) {
+    const float w = weights[int64_t{rows[j]} * e + expert];
+    const float* src = y.data<float>() + j * h;
+    float* dst = out.data<float>() + int64_t{rows[j]} * h;
+    for (int64_t k = 0; k < h; ++k) dst[k] += src[k] * w;
+  }
+}
+
+void FusedMoe::Forward(const Tensor& x, MoeBuffers& buffers, Tensor& out, ThreadPool* pool) const {
+  const int64_t m = x.dim(0), e = num_experts();
+  Tensor logits = buffers.router_logits.Slice(0, m);  // [m, num_experts]
+  router_.Forward(x, logits, pool);
+  // Routing: softmax over all experts (as transformers, in float), the top_k by probability.
+  Tensor weights = buffers.expert_weights.Slice(0, m);  // [m, num_experts]
+  std::memset(weights.raw(), 0, static_cast<size_t>(weights.nbytes()));
+  std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(e));  // expert -> rows, ascending
+  std::vector<float> probs(static_cast<size_t>(e));
+  std::vector<int32_t> order(static_cast<size_t>(e));
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = logits.data<float>() + i * e;
+    const float max = *std::max_element(row, row + e);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < e; ++j) sum += probs[j] = std::exp(row[j] - max);
+    for (float& p : probs) p /= sum;
+    for (int64_t j = 0; j < e; ++j) order[j] = static_cast<int32_t>(j);
+    std::partial_sort(order.begin(), order.begin() + top_k_, order.end(),
+                      [&](int32_t a, int32_t b) {
+                        return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+                      });
+    float chosen = 0.0f;
+    for (int k = 0; k < top_k_; ++k) chosen += probs[order[k]];
+    float* w = weights.data<float>() + i * e;
+    for (int k = 0; k < top_k_; ++k) {
+      w[order[k]] = renormalize_ ? probs[order[k]] / chosen : probs[order[k]];
+      tokens[order[k]].push_back(static_cast<int32_t>(i));
+    }
+  }
+  std::memset(out.raw(), 0, static_cast<size_t>(out.nbytes()));
+  for (int64_t expert = 0; expert < e; ++expert) {
+    if (tokens[expert].empty()) continue;
+    RunExpert(static_cast<int>(expert), x, tokens[expert], buffers, out, pool);
+  }
+  if (shared_gate_up_.num_outputs() > 0) {  // out += sigmoid(shared_gate · x) · shared(x)
+    const int64_t h = hidden_size(), inter = shared_intermediate_size_per_partition();
+    Tensor gate = Prefix(buffers.gate, m, inter);
+    Tensor up = Prefix(buffers.up, m, inter);
+    shared_gate_up_.Forward(x, gate, up, pool);
+    kernels::SiluAndMul(gate, up, gate, pool);
+    Tensor y = buffers.expert_out.Slice(0, m);
+    shared_down_.Forward(gate, y, pool);
+    Tensor scale = buffers.shared_scale.Slice(0, m);
+    shared_expert_gate_.Forward(x, scale, pool);
+    for (int64_t i = 0; i < m; ++i) {
+      const float s = 1.0f / (1.0f + std::exp(-scale.data<float>()[i]));
+      const float* src = y.data<float>() + i * h;
+      float* dst = out.data<float>() + i * h;
+      for (int64_t k = 0; k < h; ++k) dst[k] += s * src[k];
+    }
+  }
+  if (tp_group_->world_size() > 1) tp_group_->AllReduce(out);
+}
+
+}  // namespace uc::layers

@@ -1,0 +1,96 @@
+// File: fused_moe.h
+// -----------------------------------------------------------------------------
+// FusedMoe (vLLM's name): a mixture-of-experts feed-forward block, tensor-parallel.
+//   router_logits = x · routerᵀ                                   [m, num_experts], replicated
+//   p = softmax(router_logits); the top_k experts of each token by p (lower index first on a tie)
+//   weights = p of the chosen, divided by their sum when `renormalize`
+//   out = Σ_chosen weight_e · down_e(silu(gate_e(x)) · up_e(x))
+//       (+ sigmoid(shared_expert_gate · x) · shared_expert(x) where there is a shared expert)
+// Computed the way llama.cpp's mul_mat_id and vLLM's fused kernels do: the batch's tokens are
+// grouped by expert and each active expert runs one matmul over only its own tokens; each token's
+// expert outputs are added in ascending expert order, so a row's result does not depend on the
+// rest of the batch (given batch-invariant matmuls).
+//
+// Tensor parallelism (vLLM's FusedMoE layout): every expert's (and the shared expert's)
+// intermediate dimension is split over the TP ranks — gate/up by rows, down by columns — so each
+// rank holds a slice of every expert; the partial sums of the whole block (routed and shared)
+// are all-reduced once at the end of Forward, so `out` is whole on every rank before any tap sees
+// it. The router is replicated: router logits and weights are identical on every rank.
+//
+// Immutable after construction (set_matmul aside); per-call buffers live in MoeBuffers.
+#pragma once
+
+#include <span>
+
+#include "base/thread_pool.h"
+#include "layers/parallel_linear.h"
+
+namespace uc::layers {
+
+// The full checkpoint tensors of one gated expert.
+struct ExpertWeights {
+  Tensor gate;  // [intermediate_size, hidden_size]
+  Tensor up;    // [intermediate_size, hidden_size]
+  Tensor down;  // [hidden_size, intermediate_size]
+};
+
+class FusedMoe;
+
+struct MoeBuffers {
+  MoeBuffers() = default;
+  MoeBuffers(int64_t max_tokens, const FusedMoe& moe);
+  Tensor router_logits;   // [max_tokens, num_experts]
+  Tensor expert_weights;  // [max_tokens, num_experts], zero off each token's top-k
+  Tensor rows;            // [max_tokens, hidden_size]  one expert's tokens, gathered
+  Tensor gate, up;        // [max_tokens, max(intermediate per partition)]
+  Tensor expert_out;      // [max_tokens, hidden_size]  one expert's (partial) output
+  Tensor shared_scale;    // [max_tokens, 1]            shared_expert_gate · x
+};
+
+class FusedMoe {
+ public:
+  FusedMoe() = default;
+  // router: [num_experts, hidden_size] (any dtype Linear takes); experts: num_experts of them,
+  // each [moe_intermediate_size, hidden_size] gate and up and [hidden_size, ...] down; shared:
+  // null, or the shared expert with shared_gate [1, hidden_size]. InvalidArgument (naming
+  // `name` and the expert) unless shapes agree, 1 <= top_k <= num_experts and every
+  // intermediate size divides over the TP group on quantization-block boundaries.
+  static StatusOr<FusedMoe> Load(const std::string& name, const Tensor& router,
+                                 std::span<const ExpertWeights> experts, int top_k,
+                                 bool renormalize, const ExpertWeights* shared,
+                                 const Tensor& shared_gate, distributed::GroupCoordinator& tp);
+
+  bool defined() const { return !gate_up_.empty(); }
+  int num_experts() const { return static_cast<int>(gate_up_.size()); }
+  int top_k() const { return top_k_; }
+  int64_t hidden_size() const { return router_.input_size(); }
+  // This rank's slice of each expert's intermediate dimension (0 for no shared expert).
+  int64_t intermediate_size_per_partition() const;
+  int64_t shared_intermediate_size_per_partition() const;
+  // Bytes of weights one token reads on this rank: the router, top_k experts, the shared one.
+  int64_t bytes_per_token() const;
+  // How the experts multiply quantized weights (Linear::set_matmul); the router follows too.
+  void set_matmul(const kernels::MatMulOptions& options);
+
+  // x: [m, hidden_size] F32 -> out: [m, hidden_size] F32, whole (all-reduced) on every rank;
+  // buffers.router_logits / expert_weights rows [0, m) hold this call's routing afterwards.
+  // REQUIRES: buffers sized for >= m tokens of this block.
+  void Forward(const Tensor& x, MoeBuffers& buffers, Tensor& out, ThreadPool* pool) const;
+
+ private:
+  // out[rows] += expert(rows of x) · weight, the expert's partial sum on this rank.
+  void RunExpert(int expert, const Tensor& x, std::span<const int32_t> rows, MoeBuffers& buffers,
+                 Tensor& out, ThreadPool* pool) const;
+
+  Linear router_;  // [num_experts, hidden_size]
+  int top_k_ = 0;
+  bool renormalize_ = false;
+  std::vector<MergedColumnParallelLinear> gate_up_;  // [num_experts]: gate, up [I / tp, hidden]
+  std::vector<RowParallelLinear> down_;        // [num_experts]: [hidden, I / tp], not reducing
+  MergedColumnParallelLinear shared_gate_up_;  // undefined without a shared expert
+  RowParallelLinear shared_down_;
+  Linear shared_expert_gate_;  // [1, hidden_size]
+  distributed::GroupCoordinator* tp_group_ = nullptr;
+};
+
+}  // namespace uc::layers

@@ -1,0 +1,250 @@
+#include "layers/fused_moe.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "distributed/thread_process_group.h"
+#include "layers/layers_test_util.h"
+#include "layers/linear.h"
+
+namespace uc::layers::moe_test {
+namespace {
+
+using distributed::GroupCoordinator;
+using distributed::RunWithThreadGroup;
+using testing::ExpectClose;
+using testing::RandomF32;
+using testing::RandomWeight;
+
+constexpr int64_t kHidden = 64, kInter = 64, kSharedInter = 96, kExperts = 6;
+constexpr int kTopK = 2;
+
+struct Weights {
+  Tensor router;  // [kExperts, kHidden]
+  std::vector<ExpertWeights> experts;
+  ExpertWeights shared;
+  Tensor shared_gate;  // [1, kHidden]
+};
+
+Weights MakeWeights(DType dtype) {
+  Weights w;
+  w.router = RandomF32({kExperts, kHidden}, 100);
+  for (int e = 0; e < kExperts; ++e) {
+    const uint32_t s = 200 + 3 * e;
+    w.experts.push_back({RandomWeight(kInter, kHidden, dtype, s),
+                         RandomWeight(kInter, kHidden, dtype, s + 1),
+                         RandomWeight(kHidden, kInter, dtype, s + 2)});
+  }
+  w.shared = {RandomWeight(kSharedInter, kHidden, dtype, 300),
+              RandomWeight(kSharedInter, kHidden, dtype, 301),
+              RandomWeight(kHidden, kSharedInter, dtype, 302)};
+  w.shared_gate = RandomF32({1, kHidden}, 303);
+  return w;
+}
+
+std::vector<float> Matmul(const std::vector<float>& x, int64_t m, const Tensor& w) {
+  Tensor y = Tensor::Empty({m, w.dim(0)}, DType::kF32);
+  Linear(w, Tensor()).Forward(Tensor::FromVector(x, {m, w.dim(1)}), y, nullptr);
+  return y.ToFloatVector();
+}
+
+// One token through one gated expert, with its intermediate dimension restricted to
+// [begin, end) (a TP rank's slice; the whole expert for [0, I)).
+std::vector<float> Expert(const std::vector<float>& x, const ExpertWeights& w, int64_t begin,
+                          int64_t end) {
+  const std::vector<float> gate = Matmul(x, 1, w.gate), up = Matmul(x, 1, w.up);
+  const std::vector<float> down = w.down.ToFloatVector();
+  const int64_t inter = w.gate.dim(0);
+  std::vector<float> out(kHidden, 0.0f);
+  for (int64_t i = begin; i < end; ++i) {
+    const float act = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    for (int64_t j = 0; j < kHidden; ++j) out[j] += down[j * inter + i] * act;
+  }
+  return out;
+}
+
+// The block written out token by token: softmax over all experts, the top k, renormalised when
+// asked, plus the sigmoid-gated shared expert. `part`/`parts`: only that slice of every
+// intermediate dimension (the partial sum one TP rank holds before the all-reduce).
+std::vector<float> Reference(const Tensor& x, const Weights& w, bool renormalize, bool shared,
+                             int part = 0, int parts = 1) {
+  const int64_t m = x.dim(0);
+  const std::vector<float> xs = x.ToFloatVector();
+  std::vector<float> out(static_cast<size_t>(m * kHidden), 0.0f);
+  for (int64_t t = 0; t < m; ++t) {
+    const std::vector<float> row(xs.begin() + t * kHidden, xs.begin() + (t + 1) * kHidden);
+    std::vector<float> p = Matmul(row, 1, w.router);
+    const float max = *std::max_element(p.begin(), p.end());
+    float sum = 0.0f;
+    for (float& v : p) sum += v = std::exp(v - max);
+    for (float& v : p) v /= sum;
+    std::vector<int> order(kExperts);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    float chosen = 0.0f;
+    for (int k = 0; k < kTopK; ++k) chosen += p[order[k]];
+    for (int k = 0; k < kTopK; ++k) {
+      const int e = order[k];
+      const float weight = renormalize ? p[e] / chosen : p[e];
+      const std::vector<float> y =
+          Expert(row, w.experts[e], part * kInter / parts, (part + 1) * kInter / parts);
+      for (int64_t j = 0; j < kHidden; ++j) out[t * kHidden + j] += weight * y[j];
+    }
+    if (shared) {
+      const float s = 1.0f / (1.0f + std::exp(-Matmul(row, 1, w.shared_gate)[0]));
+      const std::vector<float> y =
+          Expert(row, w.shared, part * kSharedInter / parts, (part + 1) * kSharedInter / parts);
+      for (int64_t j = 0; j < kHidden; ++j) out[t * kHidden + j] += s * y[j];
+    }
+  }
+  return out;
+}
+
+StatusOr<FusedMoe> LoadMoe(const Weights& w, bool renormalize, bool shared, GroupCoordinator& g) {
+  return FusedMoe::Load("moe", w.router, w.experts, kTopK, renormalize,
+                        shared ? &w.shared : nullptr, w.shared_gate, g);
+}
+
+std::vector<float> RunBlock(const FusedMoe& moe, const Tensor& x) {
+  MoeBuffers buffers(x.dim(0), moe);
+  Tensor out = Tensor::Empty({x.dim(0), kHidden}, DType::kF32);
+  moe.Forward(x, buffers, out, nullptr);
+  return out.ToFloatVector();
+}
+
+struct Case {
+  int tp;
+  bool renormalize;
+  bool shared;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << "tp " << c.tp << (c.renormalize ? " renormalised" : "") << (c.shared ? " shared" : "");
+}
+
+class FusedMoeTest : public ::testing::TestWithParam<Case> {};
+
+// Every token's output equals the block written out token by token, at TP 1, 2 and 4 (each rank
+// a slice of every expert's intermediate dimension, all-reduced inside Forward); the router's
+// logits and dense weights are the same on every rank.
+TEST_P(FusedMoeTest, MatchesTheBlockTokenByToken) {
+  const Case c = GetParam();
+  const Weights w = MakeWeights(DType::kF32);
+  const Tensor x = RandomF32({9, kHidden}, 7);
+  const std::vector<float> want = Reference(x, w, c.renormalize, c.shared);
+  RunWithThreadGroup(c.tp, [&](GroupCoordinator& g) {
+    auto moe = LoadMoe(w, c.renormalize, c.shared, g);
+    ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+    EXPECT_EQ(moe->intermediate_size_per_partition(), kInter / c.tp);
+    MoeBuffers buffers(x.dim(0), *moe);
+    Tensor out = Tensor::Empty({x.dim(0), kHidden}, DType::kF32);
+    moe->Forward(x, buffers, out, nullptr);
+    ExpectClose(out.ToFloatVector(), want);
+    const std::vector<float> weights = buffers.expert_weights.Slice(0, x.dim(0)).ToFloatVector();
+    for (int64_t t = 0; t < x.dim(0); ++t) {
+      int chosen = 0;
+      float sum = 0.0f;
+      for (int64_t e = 0; e < kExperts; ++e) {
+        chosen += weights[t * kExperts + e] != 0.0f ? 1 : 0;
+        sum += weights[t * kExperts + e];
+      }
+      EXPECT_EQ(chosen, kTopK) << "token " << t;
+      if (c.renormalize) {
+        EXPECT_NEAR(sum, 1.0f, 1e-6f) << "token " << t;
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Tp, FusedMoeTest,
+                         ::testing::Values(Case{1, true, false}, Case{2, true, false},
+                                           Case{2, false, true}, Case{4, false, true}),
+                         [](const auto& info) {
+                           return "Tp" + std::to_string(info.param.tp) +
+                                  (info.param.renormalize ? "Renormalised" : "") +
+                                  (info.param.shared ? "Shared" : "");
+                         });
+
+// What a tap placed before the all-reduce would see: one rank's partial sum over its slice of
+// the experts (and of the shared expert). It is far from the block's output (so a capture there
+// would be wrong and the TP test above can fail), while the ranks' partials add up to it.
+TEST(FusedMoeBlockTest, ATapBeforeTheReduceWouldSeeAPartialSum) {
+  const Weights w = MakeWeights(DType::kF32);
+  const Tensor x = RandomF32({5, kHidden}, 8);
+  const std::vector<float> whole = Reference(x, w, false, true);
+  const std::vector<float> part0 = Reference(x, w, false, true, 0, 2);
+  const std::vector<float> part1 = Reference(x, w, false, true, 1, 2);
+  float scale = 0.0f, diff = 0.0f;
+  std::vector<float> sum(whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    scale = std::max(scale, std::fabs(whole[i]));
+    diff = std::max(diff, std::fabs(part0[i] - whole[i]));
+    sum[i] = part0[i] + part1[i];
+  }
+  EXPECT_GT(diff, 0.1f * scale);
+  ExpectClose(sum, whole);
+}
+
+// Batch invariance at the block level: each token's output has the same bits alone and in a
+// batch (other tokens routed to the same experts change only the rows the expert's matmul
+// runs over), for F32 and for Q8_0 experts on the exact and the int8 paths.
+TEST(FusedMoeBlockTest, EachTokenHasItsBitsAloneAndInABatch) {
+  for (const auto& [dtype, precision] :
+       {std::pair{DType::kF32, kernels::MatMulPrecision::kExact},
+        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kExact},
+        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kInt8}}) {
+    const Weights w = MakeWeights(dtype);
+    RunWithThreadGroup(1, [&](GroupCoordinator& g) {
+      auto moe = LoadMoe(w, true, true, g);
+      ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+      moe->set_matmul({precision, /*batch_invariant=*/true});
+      const Tensor x = RandomF32({37, kHidden}, 9);
+      const std::vector<float> batch = RunBlock(*moe, x);
+      for (int64_t t = 0; t < x.dim(0); t += 6) {
+        const std::vector<float> alone = RunBlock(*moe, x.Slice(t, t + 1));
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), batch.begin() + t * kHidden))
+            << DTypeName(dtype) << " token " << t;
+      }
+      if (precision == kernels::MatMulPrecision::kInt8) {
+        const Weights f32 = MakeWeights(DType::kF32);
+        const std::vector<float> want = Reference(x, f32, true, true);
+        float scale = 1.0f, err = 0.0f;
+        for (size_t i = 0; i < want.size(); ++i) {
+          scale = std::max(scale, std::fabs(want[i]));
+          err = std::max(err, std::fabs(batch[i] - want[i]));
+        }
+        EXPECT_LT(err, 0.05f * scale) << "int8 experts strayed from the F32 block";
+      }
+    });
+  }
+}
+
+TEST(FusedMoeBlockTest, BadShapesAndSizesAreErrorsNamingTheExpert) {
+  const Weights w = MakeWeights(DType::kF32);
+  RunWithThreadGroup(1, [&](GroupCoordinator& g) {
+    Weights bad = w;
+    bad.experts[3].down = RandomF32({kHidden, kInter + 1}, 1);
+    auto moe = LoadMoe(bad, true, false, g);
+    ASSERT_FALSE(moe.ok());
+    EXPECT_NE(moe.status().message().find("expert 3"), std::string::npos) << moe.status().message();
+    auto k = FusedMoe::Load("moe", w.router, w.experts, kExperts + 1, true, nullptr, Tensor(), g);
+    ASSERT_FALSE(k.ok());
+    EXPECT_NE(k.status().message().find("num_experts_per_tok"), std::string::npos);
+  });
+  RunWithThreadGroup(4, [&](GroupCoordinator& g) {
+    Weights odd = w;
+    for (ExpertWeights& e : odd.experts) {
+      e = {RandomF32({30, kHidden}, 1), RandomF32({30, kHidden}, 2), RandomF32({kHidden, 30}, 3)};
+    }
+    auto moe = LoadMoe(odd, true, false, g);
+    ASSERT_FALSE(moe.ok());
+    EXPECT_NE(moe.status().message().find("expert 0"), std::string::npos) << moe.status().message();
+  });
+}
+
+}  // namespace
+}  // namespace uc::layers::moe_test

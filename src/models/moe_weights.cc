@@ -1,0 +1,62 @@
+#include "models/moe_weights.h"
+
+#include <string>
+#include <vector>
+
+namespace uc::models {
+namespace {
+
+StatusOr<layers::ExpertWeights> LoadExpert(const io::TensorSource& source, const std::string& p,
+                                           int64_t hidden_size, int64_t intermediate_size) {
+  layers::ExpertWeights w;
+  UC_ASSIGN_OR_RETURN(
+      w.gate, io::GetWithShape(source, p + "gate_proj.weight", {intermediate_size, hidden_size}));
+  UC_ASSIGN_OR_RETURN(
+      w.up, io::GetWithShape(source, p + "up_proj.weight", {intermediate_size, hidden_size}));
+  UC_ASSIGN_OR_RETURN(
+      w.down, io::GetWithShape(source, p + "down_proj.weight", {hidden_size, intermediate_size}));
+  return w;
+}
+
+Status CheckDivides(const char* field, int size, int tp) {
+  if (size % tp == 0) return OkStatus();
+  return InvalidArgumentError(std::string(field) + " " + std::to_string(size) +
+                              " is not divisible by tensor_parallel_size " + std::to_string(tp));
+}
+
+}  // namespace
+
+StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& c, int layer,
+                                        const io::TensorSource& source,
+                                        distributed::GroupCoordinator& tp) {
+  UC_CHECK(c.IsMoeLayer(layer), "layer %d is not a mixture of experts", layer);
+  UC_RETURN_IF_ERROR(
+      CheckDivides("moe_intermediate_size", c.moe_intermediate_size, tp.world_size()));
+  UC_RETURN_IF_ERROR(CheckDivides("shared_expert_intermediate_size",
+                                  c.shared_expert_intermediate_size, tp.world_size()));
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  const int64_t h = c.hidden_size;
+  UC_ASSIGN_OR_RETURN(Tensor router,
+                      io::GetWithShape(source, p + "gate.weight", {c.num_experts, h}));
+  std::vector<layers::ExpertWeights> experts;
+  experts.reserve(static_cast<size_t>(c.num_experts));
+  for (int e = 0; e < c.num_experts; ++e) {
+    UC_ASSIGN_OR_RETURN(
+        layers::ExpertWeights w,
+        LoadExpert(source, p + "experts." + std::to_string(e) + ".", h, c.moe_intermediate_size));
+    experts.push_back(std::move(w));
+  }
+  layers::ExpertWeights shared;
+  Tensor shared_gate;
+  const bool has_shared = c.shared_expert_intermediate_size > 0;
+  if (has_shared) {
+    UC_ASSIGN_OR_RETURN(
+        shared, LoadExpert(source, p + "shared_expert.", h, c.shared_expert_intermediate_size));
+    UC_ASSIGN_OR_RETURN(shared_gate,
+                        io::GetWithShape(source, p + "shared_expert_gate.weight", {1, h}));
+  }
+  return layers::FusedMoe::Load(p.substr(0, p.size() - 1), router, experts, c.num_experts_per_tok,
+                                c.norm_topk_prob, has_shared ? &shared : nullptr, shared_gate, tp);
+}
+
+}  // namespace uc::models
