@@ -1,11 +1,13 @@
 """What a Python probe costs: SmolLM2-135M (or any local model), 16 prompts in one batch, 64
 tokens each, with no probe, a Python `@probe` (a norm score) inline on generated[*] at 2
 layers, and the same score from a trajectory `Probe` subclass at an async point (the spec
-allows only trajectory probes there). The three models stay open and their runs alternate (REPEATS rounds); prints each
-configuration's median tokens/s (wall) and tokens per CPU-second of this process (less
-sensitive to other load on a shared machine), each with its ratio to the unprobed median.
+allows only trajectory probes there; its calls are batched per queue serve). The three models
+stay open and their runs alternate (REPEATS rounds, default 5); prints each configuration's
+median tokens/s (wall) and tokens per CPU-second of this process (less sensitive to other load
+on a shared machine), each with its ratio to the unprobed median.
 
-    PYTHONPATH=build/ci/python build/venv/bin/python bench/python_probe_overhead.py MODEL.gguf
+    PYTHONPATH=build/ci/python build/venv/bin/python bench/python_probe_overhead.py MODEL.gguf \
+        [THREADS=2 [REPEATS=5]]
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ PROMPTS = [f"Write a short story about a {w}." for w in (
     "cat", "dog", "ship", "robot", "tree", "river", "king", "city",
     "storm", "clock", "garden", "mountain", "train", "lamp", "bird", "door")]
 TOKENS = 64
-REPEATS = 5
+REPEATS = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 
 
 @probe("bench_norm")
@@ -51,11 +53,13 @@ def spec(mode: str) -> dict:
 
 
 def main(model_path: str, threads: int) -> None:
+    # Three engines stay open: each gets a KV cache for this workload only, not a share of memory.
+    opts = {"threads": threads, "kv_cache_memory": "256MiB", "max_model_len": 256}
     configs = {
-        "no probe": ProbedModel.from_pretrained(model_path, threads=threads),
+        "no probe": ProbedModel.from_pretrained(model_path, **opts),
         "async Probe": ProbedModel.from_pretrained(model_path, spec=spec("async"),
-                                                   probes={"bench_norm_async": BenchNorm}, threads=threads),
-        "inline @probe": ProbedModel.from_pretrained(model_path, spec=spec("inline"), threads=threads),
+                                                   probes={"bench_norm_async": BenchNorm}, **opts),
+        "inline @probe": ProbedModel.from_pretrained(model_path, spec=spec("inline"), **opts),
     }
     rates: dict[str, list[float]] = {name: [] for name in configs}
     cpu_rates: dict[str, list[float]] = {name: [] for name in configs}

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "model: needs the SmolLM2 GGUF (UC_SMOLLM2_GGUF)")
+    config.addinivalue_line("markers", "mpi: starts several processes with mpirun")
 
 
 @pytest.fixture(scope="session")

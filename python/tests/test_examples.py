@@ -36,3 +36,11 @@ def test_function_probe(root):
         pytest.skip("function_probe.py builds a torch.nn.Linear: torch is not installed")
     out = run(root, "function_probe.py")
     assert re.match(r"score: [0-9.e-]+\naction: continue metadata: \{'score': [0-9.e-]+, 'probe': 'toxicity'\}\n", out), out
+
+
+def test_llm_example_generates_captures_and_steers(root):
+    out = run(root, "llm.py")
+    lines = out.splitlines()
+    assert re.fullmatch(r"'Once upon a time' -> '.+' \((length|stop)\)", lines[0]), out
+    assert re.fullmatch(r"captured \(\d+, 64\) rows; generated rows of prompt 0: \(\d+, 64\)", lines[2]), out
+    assert lines[3].startswith("steered: '"), out

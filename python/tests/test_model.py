@@ -193,6 +193,39 @@ def test_async_python_probe_runs_off_the_step_path(tiny_model, registry):
     assert result.metadata["queue"]["processed"] == 10
 
 
+class SlowStart(Probe):
+    """Async trajectory probe whose first call sleeps, so that records pile up in its queue."""
+
+    probe_kind = "trajectory"
+
+    def on_start(self, ctx):
+        self.seen = []
+
+    def on_activation(self, record):
+        if not self.seen:
+            time.sleep(0.2)
+        self.seen.append((record.token_pos, record.layer))
+
+    def on_end(self, ctx):
+        return ProbeResult(ctx.request_id, self.extraction_point_name, verdict=self.seen)
+
+
+def test_async_python_probe_is_called_in_batches(tiny_model):
+    spec = {"extraction_points": [{**point("obs", "slow", mode="async", kind="trajectory"),
+                                   "queue_depth": 1000, "overflow_policy": "block"}]}
+    with ProbedModel.from_pretrained(tiny_model, spec=spec, probes={"slow": SlowStart}, threads=1) as model:
+        outs = model.generate([PROMPT, "The little dog"], max_new_tokens=8, ignore_eos=True)
+        calls = model._bridges["slow"].calls
+    records = 0
+    for out in outs:
+        seen = out.probe_results["obs"].verdict
+        assert seen == sorted(seen) and len(seen) == 16  # every record, in order, none dropped
+        assert out.probe_results["obs"].metadata["queue"]["processed"] == 16
+        records += len(seen)
+    # Records that queued up while a call ran went to the probe in one call.
+    assert calls < records / 2, (calls, records)
+
+
 def test_function_probe_from_the_default_registry(tiny_model):
     @probe("_test_big_norm", threshold=0.0)
     def big_norm(record) -> float:

@@ -1,5 +1,5 @@
 """Oracles on the real chat model (SmolLM2-135M GGUF, label `model`): a Python probe's records
-equal `undercurrent capture`'s rows bit for bit; an inline Python ABORT at generated[3] returns
+and `LLM.capture`'s arrays equal `undercurrent capture`'s rows bit for bit; an inline Python ABORT at generated[3] returns
 exactly 4 tokens; the built-in probes give the same verdicts from Python as `generate --spec`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from undercurrent import Probe, ProbeAction, ProbedModel, ProbeResult, ProbeSignal
+from undercurrent import LLM, Probe, ProbeAction, ProbedModel, ProbeResult, ProbeSignal, SamplingParams
 
 pytestmark = pytest.mark.model
 
@@ -90,6 +90,14 @@ def test_python_probe_records_equal_capture_rows_bit_for_bit(smollm2, cli, root,
                 assert np.array_equal(tensor, theirs[k]), (i, point, k)
                 compared += 1
     assert compared == len(PROMPTS) * (6 + 1) * len(LAYERS)  # every generated token, the last prompt one
+    # LLM.capture gives the dataset's rows, in its order, bit for bit.
+    with LLM(smollm2, threads=2) as llm:
+        acts = llm.capture(PROMPTS, str(tmp_path / "spec.yaml"), SamplingParams(max_tokens=6, temperature=0.0))
+    rows = ds.rows()
+    assert [(int(i), acts.points[p], int(layer), int(pos)) for i, p, layer, pos in
+            zip(acts.prompt_index, acts.point, acts.layer, acts.token_pos)] == \
+        [(r["prompt_index"], r["point"], r["layer"], r["token_pos"]) for r in rows]
+    assert np.array_equal(acts.values, ds.activations(rows))
 
 
 def test_inline_python_abort_at_generated_3_returns_exactly_4_tokens(smollm2):

@@ -21,8 +21,11 @@ ADVANCED = [
     "ActivationRecord",
     "ExecutionMode",
     "FileLogSink",
+    "InMemoryMetricsRegistry",
     "InterventionMode",
     "InterventionPolicy",
+    "MetricsSink",
+    "MetricsSnapshot",
     "OverflowPolicy",
     "ProbeAction",
     "ProbeFactory",
@@ -35,10 +38,14 @@ ADVANCED = [
     "SpecValidationError",
     "TensorType",
     "TimeoutAction",
+    "WebhookLogSink",
     "chain",
     "drop_keys",
     "redact_keys",
 ]
+
+
+VLLM_STYLE = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "Activations"]
 
 
 def test_front_door_comes_first_in_all():
@@ -49,6 +56,7 @@ def test_every_name_in_all_resolves():
     for name in undercurrent.__all__:
         assert getattr(undercurrent, name) is not None, name
     assert set(ADVANCED) <= set(undercurrent.__all__)
+    assert set(VLLM_STYLE) <= set(undercurrent.__all__)
 
 
 def test_unknown_attribute_raises_attribute_error():

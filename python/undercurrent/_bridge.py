@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -85,8 +86,10 @@ def signal_from_engine(d: dict[str, Any]) -> ProbeSignal:
 class ProbeBridge:
     """Spawns and calls the probes of one registered name for one model."""
 
-    def __init__(self, name: str, factory: ProbeFactory, points: dict[str, Any]) -> None:
+    def __init__(self, name: str, factory: ProbeFactory, points: dict[str, Any], metrics: Any = None) -> None:
         self.name = name
+        self.metrics = metrics  # a MetricsSink, or None
+        self.calls = 0  # activate calls made (each carries one or more records)
         self.factory = factory
         self.points = points  # extraction point name -> ExtractionPoint (RequestContext config)
         self._results: dict[tuple[str, str], ProbeResult] = {}
@@ -110,6 +113,7 @@ class ProbeBridge:
         instance.on_start(self._context(request_id, metadata_json, point_name))
 
     def activate(self, instances: list[Any], metadata: list[tuple], block: Any) -> list[Any]:
+        self.calls += 1
         tensors = _as_tensors(block)
         out: list[Any] = []
         for i, (instance, meta) in enumerate(zip(instances, metadata)):
@@ -128,11 +132,17 @@ class ProbeBridge:
                 timestamp,
                 generated_index if is_generated else None,
             )
+            started = time.perf_counter() if self.metrics is not None else 0.0
             try:
                 signal = instance.on_activation(record)
             except Exception as exc:  # noqa: BLE001 (the point's intervention policy decides)
+                if self.metrics is not None:
+                    self.metrics.record_activation(request_id, point, time.perf_counter() - started)
+                    self.metrics.record_probe_error(request_id, point)
                 out.append(("__error__", f"{type(exc).__name__}: {exc}"))
                 continue
+            if self.metrics is not None:
+                self.metrics.record_activation(request_id, point, time.perf_counter() - started)
             if signal is None:
                 out.append(None)
             elif not isinstance(signal, ProbeSignal):

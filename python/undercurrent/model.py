@@ -11,12 +11,15 @@ temporary folder first).
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,6 +48,7 @@ ENGINE_OPTIONS: dict[str, type | tuple[type, ...]] = {
     "tokenizer": (str, os.PathLike),
     "tensor_parallel_size": int,
     "pipeline_parallel_size": int,
+    "step_timeout": (int, float),
 }
 _ROUTER_OPTIONS = {
     "worker_pool_size": "workers",
@@ -107,6 +111,19 @@ def _core() -> Any:
     return _core
 
 
+# Open models, closed at exit before MPI ends (rank 0's close releases the other ranks).
+_OPEN: weakref.WeakSet[ProbedModel] = weakref.WeakSet()
+
+
+def _finalize_mpi() -> None:
+    for model in list(_OPEN):
+        model.close()
+    _core().finalize_mpi()
+
+
+atexit.register(lambda: _finalize_mpi() if "undercurrent._core" in sys.modules else None)
+
+
 def _error(exc: Exception) -> ProbingError:
     """A _core.Error as 0.1's exception types."""
     code, message = (exc.args + ("", ""))[:2] if len(exc.args) >= 2 else ("", str(exc))
@@ -154,6 +171,10 @@ class ProbedModel:
         self._core_model: Any = None
         self._tmpdir: str | None = None
         self._on_result = on_result
+        from .router import MetricsSink
+
+        if metrics_sink is not None and not isinstance(metrics_sink, MetricsSink):
+            raise ProbingTypeError(f"metrics_sink must be a MetricsSink (e.g. InMemoryMetricsRegistry), got {metrics_sink!r}")
         self._metrics_sink = metrics_sink
         if backend not in ("undercurrent", "hf"):
             raise ProbingValueError(f"backend={backend!r}: this package serves models with its own engine only")
@@ -181,7 +202,15 @@ class ProbedModel:
         except core.Error as exc:
             self._cleanup()
             raise _error(exc) from None
+        if self._core_model.is_worker:
+            # A rank other than 0 of `mpirun -np N python SCRIPT`: it served rank 0's model until
+            # that closed; the rest of the script is rank 0's.
+            self._core_model = None
+            self._cleanup()
+            _finalize_mpi()
+            raise SystemExit(0)
         self._closed = False
+        _OPEN.add(self)
 
     @classmethod
     def from_pretrained(cls, model: Any = None, **kwargs: Any) -> ProbedModel:
@@ -222,7 +251,7 @@ class ProbedModel:
                     continue  # a C++ built-in
                 known = sorted(set(registry.list()) | builtins)
                 raise ProbeNotFoundError(p.probe_type, known) from None
-            bridge = ProbeBridge(p.probe_type, factory, points)
+            bridge = ProbeBridge(p.probe_type, factory, points, self._metrics_sink)
             bridges[p.probe_type] = bridge
             out.append((p.probe_type, factory.probe_cls.probe_kind, bridge))
         return out, bridges
@@ -265,13 +294,8 @@ class ProbedModel:
                 continue
             if not isinstance(value, ENGINE_OPTIONS[key]) or (isinstance(value, bool) and ENGINE_OPTIONS[key] is int):
                 raise ProbingTypeError(f"{key}: expected {ENGINE_OPTIONS[key]}, got {value!r}")
-            if key in ("tensor_parallel_size", "pipeline_parallel_size"):
-                if value != 1:
-                    raise ProbingValueError(
-                        f"{key}={value}: several processes are not available from Python yet; run "
-                        "`undercurrent generate --tensor-parallel-size N --spec ...` for TP/PP"
-                    )
-                continue
+            if key in ("tensor_parallel_size", "pipeline_parallel_size") and value < 1:
+                raise ProbingValueError(f"{key}={value}: must be >= 1")
             out[key] = _bytes(value) if key == "kv_cache_memory" else os.fspath(value) if key == "tokenizer" else value
         if max_concurrency is not None:
             if not isinstance(max_concurrency, int) or max_concurrency < 1:
@@ -281,7 +305,7 @@ class ProbedModel:
 
     @staticmethod
     def _probing_options(router_kwargs: Mapping[str, Any] | None, log_sink: Any) -> dict[str, Any]:
-        from .sinks import FileLogSink
+        from .sinks import FileLogSink, WebhookLogSink
 
         out: dict[str, Any] = {}
         for key, value in (router_kwargs or {}).items():
@@ -292,11 +316,19 @@ class ProbedModel:
                 )
             out[_ROUTER_OPTIONS[key]] = value.value if hasattr(value, "value") else value
         if log_sink is not None:
-            if not isinstance(log_sink, FileLogSink):
-                raise ProbingValueError(
-                    f"log_sink={log_sink!r}: this version writes signals and results to a FileLogSink only"
-                )
-            out["log_file"] = os.fspath(log_sink.path)
+            sinks = list(log_sink) if isinstance(log_sink, (list, tuple)) else [log_sink]
+            for sink in sinks:
+                if not isinstance(sink, (FileLogSink, WebhookLogSink)):
+                    raise ProbingTypeError(
+                        f"log_sink={sink!r}: the engine writes signals and results to a FileLogSink or a "
+                        "WebhookLogSink (or a list of them)"
+                    )
+            try:
+                out["sinks"] = [sink._engine() for sink in sinks]
+            except TypeError as exc:
+                raise ProbingTypeError(str(exc)) from None
+            except ValueError as exc:
+                raise ProbingValueError(str(exc)) from None
         return out
 
     # -- use ---------------------------------------------------------------------------------
@@ -341,20 +373,16 @@ class ProbedModel:
         if not all(isinstance(p, str) for p in prompts):
             raise ProbingTypeError("prompt must be a str or a list of str")
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        core = _core()
-        try:
-            raw = model.generate(
-                prompts,
-                16 if max_new_tokens is None else int(max_new_tokens),
-                0.0 if temperature is None else float(temperature),
-                1.0 if top_p is None else float(top_p),
-                0 if top_k is None else int(top_k),
-                seed,
-                stops,
-                bool(ignore_eos),
-            )
-        except core.Error as exc:
-            raise ProbingValueError(exc.args[1] if len(exc.args) > 1 else str(exc)) from None
+        params = {
+            "max_tokens": 16 if max_new_tokens is None else int(max_new_tokens),
+            "temperature": 0.0 if temperature is None else float(temperature),
+            "top_p": 1.0 if top_p is None else float(top_p),
+            "top_k": 0 if top_k is None else int(top_k),
+            "seed": seed,
+            "stop": stops,
+            "ignore_eos": bool(ignore_eos),
+        }
+        raw = self._run([(p, params, []) for p in prompts])
         outputs: list[Any] = []
         for r in raw:
             if "error" in r:
@@ -372,12 +400,27 @@ class ProbedModel:
             outputs.append(out)
         return outputs[0] if single else outputs
 
-    def _output(self, r: dict[str, Any]) -> GenerationOutput:
+    def _run(self, requests: list[tuple[Any, dict[str, Any], list[Any]]]) -> list[dict[str, Any]]:
+        """Runs [(prompt, params, steering)] in one batch (the engine's dicts, in order)."""
+        model = self._model()
+        core = _core()
+        try:
+            return model.generate(requests)
+        except core.Error as exc:
+            raise ProbingValueError(exc.args[1] if len(exc.args) > 1 else str(exc)) from None
+
+    def _results(self, r: dict[str, Any]) -> dict[str, ProbeResult]:
+        """The ProbeResults of one engine output, by point (the Python probes' own objects)."""
         from ._bridge import signal_from_engine
 
         results: dict[str, ProbeResult] = {}
         for res in json.loads(r["probe_results"]):
             point = res["extraction_point_name"]
+            queue = (res.get("metadata") or {}).get("queue")
+            if self._metrics_sink is not None and isinstance(queue, dict):
+                for _ in range(sum((queue.get("dropped") or {}).values())):
+                    self._metrics_sink.record_drop(r["request_id"], point)
+                self._metrics_sink.record_queue_depth(r["request_id"], point, 0)
             kept = None
             if self._spec is not None:
                 bridge = self._bridges.get(self._spec.point(point).probe_type)
@@ -395,6 +438,10 @@ class ProbedModel:
                     signal_history=[signal_from_engine(s) for s in res.get("signal_history", [])],
                     metadata=dict(res.get("metadata") or {}),
                 )
+        return results
+
+    def _output(self, r: dict[str, Any]) -> GenerationOutput:
+        results = self._results(r)
         abort = r["abort"]
         aborted = r["finish_reason"] == "abort"
         signal = None
@@ -417,8 +464,8 @@ class ProbedModel:
             prompt_token_ids=list(r["prompt_ids"]),
             finish_reason=r["finish_reason"],
             stop_reason=r["stop_reason"],
-            usage=dict(r["usage"]),
-            metrics=dict(r["metrics"]),
+            usage={k: r["usage"][k] for k in ("prompt_tokens", "completion_tokens")},
+            metrics={**r["metrics"], "cached_tokens": r["usage"]["cached_tokens"]},
         )
 
     def close(self) -> None:

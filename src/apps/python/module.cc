@@ -3,6 +3,7 @@
 // the probe registry's names. Errors come out as _core.Error(code, message); the package turns
 // them into 0.1's exception types.
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -14,23 +15,20 @@
 #include "apps/python/py_model.h"
 #include "probe/probes/registry.h"
 #include "probe/sinks/ndjson_file_sink.h"
+#include "probe/sinks/redaction.h"
+#include "probe/sinks/webhook_sink.h"
 #include "probe/spec/spec.h"
+#include "worker/steering_config.h"
 
 namespace nb = nanobind;
 
 namespace uc::python {
 namespace {
 
-// A Status as a Python exception: _core.Error with args (code name, message).
-struct StatusError : std::runtime_error {
-  StatusError(std::string code_, const std::string& message)
-      : std::runtime_error(message), code(std::move(code_)) {}
-  std::string code;
-};
+using StatusError = StatusException;
 
-[[noreturn]] void Raise(const Status& status) {
-  throw StatusError(std::string(StatusCodeName(status.code())), status.message());
-}
+// A Status as a Python exception: _core.Error with args (code name, message).
+[[noreturn]] void Raise(const Status& status) { throw StatusException(status); }
 
 template <typename T>
 T Take(StatusOr<T> value) {
@@ -76,6 +74,40 @@ std::string ParseSpec(const std::string& source, const std::string& name, bool i
   return points.dump();
 }
 
+// {redact_prompt_text, redact_keys, drop_keys, replacement} (probe/sinks/redaction.h).
+probe::RedactionOptions ToRedaction(const nb::dict& d) {
+  probe::RedactionOptions r;
+  r.redact_prompt_text = Get<bool>(d, "redact_prompt_text", false);
+  r.redact_keys = Get<std::vector<std::string>>(d, "redact_keys", {});
+  r.drop_keys = Get<std::vector<std::string>>(d, "drop_keys", {});
+  r.replacement = Get<std::string>(d, "replacement", r.replacement);
+  return r;
+}
+
+// A sink the package describes as a dict: {kind: "file", path, redaction} (FileLogSink) or
+// {kind: "webhook", url, max_retries, backoff_base, request_timeout, dead_letter_path,
+// queue_maxsize, bearer_token_env, redaction} (WebhookLogSink).
+std::shared_ptr<probe::Sink> ToSink(nb::handle h) {
+  const nb::dict d = nb::cast<nb::dict>(h);
+  const std::string kind = nb::cast<std::string>(d["kind"]);
+  const probe::RedactionOptions redaction = ToRedaction(nb::cast<nb::dict>(d["redaction"]));
+  if (kind == "file") {
+    probe::NdjsonFileOptions file;
+    file.redactor = Take(probe::Redactor::Create(redaction));
+    return Take(probe::NdjsonFileSink::Open(nb::cast<std::string>(d["path"]), std::move(file)));
+  }
+  probe::WebhookOptions w;
+  w.url = nb::cast<std::string>(d["url"]);
+  w.max_retries = Get<int>(d, "max_retries", w.max_retries);
+  w.backoff_base_seconds = Get<double>(d, "backoff_base", w.backoff_base_seconds);
+  w.request_timeout_seconds = Get<double>(d, "request_timeout", w.request_timeout_seconds);
+  w.dead_letter_path = Get<std::string>(d, "dead_letter_path", "");
+  w.queue_max = Get<size_t>(d, "queue_maxsize", w.queue_max);
+  w.bearer_token_env = Get<std::string>(d, "bearer_token_env", "");
+  w.redaction = redaction;
+  return Take(probe::WebhookSink::Open(std::move(w)));
+}
+
 PyModelOptions ToOptions(const nb::dict& engine, const std::string& model_name,
                          const std::string& spec_text, const std::string& spec_path,
                          const nb::list& python_probes, const nb::dict& probing) {
@@ -100,6 +132,9 @@ PyModelOptions ToOptions(const nb::dict& engine, const std::string& model_name,
                       "matmul: expected 'exact' or 'int8', got '" + matmul + "'");
   }
   o.engine.load.batch_invariant = Get<bool>(engine, "batch_invariant", true);
+  o.tensor_parallel_size = Get<int>(engine, "tensor_parallel_size", 1);
+  o.pipeline_parallel_size = Get<int>(engine, "pipeline_parallel_size", 1);
+  o.step_timeout_seconds = Get<double>(engine, "step_timeout", o.step_timeout_seconds);
   o.spec_text = spec_text;
   o.spec_path = spec_path;
   for (nb::handle h : python_probes) {
@@ -132,11 +167,61 @@ PyModelOptions ToOptions(const nb::dict& engine, const std::string& model_name,
   }
   o.probing.circuit_breaker_threshold =
       Get<int>(probing, "circuit_breaker_threshold", o.probing.circuit_breaker_threshold);
-  if (probing.contains("log_file")) {
-    o.probing.sinks.push_back(Take(probe::NdjsonFileSink::Open(
-        nb::cast<std::string>(probing["log_file"]), probe::NdjsonFileOptions{})));
+  if (probing.contains("sinks")) {
+    for (nb::handle h : nb::cast<nb::list>(probing["sinks"])) o.probing.sinks.push_back(ToSink(h));
   }
   return o;
+}
+
+// A request from the package: (prompt: str | list[int], params: dict, steering: [(layer, site,
+// tokens, scale, norm_match, values float32 [hidden])]). Sampling values are checked by
+// SamplingParams::Validate, steering vectors by the engine (both name the field).
+PyRequest ToRequest(nb::handle h) {
+  nb::tuple t = nb::cast<nb::tuple>(h);
+  PyRequest r;
+  const nb::handle prompt = t[0];
+  if (nb::isinstance<nb::str>(prompt)) {
+    r.prompt = engine::Prompt::Text(nb::cast<std::string>(prompt));
+  } else {
+    r.prompt = engine::Prompt::Ids(nb::cast<std::vector<int32_t>>(prompt));
+  }
+  const nb::dict params = nb::cast<nb::dict>(t[1]);
+  worker::SamplingParams& p = r.params;
+  p.max_tokens = Get<int>(params, "max_tokens", p.max_tokens);
+  p.temperature = Get<float>(params, "temperature", 0.0f);
+  p.top_p = Get<float>(params, "top_p", p.top_p);
+  p.top_k = Get<int>(params, "top_k", p.top_k);
+  p.min_p = Get<float>(params, "min_p", p.min_p);
+  if (params.contains("seed") && !params["seed"].is_none()) {
+    p.seed = nb::cast<uint64_t>(params["seed"]);
+  }
+  p.stop = Get<std::vector<std::string>>(params, "stop", {});
+  p.stop_token_ids = Get<std::vector<int32_t>>(params, "stop_token_ids", {});
+  p.ignore_eos = Get<bool>(params, "ignore_eos", false);
+  if (const Status valid = p.Validate(); !valid.ok()) Raise(valid);
+  auto config = std::make_shared<worker::SteeringConfig>();
+  for (nb::handle v : nb::cast<nb::list>(t[2])) {
+    nb::tuple e = nb::cast<nb::tuple>(v);
+    worker::SteeringVector vector;
+    vector.layer = nb::cast<int32_t>(e[0]);
+    vector.site = Take(worker::ParseSteeringSite(nb::cast<std::string>(e[1])));
+    vector.tokens = Take(worker::ParseSteeringTokens(nb::cast<std::string>(e[2])));
+    vector.scale = nb::cast<float>(e[3]);
+    vector.norm_match = nb::cast<bool>(e[4]);
+    auto values =
+        nb::cast<nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(e[5]);
+    vector.values.assign(values.data(), values.data() + values.shape(0));
+    config->vectors.push_back(std::move(vector));
+  }
+  if (!config->empty()) r.steering.config = std::move(config);
+  return r;
+}
+
+std::vector<PyRequest> ToRequests(const nb::list& requests) {
+  std::vector<PyRequest> out;
+  out.reserve(requests.size());
+  for (nb::handle h : requests) out.push_back(ToRequest(h));
+  return out;
 }
 
 }  // namespace
@@ -158,6 +243,13 @@ NB_MODULE(_core, m) {
         nb::arg("is_path") = false,
         "Parses and validates a spec; its extraction points as JSON text. Raises Error.");
   m.def(
+      "finalize_mpi",
+      [] {
+        nb::gil_scoped_release release;
+        if (const uc::Status s = PyModel::FinalizeMpi(); !s.ok()) uc::python::Raise(s);
+      },
+      "MPI_Finalize when this process started MPI (every rank, at exit). Idempotent.");
+  m.def(
       "builtin_probe_types", [] { return uc::probe::ProbeRegistry().List(); },
       "The probe types of the C++ registry (the built-ins).");
 
@@ -173,27 +265,29 @@ NB_MODULE(_core, m) {
           nb::arg("python_probes"), nb::arg("probing"))
       .def(
           "generate",
-          [](PyModel& model, const std::vector<std::string>& prompts, int max_tokens,
-             float temperature, float top_p, int top_k, std::optional<uint64_t> seed,
-             const std::vector<std::string>& stop, bool ignore_eos) {
-            uc::worker::SamplingParams p;
-            p.max_tokens = max_tokens;
-            p.temperature = temperature;
-            p.top_p = top_p;
-            p.top_k = top_k;
-            p.seed = seed;
-            p.stop = stop;
-            p.ignore_eos = ignore_eos;
-            if (const uc::Status valid = p.Validate(); !valid.ok()) uc::python::Raise(valid);
-            return model.Generate(prompts, p);
+          [](PyModel& model, const nb::list& requests) {
+            return model.Generate(uc::python::ToRequests(requests));
           },
-          nb::arg("prompts"), nb::arg("max_tokens"), nb::arg("temperature"), nb::arg("top_p"),
-          nb::arg("top_k"), nb::arg("seed").none(), nb::arg("stop"), nb::arg("ignore_eos"))
+          nb::arg("requests"),
+          "Generates [(prompt, params, steering)] in one batch: a dict per request, in order.")
+      .def(
+          "capture",
+          [](PyModel& model, const nb::list& requests, const std::string& spec_text,
+             const std::string& spec_path, const std::string& sae_dir,
+             const std::vector<int64_t>& sae_features) {
+            return model.Capture(uc::python::ToRequests(requests), spec_text, spec_path,
+                                 {sae_dir, sae_features});
+          },
+          nb::arg("requests"), nb::arg("spec_text"), nb::arg("spec_path"), nb::arg("sae_dir"),
+          nb::arg("sae_features"),
+          "Runs the requests in one batch with a spec's capture probes: the rows of "
+          "`undercurrent capture` as arrays (PyModel::Capture).")
       .def("close",
            [](PyModel& model) {
              nb::gil_scoped_release release;
              model.Close();
            })
+      .def_prop_ro("is_worker", &PyModel::is_worker)
       .def_prop_ro("num_layers", [](const PyModel& m) { return m.config().num_hidden_layers; })
       .def_prop_ro("hidden_size",
                    [](const PyModel& m) { return static_cast<int64_t>(m.config().hidden_size); })

@@ -10,8 +10,12 @@
 // KeyboardInterrupt aborts every request of the call, lets the engine finish them and the
 // probes deliver their results, then is raised. The model stays usable.
 //
-// Thread-safety: Generate calls are serialized (a second caller waits, without the GIL). Close
-// is terminal and idempotent; Generate after Close is an error.
+// Capture runs prompts with a second, private probing session in place of the model's (the
+// capture probes of probe/runtime/capture.h, as `undercurrent capture` uses them), so its rows
+// are the CLI's rows for the same prompts and spec.
+//
+// Thread-safety: Generate and Capture calls are serialized (a second caller waits, without the
+// GIL). Close is terminal and idempotent; Generate after Close is an error.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -20,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,6 +33,15 @@
 #include "probe/runtime/probing_session.h"
 
 namespace uc::python {
+
+// A Status on its way to Python: the module turns it into _core.Error(code name, message).
+struct StatusException : std::runtime_error {
+  explicit StatusException(const Status& status)
+      : std::runtime_error(status.message()), code(std::string(StatusCodeName(status.code()))) {}
+  StatusException(std::string code_name, const std::string& message)
+      : std::runtime_error(message), code(std::move(code_name)) {}
+  std::string code;
+};
 
 struct PythonProbeEntry {
   std::string name;
@@ -42,13 +56,37 @@ struct PyModelOptions {
   std::string spec_path;   // a spec file (relative paths in it resolve against it), or empty
   std::vector<PythonProbeEntry> python_probes;
   probe::ProbingOptions probing;  // sinks, async workers and queues, intervention defaults
+  // Several processes (SPMD): every rank of `mpirun -np T*P python SCRIPT` opens the model with
+  // the same options; rank 0 gets the engine, the other ranks serve its steps until it closes.
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  double step_timeout_seconds = 120.0;  // the driver's watchdog per step
+};
+
+// One request of a batch: its prompt (text or ids), sampling and per-request steering.
+struct PyRequest {
+  engine::Prompt prompt;
+  worker::SamplingParams params;
+  engine::RequestSteering steering;
+};
+
+// What Capture stores instead of the raw rows: these SAE features of each row (cfg.json and
+// sae_weights.safetensors in `dir`); empty `features`: all of them.
+struct PySaeOptions {
+  std::string dir;
+  std::vector<int64_t> features;
 };
 
 class PyModel {
  public:
   // Loads the model and registers the spec's probes. InvalidArgument / NotFound naming the file,
   // field or probe_type when the spec does not fit; the errors of LLMEngine::Open.
-  // REQUIRES: the GIL is held (it is released while the model loads).
+  // With T×P > 1, or under an MPI launcher: MPI starts (once per process) and this rank joins
+  // the deployment. On rank 0 the model is returned as usual; on the others this returns once
+  // rank 0's model closed, with a model whose is_worker() is true (and that is closed).
+  // FailedPrecondition when T×P > 1 without a launcher; InvalidArgument when the launcher's
+  // world size is not T×P.
+  // REQUIRES: the GIL is held (it is released while the model loads and while a worker serves).
   static StatusOr<std::unique_ptr<PyModel>> Open(PyModelOptions options);
   ~PyModel();
 
@@ -57,16 +95,36 @@ class PyModel {
   // abort (null or {by, reason, point, token_pos, confidence}), probe_results (JSON text:
   // [ProbeResult::ToJson()]), usage {prompt_tokens, completion_tokens}, metrics}) or {error}
   // for a prompt the engine refused. REQUIRES: the GIL is held.
-  nanobind::list Generate(const std::vector<std::string>& prompts,
-                          const worker::SamplingParams& params);
+  nanobind::list Generate(std::vector<PyRequest> requests);
+  // Runs `requests` in one continuous batch with the capture probes of `spec_text` (YAML named
+  // "spec") or `spec_path` in place of the model's probes, and returns {points: [point names,
+  // spec order], outputs: [the Generate dicts], values: float32 [rows, width], and per row
+  // prompt_index, point_index, layer, token_pos, generated_index (-1: a prompt token), token_id
+  // (int64 arrays), is_generated (bool), token_text (list of str)}. Rows are ordered by prompt,
+  // then (token_pos, layer, point) — `undercurrent capture`'s rows; width is the hidden size or
+  // the number of SAE features. InvalidArgument naming the file and field for a bad spec or SAE.
+  // REQUIRES: the GIL is held.
+  nanobind::dict Capture(std::vector<PyRequest> requests, const std::string& spec_text,
+                         const std::string& spec_path, const PySaeOptions& sae);
   // Drains every async probe queue, shuts the session and the engine down.
   void Close();
+
+  bool is_worker() const { return worker_; }
+  // MPI_Finalize when this process started MPI (collective: every rank calls it, after its
+  // models closed). Idempotent.
+  static Status FinalizeMpi();
 
   const models::ModelConfig& config() const;
   const engine::LLMEngine& engine() const { return *engine_; }
 
  private:
+  struct Slot;
   PyModel() = default;
+  // Adds `requests` and steps the engine until they finish, without the GIL; Ctrl-C aborts
+  // them and is raised. With `wait_results`, also waits for the model session's results.
+  // REQUIRES: generate_mu_ held, the GIL held.
+  std::vector<Slot> Run(const std::vector<PyRequest>& requests, bool wait_results);
+  nanobind::dict OutputDict(const Slot& slot, const PyRequest& request);
 
   std::unique_ptr<engine::LLMEngine> engine_;
   probe::ProbeRegistry registry_;
@@ -79,6 +137,7 @@ class PyModel {
   std::condition_variable results_cv_;
   std::map<std::string, probe::RequestProbeResults> results_;
   bool closed_ = false;
+  bool worker_ = false;
 };
 
 }  // namespace uc::python

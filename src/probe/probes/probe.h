@@ -129,14 +129,17 @@ class ProbeType {
   // of one OnActivation per record. Signals are then applied in that order, so an ABORT at token
   // p stops its request exactly as a per-record ABORT does (no token after p is returned), though
   // the call has already seen the request's later records of the same step (prefill). Async
-  // points, `block_until_signal` points and generated[-k] points still call OnActivation per
-  // record. False by default.
+  // points call OnActivationBatch on a worker with every record a (request, point) queue held
+  // when served (async_executor.h). `block_until_signal` points and generated[-k] points still
+  // call OnActivation per record. False by default.
   virtual bool batched() const { return false; }
   // REQUIRES: probes.size() == records.size(); probes[i] is the instance (from this type's
   // Spawn) of the request records[i] belongs to. Returns one outcome per record, in order: a
   // record whose outcome has an error fails under its point's intervention policy (on_timeout
   // decides, as for a throwing OnActivation); a wrong count or a throw fails every record of
-  // the call. Called on the engine thread only. The default calls each probe's OnActivation.
+  // the call. Called on the engine thread (inline points) or an async worker (async points; one
+  // call at a time per request's probe, calls for different requests may overlap). The default
+  // calls each probe's OnActivation.
   virtual std::vector<BatchedSignal> OnActivationBatch(
       std::span<Probe* const> probes, std::span<const ActivationRecord> records) const;
 };

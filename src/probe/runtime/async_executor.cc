@@ -24,6 +24,7 @@ nlohmann::json QueueCounts::ToJson() const {
 class AsyncExecutor::Queue {
  public:
   Handler handler;
+  BatchHandler batch_handler;  // set instead of `handler` for a batched queue
   PointMetrics* metrics = nullptr;
   std::deque<ActivationRecord> items;
   QueueCounts counts;
@@ -59,6 +60,15 @@ std::shared_ptr<AsyncExecutor::Queue> AsyncExecutor::Open(int capacity, Overflow
   q->counts.capacity = capacity;
   q->counts.policy = policy;
   if (metrics != nullptr) metrics->queue_capacity->Increment(capacity);
+  return q;
+}
+
+std::shared_ptr<AsyncExecutor::Queue> AsyncExecutor::OpenBatched(int capacity,
+                                                                 OverflowPolicy policy,
+                                                                 BatchHandler handler,
+                                                                 PointMetrics* metrics) {
+  std::shared_ptr<Queue> q = Open(capacity, policy, Handler(), metrics);
+  q->batch_handler = std::move(handler);
   return q;
 }
 
@@ -188,16 +198,28 @@ QueueCounts AsyncExecutor::Counts(const Queue& queue) const {
 void AsyncExecutor::ServeOldestLocked(std::unique_lock<std::mutex>& lock,
                                       const std::shared_ptr<Queue>& queue, bool by_worker) {
   Queue& q = *queue;
-  ActivationRecord record = std::move(q.items.front());
-  q.items.pop_front();
-  q.DepthChanged(-1);
+  std::vector<ActivationRecord> records;
+  if (q.batch_handler) {
+    records.assign(std::make_move_iterator(q.items.begin()),
+                   std::make_move_iterator(q.items.end()));
+    q.items.clear();
+  } else {
+    records.push_back(std::move(q.items.front()));
+    q.items.pop_front();
+  }
+  const auto taken = static_cast<int>(records.size());
+  q.DepthChanged(-taken);
   q.running = true;
   if (by_worker) ++busy_workers_;
   space_cv_.notify_all();
   lock.unlock();
   const Clock::time_point start = Clock::now();
   try {
-    q.handler(record);
+    if (q.batch_handler) {
+      q.batch_handler(std::span<ActivationRecord>(records));
+    } else {
+      q.handler(records.front());
+    }
   } catch (const std::exception& e) {
     UC_LOG(WARNING) << "async handler threw: " << e.what();
   } catch (...) {
@@ -208,7 +230,7 @@ void AsyncExecutor::ServeOldestLocked(std::unique_lock<std::mutex>& lock,
   q.running = false;
   if (by_worker) --busy_workers_;
   q.last_call = took;
-  ++q.counts.processed;
+  q.counts.processed += taken;
   if (q.finished) return;  // gave up at its deadline while this record ran
   std::function<void()> done;
   if (!q.items.empty()) {

@@ -22,7 +22,9 @@
 // the ready list, runs the handler, and puts the queue back at the tail if it still has work.
 // No thread is held by an idle queue and no queue starves however many are live; at most one
 // thread (worker or pusher) runs a queue's handler at a time, so a queue's records are handled
-// one by one in push order (a probe needs no locking).
+// one by one in push order (a probe needs no locking). A queue opened with a batch handler
+// (probes with a fixed cost per call, e.g. in Python) is served the same way, except that one
+// call takes every record queued at that moment, in push order.
 //
 // Close(q, deadline, on_closed) ends a queue: it takes no more records, its backlog is still
 // handled, and on_closed runs exactly once — when the backlog is done, or at the deadline. At
@@ -47,6 +49,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -56,7 +59,7 @@
 
 namespace uc::probe {
 
-// Per-queue counts. accepted = processed + dropped_* + depth (+1 while one runs).
+// Per-queue counts. accepted = processed + dropped_* + depth (+ the records a call is running).
 struct QueueCounts {
   int capacity = 0;
   OverflowPolicy policy = OverflowPolicy::kDropOldest;
@@ -97,6 +100,8 @@ class AsyncExecutor {
   // Handles one record. Exceptions are caught and logged (the probing session catches its
   // probes' exceptions itself).
   using Handler = std::function<void(ActivationRecord&)>;
+  // Handles every record a queue held when it was served (at least one), in push order.
+  using BatchHandler = std::function<void(std::span<ActivationRecord>)>;
   struct EndState {
     bool drained = true;         // the whole backlog was handled
     bool still_running = false;  // the handler was still running at the deadline
@@ -116,6 +121,9 @@ class AsyncExecutor {
   // A new queue of `capacity` (>= 1) records. `metrics` may be null.
   std::shared_ptr<Queue> Open(int capacity, OverflowPolicy policy, Handler handler,
                               PointMetrics* metrics);
+  // The same, served in batches (see the file comment).
+  std::shared_ptr<Queue> OpenBatched(int capacity, OverflowPolicy policy, BatchHandler handler,
+                                     PointMetrics* metrics);
   // Queues `record` under the queue's policy. With kBlock, waits for space (or Close/Stop).
   // When the queue is full and no worker holds it, may first run its handler once on this
   // thread or wait up to 1 ms for a worker (see the file comment): the caller must hold nothing
@@ -134,7 +142,8 @@ class AsyncExecutor {
 
  private:
   void WorkerLoop();
-  // Under `lock` (on mu_), with `queue` non-empty and not running: takes its oldest record,
+  // Under `lock` (on mu_), with `queue` non-empty and not running: takes its oldest record (a
+  // batched queue: every record),
   // runs the handler unlocked (counted in busy_workers_ when `by_worker`), then relists the
   // queue if it has more work or finishes it if it is closed and empty. Returns with `lock` held.
   void ServeOldestLocked(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Queue>& queue,

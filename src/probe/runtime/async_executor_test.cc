@@ -11,6 +11,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <span>
 #include <thread>
 
 namespace uc::probe {
@@ -429,6 +430,41 @@ TEST(AsyncExecutorTest, StoppedExecutorRefusesPushes) {
   ex.Stop();
   EXPECT_EQ(ex.Push(q, Rec("a", 0)), PushResult::kClosed);
   ex.Stop();  // idempotent
+}
+
+// A batched queue hands its handler every record queued while the previous call ran, in push
+// order, and counts each record once.
+TEST(AsyncExecutorTest, BatchedQueueTakesEverythingQueuedInOneCall) {
+  AsyncExecutor ex(1);
+  Gate gate;
+  std::mutex mu;
+  std::vector<std::vector<int64_t>> calls;
+  auto q = ex.OpenBatched(
+      16, OverflowPolicy::kBlock,
+      [&](std::span<ActivationRecord> records) {
+        std::vector<int64_t> positions;
+        for (const ActivationRecord& r : records) positions.push_back(r.token_pos);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          calls.push_back(positions);
+        }
+        if (positions.front() == 0) gate.Wait();
+      },
+      nullptr);
+  ASSERT_EQ(ex.Push(q, Rec("a", 0)), PushResult::kAccepted);
+  gate.WaitUntilEntered();
+  for (int64_t pos = 1; pos <= 5; ++pos)
+    ASSERT_EQ(ex.Push(q, Rec("a", pos)), PushResult::kAccepted);
+  gate.Open();
+  const AsyncExecutor::EndState end = CloseAndWait(ex, q);
+  EXPECT_TRUE(end.drained);
+  EXPECT_EQ(end.counts.accepted, 6);
+  EXPECT_EQ(end.counts.processed, 6);
+  EXPECT_EQ(end.counts.dropped(), 0);
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0], std::vector<int64_t>({0}));
+  EXPECT_EQ(calls[1], std::vector<int64_t>({1, 2, 3, 4, 5}));
 }
 
 }  // namespace

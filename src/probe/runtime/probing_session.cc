@@ -234,12 +234,21 @@ void ProbingSession::OnRequestAdded(uint64_t seq_id, const std::string& request_
     b.ctx.point = ps->point;
     if (!ps->inline_point) {
       PointState* point = ps.get();
-      b.queue = executor_->Open(
-          ps->queue_depth, ps->overflow,
-          [this, point, probe = b.probe, id = request_id](ActivationRecord& record) {
-            RunAsync(*point, *probe, id, record);
-          },
-          ps->metrics);
+      if (ps->type->batched()) {
+        b.queue = executor_->OpenBatched(
+            ps->queue_depth, ps->overflow,
+            [this, point, probe = b.probe, id = request_id](std::span<ActivationRecord> records) {
+              RunAsyncBatch(*point, *probe, id, records);
+            },
+            ps->metrics);
+      } else {
+        b.queue = executor_->Open(
+            ps->queue_depth, ps->overflow,
+            [this, point, probe = b.probe, id = request_id](ActivationRecord& record) {
+              RunAsync(*point, *probe, id, record);
+            },
+            ps->metrics);
+      }
     }
     r->bindings.push_back(std::move(b));
   }

@@ -216,6 +216,13 @@ class ProbingSession : public engine::StepObserver {
   // An async point's probe on one record (worker thread).
   void RunAsync(PointState& point, Probe& probe, const std::string& request_id,
                 ActivationRecord& record);
+  // A batched type's probe on every record its queue held (worker thread): one call.
+  void RunAsyncBatch(PointState& point, Probe& probe, const std::string& request_id,
+                     std::span<ActivationRecord> records);
+  // What an async call's outcome becomes: counted, and written to the sinks. `error` non-empty:
+  // the call failed (v0.1's router_error signal; never stops anything).
+  void DeliverAsync(PointState& point, const std::string& request_id, int64_t token_pos,
+                    std::optional<ProbeSignal> signal, const std::string& error);
   // Closes the request's queues; Finalize runs when they all drained.
   void EndRequest(std::shared_ptr<RequestState> request,
                   std::chrono::steady_clock::time_point deadline);
