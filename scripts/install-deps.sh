@@ -15,6 +15,7 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev libcli11-dev
   libboost-dev zlib1g-dev  # the server's HTTP front end: Boost.Beast/Asio; gzip request bodies
   libpcre2-dev
+  libdlpack-dev  # dlpack.h, which xgrammar (third_party/xgrammar) includes
   python3 python3-pip python3-venv python3-dev  # python3-dev: the extension module's headers
   iproute2 util-linux procps
   prometheus  # promtool: the tests check the metrics output with `promtool check metrics`

@@ -100,6 +100,14 @@ Status LLMEngine::Init(const EngineOptions& options) {
   UC_RETURN_IF_ERROR(CheckTokenizerFits(*tokenizer_, config(), options.model_path));
   for (int id : config().eos_token_ids) eos_ids_.push_back(id);
   for (int32_t id : tokenizer_->stop_ids()) eos_ids_.push_back(id);
+  if (deployment_->worker().samples_on_driver()) {
+    std::vector<std::string> vocab(static_cast<size_t>(tokenizer_->vocab_size()));
+    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id)
+      vocab[id] = tokenizer_->DecodedBytes(id);
+    grammar_backend_ = std::make_shared<worker::GrammarBackend>(
+        std::move(vocab), static_cast<int>(config().vocab_size), eos_ids_);
+    deployment_->worker().SetGrammarBackend(grammar_backend_);
+  }
   return InitKvCache();
 }
 
@@ -167,6 +175,10 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
                                   std::to_string(config().vocab_size) + ")");
     }
   }
+  if (params.grammar.active()) {
+    UC_RETURN_IF_ERROR(
+        CompileGrammar(params.grammar).status().Annotate("request '" + request_id + "'"));
+  }
   UC_ASSIGN_OR_RETURN(std::vector<int32_t> ids, Tokenize(prompt));
   if (ids.empty()) {
     return InvalidArgumentError("request '" + request_id +
@@ -209,6 +221,15 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
   new_requests_.push_back(std::move(r));
   wake_->Wake();
   return OkStatus();
+}
+
+StatusOr<std::shared_ptr<const worker::CompiledGrammar>> LLMEngine::CompileGrammar(
+    const worker::GrammarSpec& spec) const {
+  if (grammar_backend_ == nullptr) {
+    return FailedPreconditionError(
+        "structured output needs the driver to sample (no pipeline parallelism)");
+  }
+  return grammar_backend_->Compile(spec);
 }
 
 bool LLMEngine::Abort(const std::string& request_id, AbortInfo info) {

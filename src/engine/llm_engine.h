@@ -49,6 +49,7 @@
 #include "worker/logprobs.h"
 #include "worker/sampling_params.h"
 #include "worker/steering_config.h"
+#include "worker/structured_output.h"
 
 namespace uc::engine {
 
@@ -200,6 +201,15 @@ class LLMEngine {
   // finish_reason kAbort and `abort` set. False when the id is unknown or already finished.
   bool Abort(const std::string& request_id, AbortInfo info = AbortInfo("client", "aborted"));
 
+  // Structured output (worker/structured_output.h): compiles `spec` against the model's
+  // vocabulary (cached by content; AddRequest compiles a request's grammar the same way), so a
+  // server can refuse a bad grammar before queuing anything. InvalidArgument (the grammar
+  // engine's message) for an invalid or unsupported schema, regex or grammar;
+  // FailedPrecondition when this deployment samples on a rank other than the driver (pipeline
+  // parallelism), where constrained sampling is not available. Thread-safe.
+  StatusOr<std::shared_ptr<const worker::CompiledGrammar>> CompileGrammar(
+      const worker::GrammarSpec& spec) const;
+
   // Installs the probing layer (may be null) and gives it the engine's wake-up
   // (StepObserver::SetWakeup; the previous observer's is cleared). Call before the first
   // AddRequest; the observer must outlive the engine's last Step.
@@ -280,6 +290,7 @@ class LLMEngine {
   std::unique_ptr<Scheduler> scheduler_;
   int max_model_len_ = 0;
   std::vector<int32_t> eos_ids_;
+  std::shared_ptr<worker::GrammarBackend> grammar_backend_;  // null: structured output refused
   std::chrono::steady_clock::time_point start_;
 
   // What a Step idling on held requests waits on. Shared with the observer's wake-up, which

@@ -12,6 +12,24 @@
 
 namespace uc::worker {
 
+// What a request's output must be. Plain value type; compiled and
+// enforced by worker/structured_output.h.
+struct GrammarSpec {
+  enum class Kind : uint8_t {
+    kNone = 0,
+    kJsonObject = 1,     // any JSON object (text unused)
+    kJsonSchema = 2,     // text: a JSON schema
+    kRegex = 3,          // text: a regular expression the whole output matches
+    kEbnf = 4,           // text: an EBNF grammar (xgrammar's GBNF dialect) with a `root` rule
+    kStructuralTag = 5,  // text: an xgrammar structural tag (JSON)
+  };
+  Kind kind = Kind::kNone;
+  std::string text;
+
+  bool active() const { return kind != Kind::kNone; }
+  bool operator==(const GrammarSpec&) const = default;
+};
+
 struct SamplingParams {
   float temperature = 1.0f;       // 0 selects greedy (argmax) decoding
   int top_k = 0;                  // keep the k most likely tokens; 0 = all
@@ -31,6 +49,8 @@ struct SamplingParams {
   // tenant's isolation, vLLM's `cache_salt`); empty: the shared pool. Not a sampling setting,
   // carried here because it travels with the request.
   std::string cache_salt;
+  // Structured output (worker/structured_output.h): the grammar the output must follow.
+  GrammarSpec grammar;
 
   bool greedy() const { return temperature <= 0.0f; }
   // InvalidArgument naming the field when a value is out of range.

@@ -19,16 +19,22 @@ void PutParams(ByteWriter& w, const SamplingParams& p) {
   w.Put<uint64_t>(p.seed.value_or(0));
   w.Put<int32_t>(p.logprobs.value_or(-1));
   w.Put<int32_t>(p.prompt_logprobs.value_or(-1));
+  w.Put<uint8_t>(static_cast<uint8_t>(p.grammar.kind));
+  w.PutString(p.grammar.text);
 }
 
 bool GetParams(ByteReader& r, SamplingParams& p) {
   uint8_t has_seed = 0;
   uint64_t seed = 0;
   int32_t logprobs = -1, prompt_logprobs = -1;
+  uint8_t grammar_kind = 0;
   if (!(r.Get(p.temperature) && r.Get(p.top_k) && r.Get(p.top_p) && r.Get(p.min_p) &&
-        r.Get(has_seed) && r.Get(seed) && r.Get(logprobs) && r.Get(prompt_logprobs))) {
+        r.Get(has_seed) && r.Get(seed) && r.Get(logprobs) && r.Get(prompt_logprobs) &&
+        r.Get(grammar_kind) && r.GetString(p.grammar.text))) {
     return false;
   }
+  if (grammar_kind > static_cast<uint8_t>(GrammarSpec::Kind::kStructuralTag)) return false;
+  p.grammar.kind = static_cast<GrammarSpec::Kind>(grammar_kind);
   if (has_seed) p.seed = seed;
   if (logprobs >= 0) p.logprobs = logprobs;
   if (prompt_logprobs >= 0) p.prompt_logprobs = prompt_logprobs;

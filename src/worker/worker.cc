@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
 
 #include "base/logging.h"
@@ -259,7 +260,10 @@ models::BatchSteering Worker::BuildSteering(const SchedulerOutput& output) {
 }
 
 void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, bool& has_result) {
-  for (uint64_t id : output.finished_seq_ids) samplers_.erase(id);
+  for (uint64_t id : output.finished_seq_ids) {
+    samplers_.erase(id);
+    constraints_.erase(id);
+  }
   const models::BatchSteering steering = BuildSteering(output);
   if (output.scheduled.empty()) return;
   UC_CHECK(paged_cache_.num_blocks > 0, "engine step before the KV cache was initialized");
@@ -295,7 +299,23 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
     if (s.sample) logit_rows.push_back(static_cast<int32_t>(ids.size()) - 1);
     if (s.new_params.has_value() && is_result_rank()) {
       samplers_[s.seq_id] = std::make_unique<Sampler>(*s.new_params);
+      if (s.new_params->grammar.active()) StartConstraint(s.seq_id, s.new_params->grammar);
     }
+  }
+  // The grammar masks of this step's constrained samples are computed beside the forward pass.
+  std::vector<std::pair<uint64_t, GrammarConstraint*>> constrained;
+  if (is_result_rank() && !constraints_.empty()) {
+    for (const ScheduledSequence& s : output.scheduled) {
+      if (!s.sample) continue;
+      auto it = constraints_.find(s.seq_id);
+      if (it != constraints_.end()) constrained.emplace_back(s.seq_id, it->second.get());
+    }
+  }
+  std::future<void> masks;
+  if (!constrained.empty()) {
+    masks = std::async(std::launch::async, [&constrained] {
+      for (auto& [id, c] : constrained) c->FillMask();
+    });
   }
   const models::ForwardBatch batch{
       ids,        positions,
@@ -321,6 +341,7 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
   model_->Forward(batch, paged_cache_, &input, &stage_output, logits.defined() ? &logits : nullptr,
                   pool_, hooks.has_value() ? &*hooks : nullptr);
   SendToNextStage(stage_output);
+  if (masks.valid()) masks.get();
   if (hooks.has_value()) {
     result.captured = std::move(hooks->captured());
     has_result = true;
@@ -349,7 +370,19 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
       auto it = samplers_.find(s.seq_id);
       UC_CHECK(it != samplers_.end(), "sequence %llu sampled before its parameters arrived",
                static_cast<unsigned long long>(s.seq_id));
+      GrammarConstraint* constraint = nullptr;
+      if (!constrained.empty()) {
+        auto c = constraints_.find(s.seq_id);
+        if (c != constraints_.end()) {
+          constraint = c->second.get();
+          constraint->ApplyMask({logits.data<float>() + row * vocab, static_cast<size_t>(vocab)});
+        }
+      }
       const int32_t token = it->second->Sample(row_of(row));
+      if (constraint != nullptr && !constraint->Accept(token)) {
+        UC_LOG(WARNING) << "sequence " << s.seq_id << ": the grammar refused sampled token "
+                        << token;
+      }
       result.tokens.push_back(token);
       if (s.num_logprobs >= 0) {
         lp.has_sampled = true;
@@ -363,6 +396,18 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
     result.logprobs = SerializeLogprobs(logprobs);
     result.has_logprobs = true;
   }
+}
+
+void Worker::StartConstraint(uint64_t seq_id, const GrammarSpec& spec) {
+  UC_CHECK(grammar_backend_ != nullptr,
+           "sequence %llu has a grammar but this rank has no grammar backend",
+           static_cast<unsigned long long>(seq_id));
+  StatusOr<std::shared_ptr<const CompiledGrammar>> grammar = grammar_backend_->Compile(spec);
+  // The engine compiled the same spec when it accepted the request: this is a cache lookup.
+  UC_CHECK(grammar.ok(), "sequence %llu: %s", static_cast<unsigned long long>(seq_id),
+           grammar.status().ToString().c_str());
+  constraints_[seq_id] =
+      std::make_unique<GrammarConstraint>(*grammar, static_cast<int>(model_->config().vocab_size));
 }
 
 void Worker::InitializeCache(int num_blocks, int block_size) {
@@ -490,6 +535,7 @@ std::optional<StepResult> Worker::Execute(const StepCommand& command) {
       paged_cache_ = models::KvCache();
       paged_cache_ = model_->NewPagedKvCache(command.num_blocks, command.block_size);
       samplers_.clear();
+      constraints_.clear();
       break;
     case StepCommand::Kind::kExecute: {
       StatusOr<SchedulerOutput> output = SchedulerOutput::Parse(command.payload);

@@ -29,6 +29,7 @@
 #include "worker/sampling_params.h"
 #include "worker/scheduler_output.h"
 #include "worker/steering_config.h"
+#include "worker/structured_output.h"
 
 namespace uc::worker {
 
@@ -114,6 +115,15 @@ class Worker {
   std::vector<int32_t> ExecuteModel(const SchedulerOutput& output,
                                     std::vector<Tensor>* captured = nullptr,
                                     std::vector<SequenceLogprobs>* logprobs = nullptr);
+  // Structured output (structured_output.h): the backend that compiles the grammars of
+  // sequences whose SamplingParams carry one. Set on the rank that samples (the driver when
+  // samples_on_driver()); a constrained sequence on a rank without it is a fatal error, so the
+  // engine refuses such requests up front.
+  void SetGrammarBackend(std::shared_ptr<GrammarBackend> backend) {
+    grammar_backend_ = std::move(backend);
+  }
+  // The driver is the rank that samples (one stage: TP rank 0 of the only stage).
+  bool samples_on_driver() const { return result_rank_ == 0; }
   // The engine's paged cache on this rank (empty before InitializeCache).
   const models::KvCache& paged_cache() const { return paged_cache_; }
 
@@ -127,6 +137,8 @@ class Worker {
   std::optional<StepResult> Execute(const StepCommand& command);
   void Forward(const StepCommand& command, StepResult& result, bool& has_result);
   void ExecuteBatch(const SchedulerOutput& output, StepResult& result, bool& has_result);
+  // Result rank: the matcher of a sequence whose parameters carry `spec`.
+  void StartConstraint(uint64_t seq_id, const GrammarSpec& spec);
   // The previous stage's tensors (or nothing on the first stage); sends ours to the next.
   void RecvFromPreviousStage(models::IntermediateTensors& input);
   void SendToNextStage(const models::IntermediateTensors& output);
@@ -155,6 +167,9 @@ class Worker {
   std::unique_ptr<Sampler> sampler_;
   models::KvCache paged_cache_;
   std::unordered_map<uint64_t, std::unique_ptr<Sampler>> samplers_;  // result rank only
+  // Structured output, result rank only: a matcher per constrained sequence.
+  std::shared_ptr<GrammarBackend> grammar_backend_;
+  std::unordered_map<uint64_t, std::unique_ptr<GrammarConstraint>> constraints_;
   // Registered steering configs by id, with 1/‖vector‖ per vector (for norm matching).
   struct RegisteredSteering {
     SteeringConfig config;

@@ -25,12 +25,32 @@ StatusOr<std::unique_ptr<ChatPrompt>> ChatPrompt::Load(const std::filesystem::pa
   return prompt;
 }
 
-StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatMessage>& messages) const {
+StatusOr<std::string> ChatPrompt::RenderWith(const std::vector<ChatMessage>& messages,
+                                             const nlohmann::json& tools) const {
+  if (tools.empty()) {
+    std::vector<chat::ChatMessage> chat_messages;
+    for (const ChatMessage& m : messages) chat_messages.push_back({m.role, m.content});
+    return loaded_->chat_template.Render(chat_messages, loaded_->DefaultOptions());
+  }
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) {
+    nlohmann::ordered_json j = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.is_null()) {
+      j["tool_calls"] = nlohmann::ordered_json::parse(m.tool_calls.dump());
+      if (m.content.empty()) j["content"] = nullptr;
+    }
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    list.push_back(std::move(j));
+  }
+  chat::ChatRenderOptions options = loaded_->DefaultOptions();
+  options.extra_variables["tools"] = nlohmann::ordered_json::parse(tools.dump());
+  return loaded_->chat_template.RenderJson(list, options);
+}
+
+StatusOr<std::string> ChatPrompt::Render(const std::vector<ChatMessage>& messages,
+                                         const nlohmann::json& tools) const {
   if (!loaded_.has_value()) return FailedPreconditionError(unavailable_);
-  std::vector<chat::ChatMessage> chat_messages;
-  for (const ChatMessage& m : messages) chat_messages.push_back({m.role, m.content});
-  StatusOr<std::string> text =
-      loaded_->chat_template.Render(chat_messages, loaded_->DefaultOptions());
+  StatusOr<std::string> text = RenderWith(messages, tools);
   if (!text.ok() && text.status().code() == StatusCode::kResourceExhausted) {
     return InvalidArgumentError(
         "the conversation is too large for the chat template's render "

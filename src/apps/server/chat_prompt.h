@@ -38,7 +38,10 @@ class ChatPrompt {
   // has no usable template; InvalidArgument when the template rejects the conversation (e.g.
   // roles that do not alternate) or the conversation is too large for its render budgets;
   // Internal when rendering fails otherwise.
-  StatusOr<std::string> Render(const std::vector<ChatMessage>& messages) const;
+  // With `tools` (an array, tool_calls.h) the template gets them as its `tools` variable, and
+  // messages carry their tool_calls / tool_call_id.
+  StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                               const nlohmann::json& tools = nlohmann::json::array()) const;
 
   // Where the template came from ("" when there is none) and why chat is unavailable.
   std::string origin() const { return loaded_ ? loaded_->origin : ""; }
@@ -46,6 +49,9 @@ class ChatPrompt {
 
  private:
   ChatPrompt() = default;
+  // Render's template call (errors not yet mapped). REQUIRES: loaded_.
+  StatusOr<std::string> RenderWith(const std::vector<ChatMessage>& messages,
+                                   const nlohmann::json& tools) const;
   std::optional<chat::LoadedChatTemplate> loaded_;
   std::string unavailable_;
 };

@@ -668,12 +668,25 @@ std::optional<ApiError> Server::BuildEngineRequests(const CompletionRequest& req
                                                     Usage* usage) const {
   engine::RequestSteering steering;
   if (auto error = BuildSteering(request, &steering)) return error;
+  if (request.sampling.grammar.active()) {
+    // Compiled here so that a bad schema, regex or grammar is a 400 naming the field; the
+    // engine's own compile of the same spec is then a cache lookup.
+    const auto compiled = engine_->CompileGrammar(request.sampling.grammar);
+    if (!compiled.ok()) {
+      const bool unsupported = compiled.status().code() == StatusCode::kFailedPrecondition;
+      return BadRequest("Invalid value for '" + request.grammar_param +
+                            "': " + EchoValue(compiled.status().message(), 1024),
+                        request.grammar_param,
+                        unsupported ? "unsupported_parameter" : "invalid_grammar");
+    }
+  }
   const tokenizer::Tokenizer& tok = engine_->tokenizer();
   std::vector<std::vector<int32_t>> prompts;
   const bool chat = request.endpoint == Endpoint::kChatCompletions;
   const std::string prompt_param = chat ? "messages" : "prompt";
   if (chat) {
-    StatusOr<std::string> text = chat_->Render(request.messages);
+    StatusOr<std::string> text = chat_->Render(
+        request.messages, request.tool_choice == "none" ? nlohmann::json::array() : request.tools);
     if (!text.ok()) {
       ApiError e = BadRequest(text.status().message(), "messages");
       if (text.status().code() == StatusCode::kFailedPrecondition) {
@@ -788,6 +801,7 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   state->ctx.logprobs = request.logprobs;
   state->ctx.prompt_logprobs = request.prompt_logprobs;
   state->ctx.echo = request.echo;
+  state->ctx.parse_tool_calls = !request.tools.empty() && request.tool_choice != "none";
   state->ctx.token_text = [tok = &engine_->tokenizer()](int32_t id) {
     return tok->TokenToPiece(id);
   };

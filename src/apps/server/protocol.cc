@@ -6,6 +6,8 @@
 #include <cstring>
 #include <set>
 
+#include "apps/server/structured_protocol.h"
+#include "apps/server/tool_calls.h"
 #include "base/did_you_mean.h"
 
 namespace uc::server {
@@ -17,9 +19,12 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
   static const std::vector<std::string> completions = {
       "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
       "max_tokens", "max_completion_tokens", "n", "presence_penalty", "seed", "stop", "stream",
-      "stream_options", "suffix", "temperature", "top_p", "user",
+      "stream_options", "suffix", "temperature", "top_p", "user", "response_format",
       // vLLM extensions
       "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs", "cache_salt",
+      // structured output (structured_protocol.h)
+      "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "guided_decoding_backend",
       // steering
       "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
       // probing
@@ -32,6 +37,9 @@ const std::vector<std::string>& KnownFields(Endpoint endpoint) {
       "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "web_search_options",
       // vLLM extensions
       "top_k", "min_p", "ignore_eos", "stop_token_ids", "prompt_logprobs", "cache_salt",
+      // structured output (structured_protocol.h)
+      "structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+      "guided_decoding_backend",
       // steering
       "steering_vectors", "prefill_steering_vectors", "decode_steering_vectors", "steering_name",
       // probing
@@ -124,6 +132,43 @@ std::optional<ApiError> ParsePrompt(const json& v, std::vector<PromptInput>* pro
   return std::nullopt;
 }
 
+// An assistant's tool_calls (arguments: JSON strings, parsed for the template) and a tool
+// message's tool_call_id.
+std::optional<ApiError> ParseMessageToolFields(const json& m, const std::string& at,
+                                               ChatMessage* message) {
+  const auto calls = m.find("tool_calls");
+  if (calls != m.end() && !calls->is_null()) {
+    if (!calls->is_array()) return WrongType(at + ".tool_calls", *calls, "an array");
+    message->tool_calls = json::array();
+    for (size_t i = 0; i < calls->size(); ++i) {
+      const std::string c_at = at + ".tool_calls." + std::to_string(i);
+      const json& c = (*calls)[i];
+      const json f = c.is_object() ? c.value("function", json()) : json();
+      if (!f.is_object() || !f.value("name", json()).is_string()) {
+        return WrongType(c_at, c,
+                         "{\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+      }
+      json args = f.value("arguments", json::object());
+      if (args.is_string()) {
+        args = json::parse(args.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (args.is_discarded()) {
+          return BadRequest("'" + c_at + ".function.arguments' is not valid JSON.",
+                            c_at + ".function.arguments", "invalid_value");
+        }
+      }
+      message->tool_calls.push_back({{"id", c.value("id", json(""))},
+                                     {"type", "function"},
+                                     {"function", {{"name", f["name"]}, {"arguments", args}}}});
+    }
+  }
+  const auto call_id = m.find("tool_call_id");
+  if (call_id != m.end() && !call_id->is_null()) {
+    if (!call_id->is_string()) return WrongType(at + ".tool_call_id", *call_id, "a string");
+    message->tool_call_id = call_id->get<std::string>();
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* messages) {
   if (!v.is_array()) return WrongType("messages", v, "an array");
   if (v.empty()) return BadRequest("'messages' must not be empty.", "messages");
@@ -145,7 +190,8 @@ std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* m
                             "'assistant', 'tool' and 'function'.",
                         at + ".role", "invalid_value");
     }
-    ChatMessage message{role->get<std::string>(), ""};
+    ChatMessage message;
+    message.role = role->get<std::string>();
     const auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
       if (message.role != "assistant") {
@@ -169,6 +215,7 @@ std::optional<ApiError> ParseMessages(const json& v, std::vector<ChatMessage>* m
     } else {
       return WrongType(at + ".content", *content, "a string or an array of content parts");
     }
+    if (auto error = ParseMessageToolFields(m, at, &message)) return error;
     messages->push_back(std::move(message));
   }
   return std::nullopt;
@@ -186,14 +233,11 @@ std::optional<ApiError> CheckNeutral(const std::string& key, const json& v) {
   } else if (key == "suffix") {
     if (!v.is_string()) return WrongType(key, v, "a string");
     if (!v.get<std::string>().empty()) return Unsupported(key, "");
-  } else if (key == "tools" || key == "functions") {
+  } else if (key == "functions") {
     if (!v.is_array()) return WrongType(key, v, "an array");
-    if (!v.empty()) return Unsupported(key, "");
-  } else if (key == "tool_choice" || key == "function_call") {
+    if (!v.empty()) return Unsupported(key, " (use 'tools')");
+  } else if (key == "function_call") {
     if (!(v.is_string() && (v == "none" || v == "auto"))) return Unsupported(key, "");
-  } else if (key == "response_format") {
-    if (!v.is_object()) return WrongType(key, v, "an object");
-    if (v.value("type", json()) != "text") return Unsupported(key, " (only type 'text' is)");
   } else if (key == "metadata") {
     if (!v.is_object()) return WrongType(key, v, "an object");
   } else if (key == "store" || key == "parallel_tool_calls") {
@@ -487,6 +531,10 @@ std::optional<ApiError> ParseField(const std::string& key, const json& v, Comple
     if (v.is_null()) return std::nullopt;
     if (!v.is_string()) return WrongType(key, v, "a string");
     r->user = v.get<std::string>();
+  } else if (key == "tools" || key == "tool_choice") {
+    return ParseToolsField(key, v, r);
+  } else if (IsStructuredOutputField(key)) {
+    return ParseStructuredOutputField(key, v, r);
   } else {
     return CheckNeutral(key, v);
   }
@@ -639,6 +687,7 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, Endpoint endpoi
                       "stream_options");
   }
   if (auto error = ResolveLogprobs(body, &r)) return error;
+  if (auto error = ResolveTools(&r)) return error;
   const int per_prompt = std::max(r.n, r.best_of);
   const size_t choices = std::max<size_t>(1, r.prompts.size()) * static_cast<size_t>(per_prompt);
   if (choices > static_cast<size_t>(kMaxChoices)) {
@@ -779,6 +828,15 @@ json ChoiceJson(const ResponseContext& ctx, const ChoiceResult& choice) {
     j["message"] = {{"role", "assistant"}, {"content", choice.output.text}, {"refusal", nullptr}};
   }
   j["finish_reason"] = FinishReasonOf(choice.output);
+  if (ctx.endpoint == Endpoint::kChatCompletions && ctx.parse_tool_calls) {
+    ParsedToolCalls parsed =
+        ParseToolCalls(choice.output.text, ctx.id + "_" + std::to_string(choice.index));
+    if (!parsed.tool_calls.empty()) {
+      j["message"]["content"] = parsed.content.has_value() ? json(*parsed.content) : json(nullptr);
+      j["message"]["tool_calls"] = std::move(parsed.tool_calls);
+      if (j["finish_reason"] == "stop") j["finish_reason"] = "tool_calls";
+    }
+  }
   j["tokens_generated"] = choice.output.output_ids.size();
   AddFlaggedFields(choice, j);
   if (ctx.probing_enabled) {

@@ -7,11 +7,13 @@
 //
 // Validation follows the OpenAI API: a known field with the wrong type or an impossible value,
 // or a field the API does not have ("Unrecognized request argument supplied"), is a 400 naming
-// the field in `param`. Fields the engine does not implement (tools, penalties, ...)
+// the field in `param`. Fields the engine does not implement (penalties, ...)
 // are accepted only at their neutral values. vLLM's extensions top_k, min_p, ignore_eos and
 // stop_token_ids are accepted, and prompt_logprobs and cache_salt (prefix caching shares blocks
-// only between requests of the same salt). A per-request probing spec is refused: specs
-// are the server's (loaded at start-up, reloaded by POST /v1/probes/reload or SIGHUP).
+// only between requests of the same salt); structured output (response_format and vLLM's
+// structured_outputs / guided_*) is parsed by structured_protocol.h. A per-request probing spec
+// is refused: specs are the server's (loaded at start-up, reloaded by POST /v1/probes/reload or
+// SIGHUP).
 //
 // Probing additions (Undercurrent's wire format): every choice carries `probing` (one summary
 // per extraction point); a choice an inline probe stopped has finish_reason "content_flagged"
@@ -80,6 +82,10 @@ ApiError BadRequest(std::string message, std::string param = "", std::string cod
 struct ChatMessage {
   std::string role;     // system, developer, user, assistant, tool
   std::string content;  // text parts joined
+  // Tool calling (tool_calls.h): an assistant's calls, as sent (arguments parsed from their JSON
+  // strings for the template; null: none), and the id a tool message answers.
+  nlohmann::json tool_calls;
+  std::string tool_call_id;
 };
 
 // One prompt of /v1/completions: text (tokenized by the server) or token ids.
@@ -119,6 +125,14 @@ struct CompletionRequest {
   bool echo = false;                   // completions: the prompt comes back before the completion
   std::optional<int> prompt_logprobs;  // vLLM's: [0, 20]
   int best_of = 1;  // completions: candidates per prompt (>= n); the n most likely are returned
+  // Structured output (structured_protocol.h): sampling.grammar, and the field that set it (the
+  // `param` of a 400 when it does not compile).
+  std::string grammar_param;
+  // Tool calling (tool_calls.h): the tools as sent, and tool_choice ("none", "auto", "required",
+  // or "function" with tool_choice_name).
+  nlohmann::json tools = nlohmann::json::array();
+  std::string tool_choice = "auto";
+  std::string tool_choice_name;
 };
 
 // "residual_stream" and its aliases, "attn_out", "mlp_out" -> the site; nullopt otherwise.
@@ -168,6 +182,9 @@ struct ResponseContext {
   std::optional<int> prompt_logprobs = std::nullopt;
   bool echo = false;
   TokenText token_text = nullptr;
+  // Chat with tools (tool_choice not "none"): the message's <tool_call> blocks become
+  // `tool_calls` (tool_calls.h).
+  bool parse_tool_calls = false;
 };
 
 struct Usage {
