@@ -41,14 +41,17 @@ def obj(props, required=None, **extra):
             "additionalProperties": False, **extra}
 
 
-INT = {"type": "integer"}
+# Integers carry a range: an unbounded one lets a small model write digits until max_tokens (the
+# grammar cannot end a number the model will not end), so its output would not parse.
+INT = {"type": "integer", "minimum": -1000, "maximum": 1000000}
 STR = {"type": "string", "maxLength": 24}
 BOOL = {"type": "boolean"}
 
 # Small outputs on purpose: bounded strings and arrays keep max_tokens (and the test) short.
 SCHEMAS = [
     obj({"name": STR, "age": {"type": "integer", "minimum": 0, "maximum": 120}}),
-    obj({"city": STR, "population": {"type": "integer", "minimum": 1}}),
+    obj({"city": STR, "population": {"type": "integer", "minimum": 1,
+                                                           "maximum": 100000000}}),
     obj({"color": {"enum": ["red", "green", "blue"]}}),
     obj({"ok": BOOL, "code": {"type": "integer", "minimum": 100, "maximum": 599}}),
     obj({"temperature": {"type": "number", "minimum": -50, "maximum": 60}}),
@@ -117,7 +120,8 @@ class StructuredOutputTest(unittest.TestCase):
                                "export its output")
         template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata",
                                 "chat_templates", "qwen2.5_tools.jinja")
-        cls.server = Server(["--model", gguf, "--max-model-len", "1024", "--max-num-seqs", "8",
+        cls.server = Server(["--model", gguf, "--served-model-name", "m", "--max-model-len", "1024",
+                             "--max-num-seqs", "8",
                              "--chat-template", template])
         cls.client = openai.OpenAI(base_url=cls.server.url, api_key="unused", max_retries=0,
                                    timeout=300)
