@@ -15,13 +15,12 @@ Example (SmolLM2):
 """
 import argparse
 import json
-import re
-import signal
 import statistics
-import subprocess
 import threading
 import time
 import urllib.request
+
+from serve_process import ServeProcess
 
 SCHEMA = {
     "type": "object",
@@ -32,23 +31,6 @@ SCHEMA = {
     },
     "required": ["title", "year", "genre"],
 }
-
-
-class Server:
-    def __init__(self, binary, model, extra):
-        self.proc = subprocess.Popen([binary, "serve", "--model", model, "--port", "0"] + extra,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in self.proc.stdout:
-            m = re.search(r"listening on http://([^:\s]+):(\d+)", line)
-            if m:
-                self.url = f"http://{m.group(1)}:{m.group(2)}"
-                threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-                return
-        raise RuntimeError("server did not start")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=120)
 
 
 def stream(url, body, out, index):
@@ -96,8 +78,9 @@ def main():
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=5)
     args = p.parse_args()
-    server = Server(args.binary, args.model,
-                    ["--max-num-seqs", str(args.batch), "--max-model-len", "512"])
+    server = ServeProcess(args.binary, args.model,
+                          ["--served-model-name", "m", "--max-num-seqs", str(args.batch),
+                           "--max-model-len", "512"])
     try:
         run_round(server.url, args.batch, 8, True)  # warm-up, compiles the schema
         plain, constrained = [], []
