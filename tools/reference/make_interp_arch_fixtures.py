@@ -55,7 +55,6 @@ Usage: python3 tools/reference/make_interp_arch_fixtures.py [--out DIR] [--only 
 Deterministic: re-running rewrites identical files (existing case folders are replaced).
 """
 
-import argparse
 import json
 import math
 import os
@@ -67,7 +66,7 @@ import numpy as np
 os.environ.setdefault("TQDM_DISABLE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_arch_fixtures import greedy  # noqa: E402
-from refutil import dump_json, versions  # noqa: E402
+from refutil import dump_json, run_fixture_cases, versions  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 VOCAB = 512
@@ -530,22 +529,8 @@ def make_case(case, index, out_root):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.path.join(REPO, "tests", "testdata", "arch"))
-    ap.add_argument("--only", nargs="*")
-    args = ap.parse_args()
-
-    import torch
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    torch.set_num_threads(2)
-    os.makedirs(args.out, exist_ok=True)
-    for i, case in enumerate(CASES):
-        if args.only and case["name"] not in args.only:
-            continue
-        make_case(case, i, args.out)
+    run_fixture_cases(CASES, make_case, __doc__.split("\n")[0],
+                      os.path.join(REPO, "tests", "testdata", "arch"))
 
 
 if __name__ == "__main__":

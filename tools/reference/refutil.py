@@ -101,3 +101,29 @@ def add_script_dir_to_path():
     d = os.path.dirname(os.path.abspath(__file__))
     if d not in sys.path:
         sys.path.insert(0, d)
+
+
+def run_fixture_cases(cases, make_case, description, default_out):
+    """The command line of the make_*_fixtures scripts: `--out DIR` (default `default_out`) and
+    `--only NAME...`; quiets transformers, pins torch to 2 threads (the fixtures are made the
+    same way everywhere) and calls make_case(case, index, out) for each selected case, index
+    being the case's position in `cases` (its seed offset)."""
+    import argparse
+    import os
+
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", default=default_out)
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+
+    import torch
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(2)
+    os.makedirs(args.out, exist_ok=True)
+    for i, case in enumerate(cases):
+        if args.only and case["name"] not in args.only:
+            continue
+        make_case(case, i, args.out)
