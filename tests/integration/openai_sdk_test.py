@@ -15,12 +15,11 @@ Usage: openai_sdk_test.py UNDERCURRENT_BINARY SCRATCH_DIR   (needs $UC_SMOLLM2_G
 import base64
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
-import time
 import unittest
+
+from uc_server import Server
 
 try:
     import numpy as np
@@ -47,30 +46,6 @@ extraction_points:
 """
 
 
-class Server:
-    def __init__(self, args):
-        self.proc = subprocess.Popen([BINARY, "serve", "--port", "0"] + args,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.log = []
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on http://([^:\s]+):(\d+)", line)
-            if m:
-                self.url = f"http://{m.group(1)}:{m.group(2)}/v1"
-                return
-        raise RuntimeError("server did not start:\n" + "".join(self.log))
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=120)
-        self.log.append(out)
-        return self.proc.returncode
-
-
 class OpenAiSdkTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -91,7 +66,7 @@ class OpenAiSdkTest(unittest.TestCase):
         cls.vector_file = os.path.join(SCRATCH, "direction.npy")
         np.save(cls.vector_file, cls.vectors)
         cls.gguf = gguf
-        cls.server = Server(["--model", gguf, "--served-model-name", "smollm2", "--spec", spec,
+        cls.server = Server(BINARY, ["--model", gguf, "--served-model-name", "smollm2", "--spec", spec,
                              "--api-key", "test-key", "--max-model-len", "2048",
                              "--steering-module", "drift=" + cls.vector_file])
         cls.client = openai.OpenAI(base_url=cls.server.url, api_key="test-key", max_retries=0,

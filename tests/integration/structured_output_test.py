@@ -18,12 +18,10 @@ and `jsonschema` packages: tests/requirements.txt)
 """
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
-import time
 import unittest
+
+from uc_server import Server
 
 try:
     import jsonschema
@@ -87,30 +85,6 @@ PROMPTS = [
 ]
 
 
-class Server:
-    def __init__(self, args):
-        self.proc = subprocess.Popen([BINARY, "serve", "--port", "0"] + args,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.log = []
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.log.append(line)
-            m = re.search(r"listening on http://([^:\s]+):(\d+)", line)
-            if m:
-                self.url = f"http://{m.group(1)}:{m.group(2)}/v1"
-                return
-        raise RuntimeError("server did not start:\n" + "".join(self.log))
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        out, _ = self.proc.communicate(timeout=120)
-        self.log.append(out)
-        return self.proc.returncode
-
-
 class StructuredOutputTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -120,7 +94,7 @@ class StructuredOutputTest(unittest.TestCase):
                                "export its output")
         template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata",
                                 "chat_templates", "qwen2.5_tools.jinja")
-        cls.server = Server(["--model", gguf, "--served-model-name", "m", "--max-model-len", "1024",
+        cls.server = Server(BINARY, ["--model", gguf, "--served-model-name", "m", "--max-model-len", "1024",
                              "--max-num-seqs", "8",
                              "--chat-template", template])
         cls.client = openai.OpenAI(base_url=cls.server.url, api_key="unused", max_retries=0,
