@@ -1,9 +1,9 @@
 // Structured output on the bundled stories260K (a story model that never writes JSON by itself):
 // a JSON schema, a regex and a choice list constrain greedy and sampled decoding, every output
 // parses and satisfies its constraint and ends with finish_reason "stop" (the grammar completes
-// and only EOS is allowed); json_object output is an object or its prefix cut by max_tokens; constrained and unconstrained requests share one
-// continuous batch, each with its own matcher; a bad schema or regex is refused at AddRequest
-// without disturbing the engine.
+// and only EOS is allowed); json_object output is an object or its prefix cut by max_tokens;
+// constrained and unconstrained requests share one continuous batch, each with its own matcher; a
+// bad schema or regex is refused at AddRequest without disturbing the engine.
 #include <gtest/gtest.h>
 
 #include <map>
