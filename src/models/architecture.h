@@ -74,6 +74,13 @@ extern const Architecture kMixtralArchitecture;
 Status ReadMoeHfExtras(const nlohmann::json& json, const std::string& source,
                        const char* num_experts_key, ModelConfig& config);
 
+// The same fields from a GGUF file in llama.cpp's keys ("<arch>.expert_count",
+// ".expert_used_count", ".expert_feed_forward_length" (default feed_forward_length),
+// ".expert_shared_feed_forward_length", ".expert_weights_norm" (default `renormalize`, what
+// llama.cpp hard-codes for the family)); layers without "blk.N.ffn_gate_inp.weight" stay dense.
+Status ReadMoeGgufExtras(const io::GgufFile& file, const std::string& gguf_arch, bool renormalize,
+                         ModelConfig& config);
+
 // Shared by the Gemma 2 and Gemma 3 files: the family's config.json fields (sandwich norms,
 // (1 + w) norm weights, sqrt(hidden) embedding scale, query_pre_attn_scalar, soft-capping,
 // sliding window and its layer pattern; `default_pattern`: every Nth layer is global).

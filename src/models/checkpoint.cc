@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "io/json_file.h"
 #include "io/llama2c.h"
@@ -201,24 +202,86 @@ StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
 
 // ---------------------------------------------------------------- GGUF
 
-// Presents a GgufFile under Hugging Face tensor names.
+// One expert's projection inside llama.cpp's stacked expert tensor: "model.layers.N.mlp.experts.E.
+// gate_proj.weight" is row E of "blk.N.ffn_gate_exps.weight" ([num_experts, rows, cols]); files
+// from before the stacking name it "blk.N.ffn_gate.E.weight".
+struct GgufExpertName {
+  std::string stacked;
+  std::string legacy;
+  int64_t expert = 0;
+};
+
+std::optional<GgufExpertName> HfToGgufExpertName(std::string_view hf_name) {
+  int layer = 0;
+  std::string_view rest;
+  if (!SplitLayerName(hf_name, layer, rest)) return std::nullopt;
+  constexpr std::string_view kExperts = "mlp.experts.";
+  if (rest.substr(0, kExperts.size()) != kExperts) return std::nullopt;
+  rest.remove_prefix(kExperts.size());
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot > 6) return std::nullopt;
+  int64_t expert = 0;
+  for (char ch : rest.substr(0, dot)) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    expert = expert * 10 + (ch - '0');
+  }
+  const std::string_view projection = rest.substr(dot + 1);
+  const std::pair<std::string_view, std::string_view> kProjections[] = {
+      {"gate_proj.weight", "ffn_gate"},
+      {"up_proj.weight", "ffn_up"},
+      {"down_proj.weight", "ffn_down"}};
+  for (const auto& [hf, gguf] : kProjections) {
+    if (projection != hf) continue;
+    const std::string block = "blk." + std::to_string(layer) + "." + std::string(gguf);
+    return GgufExpertName{block + "_exps.weight", block + "." + std::to_string(expert) + ".weight",
+                          expert};
+  }
+  return std::nullopt;
+}
+
+// Presents a GgufFile under Hugging Face tensor names (experts as views of their stacked
+// tensor; llama.cpp's 1-D shared-expert gate [hidden] as [1, hidden]).
 class GgufHfNames : public io::TensorSource {
  public:
   GgufHfNames(std::shared_ptr<const io::GgufFile> file, const Architecture& arch)
       : file_(std::move(file)), arch_(arch) {}
   bool Has(std::string_view name) const override {
+    if (std::optional<GgufExpertName> expert = HfToGgufExpertName(name)) {
+      const io::GgufTensorInfo* info = file_->FindTensor(expert->stacked);
+      if (info != nullptr) return info->shape.size() == 3 && expert->expert < info->shape[0];
+      return file_->Has(expert->legacy);
+    }
     const std::string gguf = HfToGgufTensorName(name, arch_);
     return !gguf.empty() && file_->Has(gguf);
   }
   StatusOr<Tensor> Get(std::string_view name) const override {
+    if (std::optional<GgufExpertName> expert = HfToGgufExpertName(name)) return GetExpert(*expert);
     const std::string gguf = HfToGgufTensorName(name, arch_);
     if (gguf.empty()) return io::TensorNotFoundError(*this, name);
-    return file_->Get(gguf);
+    UC_ASSIGN_OR_RETURN(Tensor t, file_->Get(gguf));
+    constexpr std::string_view kSharedGate = "mlp.shared_expert_gate.weight";
+    if (t.rank() == 1 && name.size() > kSharedGate.size() &&
+        name.substr(name.size() - kSharedGate.size()) == kSharedGate) {
+      return t.Reshape({1, t.dim(0)});
+    }
+    return t;
   }
   std::vector<std::string> TensorNames() const override { return file_->TensorNames(); }
   std::string Describe() const override { return file_->Describe(); }
 
  private:
+  StatusOr<Tensor> GetExpert(const GgufExpertName& expert) const {
+    if (!file_->Has(expert.stacked) && file_->Has(expert.legacy)) return file_->Get(expert.legacy);
+    UC_ASSIGN_OR_RETURN(Tensor all, file_->Get(expert.stacked));
+    if (all.rank() != 3 || expert.expert >= all.dim(0)) {
+      return InvalidArgumentError(file_->path() + ": tensor '" + expert.stacked + "' has shape " +
+                                  ShapeToString(all.shape()) + ", which holds no expert " +
+                                  std::to_string(expert.expert) +
+                                  " (expected [num_experts, rows, cols])");
+    }
+    return all.Slice(expert.expert, expert.expert + 1).Reshape({all.dim(1), all.dim(2)});
+  }
+
   std::shared_ptr<const io::GgufFile> file_;
   const Architecture& arch_;
 };
@@ -423,6 +486,11 @@ std::string HfToGgufTensorName(std::string_view hf_name, bool sandwich_names) {
       {"mlp.gate_up_proj.weight", "ffn_up.weight"},
       {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
       {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+      {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+      {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+      {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+      {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
   };
   if (auto it = kGlobal.find(hf_name); it != kGlobal.end()) return it->second;
   constexpr std::string_view kPrefix = "model.layers.";

@@ -396,6 +396,10 @@ const FixtureCase kMoeCases[] = {
     FixtureCase{"qwen2moe", "arch/qwen2moe", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe", "arch/olmoe", "arch/olmoe/reference.json"},
     FixtureCase{"mixtral", "arch/mixtral", "arch/mixtral/reference.json"},
+    FixtureCase{"qwen3moe_gguf", "arch/qwen3moe/model.gguf", "arch/qwen3moe/reference.json"},
+    FixtureCase{"qwen2moe_gguf", "arch/qwen2moe/model.gguf", "arch/qwen2moe/reference.json"},
+    FixtureCase{"olmoe_gguf", "arch/olmoe/model.gguf", "arch/olmoe/reference.json"},
+    FixtureCase{"mixtral_gguf", "arch/mixtral/model.gguf", "arch/mixtral/reference.json"},
 };
 
 // The interpretability families, from safetensors and from llama.cpp's GGUF layout.
@@ -428,6 +432,10 @@ const FixtureCase kArchGgufCases[] = {
     FixtureCase{"gptneox_sequential_gguf", "arch/gptneox_sequential/model.gguf",
                 "arch/gptneox_sequential/reference.json"},
     FixtureCase{"olmo2_gguf", "arch/olmo2/model.gguf", "arch/olmo2/reference.json"},
+    FixtureCase{"qwen3moe_gguf", "arch/qwen3moe/model.gguf", "arch/qwen3moe/reference.json"},
+    FixtureCase{"qwen2moe_gguf", "arch/qwen2moe/model.gguf", "arch/qwen2moe/reference.json"},
+    FixtureCase{"olmoe_gguf", "arch/olmoe/model.gguf", "arch/olmoe/reference.json"},
+    FixtureCase{"mixtral_gguf", "arch/mixtral/model.gguf", "arch/mixtral/reference.json"},
 };
 
 const FixtureCase kGgufCases[] = {

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""llama.cpp (llama-cpp-python) loads the GPT-2, GPT-NeoX and OLMo-2 GGUF fixtures and agrees
-with transformers' greedy continuation.
+"""llama.cpp (llama-cpp-python) loads the GPT-2, GPT-NeoX, OLMo-2 and mixture-of-experts GGUF
+fixtures and agrees with transformers' greedy continuation.
 
 tests/testdata/arch/<case>/model.gguf is written by tools/reference/make_interp_arch_fixtures.py
-under llama.cpp's tensor names and metadata (general.architecture gpt2 / gptneox / olmo2): if the
+and make_moe_fixtures.py under llama.cpp's tensor names and metadata (general.architecture gpt2 /
+gptneox / olmo2 / qwen3moe / qwen2moe / olmoe, Mixtral as llama with stacked experts): if the
 names or the metadata were a private dialect, llama.cpp would refuse the file or compute another
 model. For each case: the reference's input ids are evaluated, 16 tokens decoded greedily by
 argmax and compared with reference.json's greedy ids; llama.cpp's largest |logit - transformers|
@@ -23,7 +24,8 @@ except ImportError as e:
     print(f"skipped: llama_cpp is not importable ({e}); pip install llama-cpp-python to run")
     sys.exit(77)
 
-CASES = ["gpt2", "gptneox_parallel", "gptneox_sequential", "olmo2"]
+CASES = ["gpt2", "gptneox_parallel", "gptneox_sequential", "olmo2", "qwen3moe", "qwen2moe", "olmoe",
+         "mixtral"]
 
 
 def main():

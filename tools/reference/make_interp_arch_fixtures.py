@@ -309,6 +309,26 @@ def bytes_to_unicode():
     return dict(zip(bs, [chr(c) for c in cs]))
 
 
+def add_bpe_tokenizer(w, tok_path):
+    """The byte-level BPE of tok_path as GGUF "gpt2" tokenizer metadata (tokens in the byte-level
+    alphabet, merges "a b", EOT the only control token; BOS = EOS = 0, no BOS added)."""
+    with open(tok_path, encoding="utf-8") as f:
+        tj = json.load(f)
+    vocab = tj["model"]["vocab"]
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+        tokens[i] = t
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t == EOT else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)
+    w.add_add_bos_token(False)
+
+
 def write_gguf(case, cfg, model, tok_path, path):
     """llama.cpp's layout of the family (see the header), F32."""
     import gguf
@@ -415,22 +435,7 @@ def write_gguf(case, cfg, model, tok_path, path):
                 ("post_feedforward_layernorm", "post_ffw_norm"),
             ):
                 tensors.append((f"blk.{L}.{gg}.weight", sd[f"{q}{hf}.weight"]))
-    # tokenizer: GPT-2 style BPE (tokens in the byte-level alphabet, merges "a b")
-    with open(tok_path, encoding="utf-8") as f:
-        tj = json.load(f)
-    vocab = tj["model"]["vocab"]
-    tokens = [None] * len(vocab)
-    for t, i in vocab.items():
-        tokens[i] = t
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(tokens)
-    w.add_token_types([3 if t == EOT else 1 for t in tokens])
-    w.add_token_merges(merges)
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(0)
-    w.add_add_bos_token(False)
+    add_bpe_tokenizer(w, tok_path)
     for name, t in tensors:
         w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
     w.write_header_to_file()

@@ -11,6 +11,15 @@ Produces tests/testdata/arch/<case>/ (or --out/<case>/) for each case below:
                      "block_sparse_moe.experts.E.w1/w2/w3", "block_sparse_moe.gate"; Qwen2-MoE
                      "mlp.shared_expert.*" and "mlp.shared_expert_gate").
   tokenizer.json     the byte-level BPE of make_interp_arch_fixtures.py (same training, same ids).
+  model.gguf         the same weights, F32, the way llama.cpp's convert_hf_to_gguf.py writes the
+                     family: general.architecture qwen3moe / qwen2moe / olmoe, Mixtral as "llama"
+                     with q/k rows permuted to interleaved pairs; "<arch>.expert_count",
+                     ".expert_used_count", ".expert_feed_forward_length",
+                     ".expert_shared_feed_forward_length"; the router as blk.N.ffn_gate_inp, the
+                     experts stacked as blk.N.ffn_{gate,up,down}_exps [experts, rows, cols], the
+                     shared expert as ffn_*_shexp and its gate as 1-D ffn_gate_inp_shexp; the
+                     tokenizer as GGUF "gpt2" BPE metadata. Read from model.safetensors, so it
+                     holds exactly the checkpoint's values.
   reference.json     input ids, float32 logits at every position, argmax, a 16-token greedy
                      continuation (EOS not a stop) with its top-1/top-2 margins, and "taps" per
                      layer and position:
@@ -50,6 +59,8 @@ Input ids: numpy default_rng(4521 + case index), 24 ids uniform in [1, VOCAB).
 Compute: float32, torch.set_num_threads(2), attn_implementation="eager".
 
 Usage: python3 tools/reference/make_moe_fixtures.py [--out DIR] [--only CASE ...]
+       python3 tools/reference/make_moe_fixtures.py --gguf-only [DIR]
+         (rewrites only model.gguf of each case folder under DIR, default tests/testdata/arch)
 Deterministic: re-running rewrites identical files (existing case folders are replaced).
 """
 
@@ -63,8 +74,15 @@ import numpy as np
 
 os.environ.setdefault("TQDM_DISABLE", "1")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_arch_fixtures import greedy  # noqa: E402
-from make_interp_arch_fixtures import VOCAB, N_IDS, MIN_MARGIN, capture_taps, train_tokenizer  # noqa: E402
+from make_arch_fixtures import GGUF_LAYER_NAMES, greedy, llama_permute  # noqa: E402
+from make_interp_arch_fixtures import (  # noqa: E402
+    VOCAB,
+    N_IDS,
+    MIN_MARGIN,
+    add_bpe_tokenizer,
+    capture_taps,
+    train_tokenizer,
+)
 from refutil import dump_json, run_fixture_cases, versions  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -87,6 +105,7 @@ CASES = [
     dict(
         name="qwen3moe",
         cls="Qwen3MoeForCausalLM",
+        gguf="qwen3moe",
         base_seed=5100,
         renormalize=True,
         config=dict(
@@ -106,6 +125,7 @@ CASES = [
     dict(
         name="qwen2moe",
         cls="Qwen2MoeForCausalLM",
+        gguf="qwen2moe",
         base_seed=5200,
         renormalize=False,
         config=dict(
@@ -125,6 +145,7 @@ CASES = [
     dict(
         name="olmoe",
         cls="OlmoeForCausalLM",
+        gguf="olmoe",
         base_seed=5300,
         renormalize=False,
         config=dict(
@@ -140,6 +161,7 @@ CASES = [
     dict(
         name="mixtral",
         cls="MixtralForCausalLM",
+        gguf="llama",
         base_seed=5400,
         renormalize=True,
         config=dict(
@@ -240,6 +262,92 @@ def to_hub_layout(case, cfg_path):
     return c
 
 
+# Hugging Face names of the sparse block (Mixtral's presented as Qwen's) -> llama.cpp's.
+GGUF_MOE_NAMES = {
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+}
+MIXTRAL_NAMES = {"block_sparse_moe.gate.": "mlp.gate.", "block_sparse_moe.experts.": "mlp.experts.",
+                 ".w1.": ".gate_proj.", ".w3.": ".up_proj.", ".w2.": ".down_proj."}
+
+
+def write_gguf(case, d):
+    """model.gguf of the case folder `d` from its model.safetensors (see the header)."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
+        cfg = json.load(f)
+    arch = case["gguf"]
+    sd = load_file(os.path.join(d, "model.safetensors"))
+    if arch == "llama":
+        renamed = {}
+        for k, v in sd.items():
+            for a, b in MIXTRAL_NAMES.items():
+                k = k.replace(a, b)
+            renamed[k] = v
+        sd = renamed
+    n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    n_experts = cfg.get("num_experts") or cfg["num_local_experts"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
+    path = os.path.join(d, "model.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_rope_dimension_count(head_dim)
+    w.add_expert_count(n_experts)
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    if cfg.get("moe_intermediate_size"):
+        w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+    if cfg.get("shared_expert_intermediate_size"):
+        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    add_bpe_tokenizer(w, os.path.join(d, "tokenizer.json"))
+    tensors = [
+        ("token_embd.weight", sd["model.embed_tokens.weight"]),
+        ("output_norm.weight", sd["model.norm.weight"]),
+        ("output.weight", sd["lm_head.weight"]),
+    ]
+    for L in range(n_layer):
+        p = f"model.layers.{L}."
+        for rest, gname in list(GGUF_LAYER_NAMES.items()) + list(GGUF_MOE_NAMES.items()):
+            if p + rest not in sd:
+                continue
+            t = sd[p + rest]
+            if arch == "llama" and rest == "self_attn.q_proj.weight":
+                t = llama_permute(t, n_head)
+            if arch == "llama" and rest == "self_attn.k_proj.weight":
+                t = llama_permute(t, cfg["num_key_value_heads"])
+            if rest == "mlp.shared_expert_gate.weight":
+                t = t.reshape(-1)
+            tensors.append((f"blk.{L}.{gname}", t))
+        for bias in ("q_proj", "k_proj", "v_proj"):
+            if f"{p}self_attn.{bias}.bias" in sd:
+                tensors.append((f"blk.{L}.attn_{bias[0]}.bias", sd[f"{p}self_attn.{bias}.bias"]))
+        for proj, gname in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"),
+                            ("down_proj", "ffn_down_exps")):
+            stacked = np.stack([sd[f"{p}mlp.experts.{e}.{proj}.weight"] for e in range(n_experts)])
+            tensors.append((f"blk.{L}.{gname}.weight", stacked))
+    for name, t in tensors:
+        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.chmod(path, 0o644)
+    print(f"{case['name']}: model.gguf ({arch}), {os.path.getsize(path)} bytes")
+
+
 def make_case(case, index, out_root):
     import torch
     import transformers
@@ -286,6 +394,7 @@ def make_case(case, index, out_root):
     g2 = greedy(ref_model, ids, 0)
     assert g2["new_ids"] == g["new_ids"]
 
+    write_gguf(case, d)
     files = sorted(os.listdir(d))
     meta = {
         "versions": versions(),
@@ -322,6 +431,12 @@ def make_case(case, index, out_root):
 
 
 def main():
+    if "--gguf-only" in sys.argv:
+        rest = [a for a in sys.argv[1:] if a != "--gguf-only"]
+        root = rest[0] if rest else os.path.join(REPO, "tests", "testdata", "arch")
+        for case in CASES:
+            write_gguf(case, os.path.join(root, case["name"]))
+        return
     run_fixture_cases(CASES, make_case, __doc__.split("\n")[0],
                       os.path.join(REPO, "tests", "testdata", "arch"))
 

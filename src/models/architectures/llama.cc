@@ -1,7 +1,7 @@
 // Llama 1/2/3 (and Llama-3 rope_scaling, read by the common config code): pre-norm decoder,
 // RMSNorm, RoPE, grouped-query attention, SwiGLU MLP; optional q/k/v/o biases
 // ("attention_bias"). llama.cpp writes GGUF "llama" with q/k rows in the original interleaved
-// order.
+// order; with "llama.expert_count" the file is a Mixtral.
 #include "models/architecture.h"
 
 namespace uc::models {
@@ -18,6 +18,14 @@ Status ReadLlamaExtras(const nlohmann::json& json, const std::string& source, Mo
   return OkStatus();
 }
 
+// llama.cpp writes Mixtral as "llama" with experts ("llama.expert_count"); the chosen experts'
+// weights are renormalised, as Mixtral's are.
+Status ReadLlamaGguf(const io::GgufFile& file, const std::string& arch, ModelConfig& config) {
+  if (file.Find(arch + ".expert_count") == nullptr) return OkStatus();
+  config.architecture = std::string(kMixtralArchitecture.hf_class);
+  return ReadMoeGgufExtras(file, arch, /*renormalize=*/true, config);
+}
+
 }  // namespace
 
 const Architecture kLlamaArchitecture = {
@@ -25,6 +33,7 @@ const Architecture kLlamaArchitecture = {
     .gguf_arch = "llama",
     .gguf_rope_style = kernels::RopeStyle::kInterleaved,
     .read_hf_extras = ReadLlamaExtras,
+    .read_gguf_extras = ReadLlamaGguf,
 };
 
 }  // namespace uc::models

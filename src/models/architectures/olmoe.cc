@@ -21,13 +21,21 @@ Status ReadOlmoeExtras(const nlohmann::json& json, const std::string& source, Mo
   return ReadMoeHfExtras(json, source, "num_experts", config);
 }
 
+// llama.cpp's "olmoe": full-width q/k norms, no renormalisation.
+Status ReadOlmoeGguf(const io::GgufFile& file, const std::string& arch, ModelConfig& config) {
+  config.qk_norm = true;
+  config.qk_norm_full_width = true;
+  return ReadMoeGgufExtras(file, arch, /*renormalize=*/false, config);
+}
+
 }  // namespace
 
 const Architecture kOlmoeArchitecture = {
     .hf_class = "OlmoeForCausalLM",
-    .gguf_arch = "",
+    .gguf_arch = "olmoe",
     .gguf_rope_style = kernels::RopeStyle::kHalf,
     .read_hf_extras = ReadOlmoeExtras,
+    .read_gguf_extras = ReadOlmoeGguf,
 };
 
 }  // namespace uc::models
