@@ -81,6 +81,10 @@ Status ReadMoeHfExtras(const nlohmann::json& json, const std::string& source,
 Status ReadMoeGgufExtras(const io::GgufFile& file, const std::string& gguf_arch, bool renormalize,
                          ModelConfig& config);
 
+// Mistral's config.json fields (an optional positive sliding_window), shared with Mixtral.
+Status ReadMistralHfExtras(const nlohmann::json& json, const std::string& source,
+                           ModelConfig& config);
+
 // Shared by the Gemma 2 and Gemma 3 files: the family's config.json fields (sandwich norms,
 // (1 + w) norm weights, sqrt(hidden) embedding scale, query_pre_attn_scalar, soft-capping,
 // sliding window and its layer pattern; `default_pattern`: every Nth layer is global).

@@ -4,10 +4,9 @@
 #include "models/architecture.h"
 
 namespace uc::models {
-namespace {
 
-Status ReadMistralExtras(const nlohmann::json& json, const std::string& source,
-                         ModelConfig& config) {
+Status ReadMistralHfExtras(const nlohmann::json& json, const std::string& source,
+                           ModelConfig& config) {
   if (json.contains("sliding_window") && json["sliding_window"].is_number_integer()) {
     const int window = json["sliding_window"].get<int>();
     if (window <= 0) {
@@ -19,13 +18,11 @@ Status ReadMistralExtras(const nlohmann::json& json, const std::string& source,
   return OkStatus();
 }
 
-}  // namespace
-
 const Architecture kMistralArchitecture = {
     .hf_class = "MistralForCausalLM",
     .gguf_arch = "",
     .gguf_rope_style = kernels::RopeStyle::kInterleaved,
-    .read_hf_extras = ReadMistralExtras,
+    .read_hf_extras = ReadMistralHfExtras,
 };
 
 }  // namespace uc::models

@@ -10,14 +10,7 @@ namespace {
 
 Status ReadMixtralExtras(const nlohmann::json& json, const std::string& source,
                          ModelConfig& config) {
-  if (json.contains("sliding_window") && json["sliding_window"].is_number_integer()) {
-    const int window = json["sliding_window"].get<int>();
-    if (window <= 0) {
-      return InvalidArgumentError(source + ": sliding_window must be positive or null, got " +
-                                  std::to_string(window));
-    }
-    config.sliding_window = window;
-  }
+  UC_RETURN_IF_ERROR(ReadMistralHfExtras(json, source, config));
   UC_RETURN_IF_ERROR(ReadMoeHfExtras(json, source, "num_local_experts", config));
   config.norm_topk_prob = true;
   return OkStatus();
