@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/file_pages.h"
+
 namespace uc::io {
 namespace {
 
@@ -44,12 +46,15 @@ StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::filesyst
   if (size == 0) return std::shared_ptr<const MappedFile>(new MappedFile(name, nullptr, 0));
   void* addr = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (addr == MAP_FAILED) return ErrnoError(name, "cannot mmap", errno);
+  RegisterFileMapping(addr, size);
   return std::shared_ptr<const MappedFile>(
       new MappedFile(name, static_cast<const std::byte*>(addr), size));
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  if (data_ == nullptr) return;
+  UnregisterFileMapping(data_);
+  ::munmap(const_cast<std::byte*>(data_), size_);
 }
 
 }  // namespace uc::io

@@ -7,8 +7,10 @@
 //   UC_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::Open(path));
 //   const std::byte* bytes = file->data();
 //
-// Immutable after Open; thread-safe. The file must not be truncated by another process while
-// it is mapped (reads past the new end would fault), as with any mmap-based reader.
+// The mapping is registered with base/file_pages.h, so pages copied elsewhere (packed weights)
+// can be released from the resident set. Immutable after Open; thread-safe. The file must not be
+// truncated by another process while it is mapped (reads past the new end would fault), as with any
+// mmap-based reader.
 #pragma once
 
 #include <cstddef>

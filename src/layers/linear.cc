@@ -1,5 +1,6 @@
 #include "layers/linear.h"
 
+#include "base/file_pages.h"
 #include "kernels/ops.h"
 
 namespace uc::layers {
@@ -17,6 +18,8 @@ Linear::Linear(Tensor weight, Tensor bias) : weight_(std::move(weight)), bias_(s
 void Linear::set_matmul(const kernels::MatMulOptions& options) {
   matmul_ = options;
   packed_ = weight_.defined() ? kernels::PackedWeight::Pack(weight_, options) : nullptr;
+  // Forward reads the packed copy only: the checkpoint's pages need not stay resident too.
+  if (packed_ != nullptr) ReleaseFilePages(weight_.raw(), static_cast<size_t>(weight_.nbytes()));
 }
 
 void Linear::Forward(const Tensor& x, Tensor& y, ThreadPool* pool) const {
