@@ -10,9 +10,16 @@
 // /sys/kernel/mm/transparent_hugepage/enabled is "always" or "madvise". Where it is "never" (or
 // on another OS) the buffer is plain memory: only the speed differs. The part that does not fill
 // a whole 2 MiB page keeps 4 KiB pages, so no memory is wasted on rounding.
+//
+// Buffers smaller than a huge page (a mixture of experts' per-expert weights: hundreds of them
+// per model, each a few hundred KiB) are carved one after another out of shared 32 MiB chunks
+// whose pages are advised huge, so they stream as fast as one large buffer would. A chunk is
+// unmapped when the last buffer carved from it is destroyed; the space of a destroyed buffer is
+// not reused before that (the buffers are long-lived: weights, workspaces).
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 namespace uc {
 
@@ -21,8 +28,10 @@ namespace uc {
 // concurrent reads and writes of distinct bytes are the caller's business, as for any memory.
 class HugePageBuffer {
  public:
-  // Buffers smaller than this are not worth a huge page and use ordinary pages.
+  // Buffers smaller than this are carved from shared chunks (see above).
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  // The size of a shared chunk.
+  static constexpr size_t kChunkBytes = size_t{32} << 20;
 
   HugePageBuffer() = default;
   // Maps `bytes` (> 0). Aborts with a message when the system refuses the memory, as
@@ -36,16 +45,20 @@ class HugePageBuffer {
 
   std::byte* data() const { return data_; }
   size_t size() const { return size_; }
-  // Bytes of the buffer that were advised to use huge pages (0 where none were). Whether the
-  // kernel actually backs them with huge pages is its choice (see /proc/self/smaps).
+  // Bytes of the buffer that were advised to use huge pages (0 where none were; a buffer carved
+  // from a chunk counts all its bytes when the chunk was advised). Whether the kernel actually
+  // backs them with huge pages is its choice (see /proc/self/smaps).
   size_t advised_bytes() const { return advised_; }
+
+  struct Chunk;  // a shared mapping small buffers are carved from
 
  private:
   void Release();
 
   std::byte* data_ = nullptr;  // 2 MiB-aligned when size_ >= kHugePageBytes
   size_t size_ = 0;
-  void* mapping_ = nullptr;  // the whole mapping, from mmap
+  std::shared_ptr<Chunk> chunk_;  // set for a small buffer: its memory is the chunk's
+  void* mapping_ = nullptr;       // the whole mapping, from mmap
   size_t mapping_size_ = 0;
   size_t advised_ = 0;
 };
