@@ -157,14 +157,30 @@ def compare_tensors(a, b):
 # 2. Single sequence
 
 
+def expert_share(reader):
+    """The part of a stacked expert tensor (blk.N.ffn_*_exps) one token uses: the file's
+    <arch>.expert_used_count / <arch>.expert_count (1 for a dense model)."""
+    def field(key):
+        f = reader.fields.get(key)
+        return int(f.parts[f.data[0]][0]) if f is not None else None
+
+    arch_field = reader.fields["general.architecture"]
+    arch = bytes(arch_field.parts[arch_field.data[0]]).decode()
+    used, total = field(arch + ".expert_used_count"), field(arch + ".expert_count")
+    return used / total if used and total else 1.0
+
+
 def bytes_per_token(model):
     """Bytes one decode token streams: every tensor but a token embedding that is only gathered
-    (one tied to the output is the LM head and is read whole)."""
+    (one tied to the output is the LM head and is read whole); of a mixture of experts' stacked
+    expert tensors, the share of the experts a token is routed to."""
     import gguf
     r = gguf.GGUFReader(model)
     names = {t.name for t in r.tensors}
     tied = "output.weight" not in names
-    return sum(int(t.n_bytes) for t in r.tensors if tied or t.name != "token_embd.weight")
+    share = expert_share(r)
+    return int(sum(int(t.n_bytes) * (share if "_exps." in t.name else 1.0)
+                   for t in r.tensors if tied or t.name != "token_embd.weight"))
 
 
 # {threads: read bandwidths (bytes/s) measured during the single-sequence rounds}.
@@ -217,15 +233,17 @@ def measured_peaks(llm_bench, threads):
 def matmul_work(model):
     """(operations per prompt token, dominant weight type): 2 x the elements of every tensor of
     two or more dimensions but the token embedding (gathered) and the LM head (a prompt's logits
-    are computed for its last token only), and the type holding most of those bytes."""
+    are computed for its last token only), and the type holding most of those bytes; of a
+    mixture of experts' stacked expert tensors, the share of the experts a token is routed to."""
     import gguf
     r = gguf.GGUFReader(model)
+    share = expert_share(r)
     ops = 0
     bytes_by_type = {}
     for t in r.tensors:
         if len(t.shape) < 2 or t.name in ("token_embd.weight", "output.weight"):
             continue
-        ops += 2 * int(t.n_elements)
+        ops += int(2 * int(t.n_elements) * (share if "_exps." in t.name else 1.0))
         name = t.tensor_type.name
         bytes_by_type[name] = bytes_by_type.get(name, 0) + int(t.n_bytes)
     return ops, max(bytes_by_type, key=bytes_by_type.get)
