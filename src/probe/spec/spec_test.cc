@@ -985,7 +985,8 @@ TEST(SpecSchemaTest, DescribesEveryKeyAndValue) {
   const nlohmann::json schema = SpecJsonSchema();
   const nlohmann::json& defs = schema["$defs"];
   EXPECT_EQ(defs["TensorType"]["enum"],
-            nlohmann::json({"residual_stream", "attn_out", "mlp_out", "kv", "final_norm"}));
+            nlohmann::json({"residual_stream", "attn_out", "mlp_out", "kv", "final_norm",
+                            "router_logits", "expert_weights"}));
   EXPECT_EQ(defs["OverflowPolicy"]["enum"],
             nlohmann::json({"drop_oldest", "drop_newest", "block"}));
   EXPECT_EQ(defs["Until"]["enum"], nlohmann::json({"generation_end", "fixed_count", "stop_token"}));
