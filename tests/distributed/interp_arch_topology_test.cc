@@ -137,7 +137,9 @@ TEST(InterpArchTopologyTest, RecordsEqualOneProcess) {
                       a.tensor_type == probe::TensorType::kExpertWeights;
   }
   EXPECT_LE(worst, 1e-5);
-  if (config.num_experts > 0) EXPECT_GT(router_records, 50);
+  if (config.num_experts > 0) {
+    EXPECT_GT(router_records, 50);
+  }
   std::printf(
       "%s tp %d pp %d: %zu records (%d router), same order as one process, max relative "
       "diff %.3g\n",
