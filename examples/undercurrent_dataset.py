@@ -101,6 +101,11 @@ class Dataset:
     def hidden_size(self):
         return int(self.manifest["hidden_size"])
 
+    def width(self, point):
+        """Values per row of `point`: hidden_size, or num_experts for router_logits and
+        expert_weights (the manifest's point_widths)."""
+        return int(self.manifest.get("point_widths", {}).get(point, self.hidden_size))
+
     def point(self, name):
         """The manifest entry of an extraction point (tensor_type, layers, position, ...)."""
         for p in self.manifest["points"]:
@@ -119,8 +124,11 @@ class Dataset:
         return self._shards[name]
 
     def activations(self, rows):
-        """float32 [len(rows), hidden_size]: the activation of each index row."""
-        out = np.empty((len(rows), self.hidden_size), dtype=np.float32)
+        """float32 [len(rows), width]: the activation of each index row (all of one width)."""
+        widths = {self.width(r["point"]) for r in rows}
+        if len(widths) > 1:
+            raise ValueError(f"rows of several widths {sorted(widths)}: select one point's rows")
+        out = np.empty((len(rows), widths.pop() if widths else self.hidden_size), dtype=np.float32)
         groups = {}  # (shard, tensor) -> (positions in out, rows of the tensor)
         for i, r in enumerate(rows):
             where, which = groups.setdefault((r["shard"], r["tensor"]), ([], []))

@@ -138,6 +138,29 @@ def test_capture_refuses_bad_specs_and_sae_arguments(llm):
         llm.capture(PROMPTS[0], POINTS, sae="no-such-sae", sae_features=[1])
 
 
+def test_capture_of_router_logits_equals_cli_capture(root, cli, tmp_path):
+    """A mixture of experts: router_logits / expert_weights rows are num_experts (8) wide, the
+    rows `undercurrent capture` writes (point_widths in its manifest); one call takes one width."""
+    model = str(root / "tests" / "testdata" / "arch" / "qwen3moe")
+    points = [{"name": "router", "layers": [0, 1], "tensor_type": "router_logits", "position": "generated[*]",
+               "probe_type": "capture", "probe_kind": "trajectory"}]
+    (tmp_path / "spec.json").write_text(json.dumps({"version": "1", "extraction_points": points}))
+    write_prompts(tmp_path / "prompts.jsonl", {"max_tokens": 3, "temperature": 0})
+    subprocess.run(
+        [cli, "capture", "--model", model, "--spec", str(tmp_path / "spec.json"), "--prompts",
+         str(tmp_path / "prompts.jsonl"), "--out", str(tmp_path / "acts"), "--threads", "1", "--progress", "none"],
+        check=True, capture_output=True, text=True,
+    )
+    ds = load_dataset(root, tmp_path / "acts")
+    assert ds.manifest["point_widths"] == {"router": 8}
+    with LLM(model, threads=1) as moe:
+        acts = moe.capture(PROMPTS, points, SamplingParams(max_tokens=3, temperature=0.0))
+        assert acts.values.shape == (len(PROMPTS) * 3 * 2, 8)
+        assert np.array_equal(acts.values, ds.activations(ds.rows()))
+        with pytest.raises(Exception, match="has rows of 64 values, but 'router' has 8"):
+            moe.capture(PROMPTS[0], points + [{**POINTS[1], "layers": [1]}])
+
+
 def start_server(cli, model):
     proc = subprocess.Popen([cli, "serve", "--port", "0", "--model", model, "--threads", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -2,7 +2,15 @@
 
 #include <utility>
 
+#include "models/model_config.h"
+
 namespace uc::models {
+
+bool IsRouterSite(Site site) { return site == Site::kRouterLogits || site == Site::kExpertWeights; }
+
+int64_t SiteWidth(Site site, const ModelConfig& config) {
+  return IsRouterSite(site) ? int64_t{config.num_experts} : config.hidden_size;
+}
 
 std::string TapPoint::ToString() const {
   const std::string prefix = "blocks." + std::to_string(layer) + ".";

@@ -29,6 +29,15 @@ enum class Site {
   kExpertWeights,  // the weight each expert's output gets (zero off the chosen top-k)
 };
 
+struct ModelConfig;
+
+// Whether `site` is one of a mixture-of-experts layer's router sites.
+bool IsRouterSite(Site site);
+// The width of one row `site` hands to ForwardHooks::Observe on a model of `config`:
+// num_experts for the router sites, hidden_size for every other. Every capture buffer, gather,
+// record and dataset row of a tap is this wide.
+int64_t SiteWidth(Site site, const ModelConfig& config);
+
 struct TapPoint {
   int layer = 0;
   Site site = Site::kResidPost;

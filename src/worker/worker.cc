@@ -22,12 +22,15 @@ constexpr int kCaptureTag = 103;
 // Copies the rows a step's capture items ask for, for the items this rank owns; nothing else.
 class CaptureHooks : public models::ForwardHooks {
  public:
-  CaptureHooks(const std::vector<CaptureItem>& items, std::vector<bool> owned, int64_t hidden)
+  // Each owned item's rows are models::SiteWidth of its site wide.
+  CaptureHooks(const std::vector<CaptureItem>& items, std::vector<bool> owned,
+               const models::ModelConfig& config)
       : items_(items), owned_(std::move(owned)), captured_(items.size()) {
     for (size_t i = 0; i < items_.size(); ++i) {
       if (!owned_[i]) continue;
+      const int64_t width = models::SiteWidth(static_cast<models::Site>(items_[i].site), config);
       captured_[i] =
-          Tensor::Empty({static_cast<int64_t>(items_[i].rows.size()), hidden}, DType::kF32);
+          Tensor::Empty({static_cast<int64_t>(items_[i].rows.size()), width}, DType::kF32);
     }
   }
   bool Wants(models::TapPoint point) const override {
@@ -46,6 +49,9 @@ class CaptureHooks : public models::ForwardHooks {
         UC_CHECK(r >= 0 && r < activation.dim(0) && r < static_cast<int64_t>(positions.size()),
                  "capture row %d outside a batch of %lld", r,
                  static_cast<long long>(activation.dim(0)));
+        UC_CHECK(activation.dim(1) == out.dim(1), "tap %s: rows of %lld values, expected %lld",
+                 point.ToString().c_str(), static_cast<long long>(activation.dim(1)),
+                 static_cast<long long>(out.dim(1)));
         std::memcpy(out.row(static_cast<int64_t>(j)), activation.row(r),
                     static_cast<size_t>(out.row_bytes()));
       }
@@ -337,7 +343,7 @@ void Worker::ExecuteBatch(const SchedulerOutput& output, StepResult& result, boo
     any_owned = any_owned || owned[i];
   }
   std::optional<CaptureHooks> hooks;
-  if (any_owned) hooks.emplace(output.capture, owned, model_->config().hidden_size);
+  if (any_owned) hooks.emplace(output.capture, owned, model_->config());
   model_->Forward(batch, paged_cache_, &input, &stage_output, logits.defined() ? &logits : nullptr,
                   pool_, hooks.has_value() ? &*hooks : nullptr);
   SendToNextStage(stage_output);
@@ -466,8 +472,10 @@ std::vector<int> Worker::CaptureRanks(const CaptureItem& item, bool all_tp) cons
 // Receives, from every other capturing rank, its items concatenated in plan order. Keeps TP
 // rank 0's copy; when comparing replicas, the others must equal it bit for bit.
 void Worker::GatherCaptures(const SchedulerOutput& output, StepResult& result) {
-  const int64_t hidden = model_->config().hidden_size;
   const size_t n = output.capture.size();
+  auto width_of = [&](size_t i) {
+    return models::SiteWidth(static_cast<models::Site>(output.capture[i].site), model_->config());
+  };
   result.captured.resize(n);
   std::vector<std::vector<int>> owners(n);
   for (size_t i = 0; i < n; ++i) {
@@ -483,7 +491,7 @@ void Worker::GatherCaptures(const SchedulerOutput& output, StepResult& result) {
     for (size_t i = 0; i < n; ++i) {
       if (std::find(owners[i].begin(), owners[i].end(), r) == owners[i].end()) continue;
       items.push_back(i);
-      floats += static_cast<int64_t>(output.capture[i].rows.size()) * hidden;
+      floats += static_cast<int64_t>(output.capture[i].rows.size()) * width_of(i);
     }
     if (items.empty()) continue;
     std::vector<float> buffer(static_cast<size_t>(floats));
@@ -492,9 +500,10 @@ void Worker::GatherCaptures(const SchedulerOutput& output, StepResult& result) {
     const float* p = buffer.data();
     for (size_t i : items) {
       const int64_t rows = static_cast<int64_t>(output.capture[i].rows.size());
-      Tensor t = Tensor::Empty({rows, hidden}, DType::kF32);
+      const int64_t width = width_of(i);
+      Tensor t = Tensor::Empty({rows, width}, DType::kF32);
       std::memcpy(t.raw(), p, static_cast<size_t>(t.nbytes()));
-      p += rows * hidden;
+      p += rows * width;
       if (owners[i].front() == r) {
         result.captured[i] = std::move(t);
         continue;

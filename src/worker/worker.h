@@ -64,7 +64,7 @@ struct StepCommand {
 
 struct StepResult {
   std::vector<int32_t> tokens;  // kExecute: one per sampled sequence, in batch order
-  // kExecute, driver: one tensor per SchedulerOutput::capture item, [rows, hidden_size] F32,
+  // kExecute, driver: one tensor per SchedulerOutput::capture item, [rows, SiteWidth] F32,
   // gathered from the rank that owns the item's layer.
   std::vector<Tensor> captured;
   // kExecute: SerializeLogprobs of the sequences that wanted logprobs (set on the last stage

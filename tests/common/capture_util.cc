@@ -42,7 +42,6 @@ LoadedDataset LoadDataset(const fs::path& dir) {
   if (!d.manifest.is_object()) return d;
   std::istringstream lines(Slurp(dir / "index.ndjson"));
   std::map<std::string, std::shared_ptr<const io::SafetensorsFile>> shards;
-  const int hidden = d.manifest["hidden_size"].get<int>();
   for (std::string line; std::getline(lines, line);) {
     d.index_lines.push_back(line);
     json row = json::parse(line);
@@ -57,9 +56,10 @@ LoadedDataset LoadDataset(const fs::path& dir) {
     EXPECT_TRUE(t.ok()) << t.status().message();
     if (!t.ok()) return d;
     const int64_t r = row["tensor_row"].get<int64_t>();
-    std::vector<float> values(static_cast<size_t>(hidden));
-    for (int k = 0; k < hidden; ++k) {
-      const int64_t i = r * hidden + k;
+    const int64_t width = t->dim(1);  // hidden_size, or the point's entry in point_widths
+    std::vector<float> values(static_cast<size_t>(width));
+    for (int64_t k = 0; k < width; ++k) {
+      const int64_t i = r * width + k;
       values[static_cast<size_t>(k)] =
           t->dtype() == DType::kBF16 ? Bf16ToF32(t->data<uint16_t>()[i]) : t->data<float>()[i];
     }

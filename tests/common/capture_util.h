@@ -26,7 +26,7 @@ struct LoadedDataset {
   nlohmann::json manifest;
   std::vector<std::string> index_lines;    // index.ndjson, as written
   std::vector<nlohmann::json> index;       // parsed
-  std::vector<std::vector<float>> values;  // [row][hidden_size], index order
+  std::vector<std::vector<float>> values;  // [row][width of its tensor], index order
 };
 
 // Loads a complete dataset through io::SafetensorsFile; fails the test on any problem.

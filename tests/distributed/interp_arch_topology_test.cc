@@ -2,8 +2,9 @@
 // under `mpiexec -n T*P` with `--tp T --pp P --model DIR_OR_GGUF`: LayerNorm biases and the
 // row-parallel biases added once, the parallel residual pair crossing a stage boundary, OLMo-2's
 // full-width q/k norm all-reducing its sums of squares; and the mixtures of experts (Qwen2/3-MoE,
-// OLMoE, Mixtral), every expert sliced over TP and the block all-reduced before its mlp_out tap.
-// The records of a spec on both layers
+// OLMoE, Mixtral), every expert sliced over TP and the block all-reduced before its mlp_out tap,
+// whose router_logits and expert_weights ([num_experts] rows: the replicated router on every TP
+// rank, sent on by the owning PP stage) are captured too. The records of a spec on both layers
 // (residual stream, attention and MLP outputs, the final norm) must be the same sequence as one
 // process (same order, values within 1e-5 relative), every TP replica must capture the same bits,
 // and the greedy tokens must be the same.
@@ -54,6 +55,17 @@ extraction_points:
      probe_type: recorder, probe_kind: single_shot}
 )";
 
+// Beside kSpec on a mixture of experts: the router's logits and the routing weights, alone and
+// concatenated with the residual stream (rows of different widths in one record).
+constexpr const char* kMoeSpec = R"(
+  - {name: router, layers: [0, 1], tensor_type: router_logits, position: "generated[*]",
+     probe_type: trajectory_recorder, probe_kind: trajectory}
+  - {name: weights, layers: [0, 1], tensor_type: expert_weights, position: "prompt[-2]",
+     probe_type: recorder, probe_kind: single_shot}
+  - {name: routed, layers: [1], tensor_types: [expert_weights, residual_stream],
+     combine: concat, position: "generated[1]", probe_type: recorder, probe_kind: single_shot}
+)";
+
 engine::EngineOptions Options(const std::string& model) {
   engine::EngineOptions o;
   o.model_path = model;
@@ -101,8 +113,10 @@ TEST(InterpArchTopologyTest, RecordsEqualOneProcess) {
 
   probe::ProbingOptions debug;
   debug.compare_tp_replicas = true;  // a difference between TP replicas is a fatal error
-  auto session = testing::MakeSession(kSpec, llm.engine().config(), debug);
-  auto single_session = testing::MakeSession(kSpec, llm.engine().config());
+  const models::ModelConfig& config = llm.engine().config();
+  const std::string spec = std::string(kSpec) + (config.num_experts > 0 ? kMoeSpec + 1 : "");
+  auto session = testing::MakeSession(spec, config, debug);
+  auto single_session = testing::MakeSession(spec, config);
   ASSERT_NE(session, nullptr);
   const std::vector<GenerateRequest> requests = Workload();
   const testing::ProbedRun got = testing::RunProbed(llm, *session, requests);
@@ -110,17 +124,26 @@ TEST(InterpArchTopologyTest, RecordsEqualOneProcess) {
   ASSERT_EQ(got.records.size(), want.records.size());
   ASSERT_GT(got.records.size(), 100u);
   double worst = 0.0;
+  int router_records = 0;
   for (size_t i = 0; i < got.records.size(); ++i) {
     const ActivationRecord& a = got.records[i];
     const ActivationRecord& b = want.records[i];
     ASSERT_EQ(std::tie(a.request_id, a.point, a.layer, a.token_pos, a.is_generated),
               std::tie(b.request_id, b.point, b.layer, b.token_pos, b.is_generated))
         << "record #" << i;
+    ASSERT_EQ(a.values.size(), b.values.size()) << "record #" << i << " " << a.point;
     worst = std::max(worst, testing::RelativeDiff(a, b));
+    router_records += a.tensor_type == probe::TensorType::kRouterLogits ||
+                      a.tensor_type == probe::TensorType::kExpertWeights;
   }
   EXPECT_LE(worst, 1e-5);
-  std::printf("%s tp %d pp %d: %zu records, same order as one process, max relative diff %.3g\n",
-              args.model.c_str(), args.tp, args.pp, got.records.size(), worst);
+  if (config.num_experts > 0) {
+    EXPECT_GT(router_records, 50);
+  }
+  std::printf(
+      "%s tp %d pp %d: %zu records (%d router), same order as one process, max relative "
+      "diff %.3g\n",
+      args.model.c_str(), args.tp, args.pp, got.records.size(), router_records, worst);
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(got.results[i].output.output_ids, want.results[i].output.output_ids);
   }

@@ -21,6 +21,9 @@ class TensorType(str, Enum):
     MLP_OUT = "mlp_out"
     KV = "kv"
     FINAL_NORM = "final_norm"
+    # Mixture-of-experts layers only: num_experts values per token, not hidden_size.
+    ROUTER_LOGITS = "router_logits"
+    EXPERT_WEIGHTS = "expert_weights"
 
 
 class ProbeKind(str, Enum):

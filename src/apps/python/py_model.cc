@@ -352,6 +352,23 @@ nb::dict PyModel::Capture(std::vector<PyRequest> requests, const std::string& sp
   StatusOr<std::unique_ptr<probe::ProbingSession>> capture = probe::ProbingSession::Create(
       probe::CaptureSpec(*spec), registry, engine_->config(), probing);
   check(capture.status());
+  // One values matrix: every point's rows must be as wide (router_logits / expert_weights have
+  // num_experts values, the others hidden_size).
+  size_t width = sae != nullptr ? sae->features().size() : config().hidden_size;
+  for (size_t i = 0; i < spec->extraction_points.size(); ++i) {
+    const probe::ExtractionPoint& p = spec->extraction_points[i];
+    const auto w = static_cast<size_t>(probe::PointWidth(p, config()));
+    const probe::ExtractionPoint& first = spec->extraction_points.front();
+    if (sae != nullptr ? w != static_cast<size_t>(config().hidden_size) : (i > 0 && w != width)) {
+      throw StatusException(InvalidArgumentError(
+          "capture spec: extraction point '" + p.name + "' has rows of " + std::to_string(w) +
+          " values, but " +
+          (sae != nullptr ? std::string("the SAE reads hidden_size rows")
+                          : "'" + first.name + "' has " + std::to_string(width)) +
+          "; capture router_logits / expert_weights (num_experts values) in a separate call"));
+    }
+    if (sae == nullptr) width = w;
+  }
   // The capture session stands in for the model's own for this batch only.
   engine_->SetObserver(capture->get());
   std::vector<Slot> slots;
@@ -371,7 +388,6 @@ nb::dict PyModel::Capture(std::vector<PyRequest> requests, const std::string& sp
     point_index.emplace(p.name, static_cast<int64_t>(point_index.size()));
     points.append(p.name);
   }
-  const size_t width = sae != nullptr ? sae->features().size() : config().hidden_size;
   std::vector<float> values;
   std::vector<int64_t> prompt_index, point_col, layer, token_pos, generated_index, token_id;
   std::vector<bool> is_generated;

@@ -93,7 +93,8 @@ struct DatasetWriter::Shard {
   int64_t rows = 0;
   struct Data {
     int64_t rows = 0;
-    std::vector<std::byte> bytes;  // [rows, hidden_size] in the dataset dtype
+    int64_t width = 0;             // values per row
+    std::vector<std::byte> bytes;  // [rows, width] in the dataset dtype
   };
   std::map<std::string, Data> tensors;  // by tensor name
   std::string index;                    // NDJSON lines, row order
@@ -104,6 +105,9 @@ DatasetWriter::~DatasetWriter() = default;
 StatusOr<std::unique_ptr<DatasetWriter>> DatasetWriter::Open(const fs::path& dir,
                                                              DatasetOptions options) {
   if (options.hidden_size <= 0) return InvalidArgumentError("dataset: hidden_size must be > 0");
+  for (const auto& [point, width] : options.point_widths) {
+    if (width <= 0) return InvalidArgumentError("dataset: point_widths." + point + " must be > 0");
+  }
   if (options.dtype != DType::kF32 && options.dtype != DType::kBF16) {
     return InvalidArgumentError("dataset: dtype must be F32 or BF16");
   }
@@ -260,14 +264,18 @@ Status DatasetWriter::Append(DatasetPrompt prompt) {
 
 Status DatasetWriter::AppendRow(const DatasetPrompt& prompt, const PromptJson& prompt_json,
                                 DatasetRow& row, bool last_of_prompt) {
-  UC_CHECK(static_cast<int>(row.values.size()) == options_.hidden_size,
-           "dataset: a row of %zu values, hidden_size %d", row.values.size(), options_.hidden_size);
+  const int width = options_.WidthOf(row.point);
+  UC_CHECK(static_cast<int>(row.values.size()) == width,
+           "dataset: point %s: a row of %zu values, width %d", row.point.c_str(), row.values.size(),
+           width);
   const std::string tensor = row.point + "/" + std::to_string(row.layer);
   Shard::Data& data = shard_->tensors[tensor];
+  data.width = width;
+  const int64_t row_bytes = Tensor::BytesFor({width}, options_.dtype);
   const size_t offset = data.bytes.size();
-  data.bytes.resize(offset + static_cast<size_t>(row_bytes_));
+  data.bytes.resize(offset + static_cast<size_t>(row_bytes));
   if (options_.dtype == DType::kF32) {
-    std::memcpy(data.bytes.data() + offset, row.values.data(), static_cast<size_t>(row_bytes_));
+    std::memcpy(data.bytes.data() + offset, row.values.data(), static_cast<size_t>(row_bytes));
   } else {
     auto* out = reinterpret_cast<uint16_t*>(data.bytes.data() + offset);
     for (size_t i = 0; i < row.values.size(); ++i) out[i] = F32ToBf16(row.values[i]);
@@ -306,8 +314,7 @@ Status DatasetWriter::FlushShard() {
   json tensors = json::object();
   for (auto& [name, data] : shard_->tensors) {
     UC_RETURN_IF_ERROR(writer.Add(
-        name,
-        Tensor::Borrow(data.bytes.data(), {data.rows, options_.hidden_size}, options_.dtype)));
+        name, Tensor::Borrow(data.bytes.data(), {data.rows, data.width}, options_.dtype)));
     tensors[name] = data.rows;
   }
   writer.SetMetadata("format", kFormat);
@@ -361,6 +368,7 @@ Status DatasetWriter::WriteManifest() const {
       {"version", kVersion},
       {"complete", committed_.complete},
       {"hidden_size", options_.hidden_size},
+      {"point_widths", ordered_json(options_.point_widths)},
       {"dtype", DTypeSpelling(options_.dtype)},
       {"row_bytes", row_bytes_},
       {"rows_per_shard", rows_per_shard_},

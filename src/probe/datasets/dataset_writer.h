@@ -5,12 +5,15 @@
 // the dataset an uninterrupted run writes.
 //
 // A dataset is a directory:
-//   manifest.json           what the dataset is (points, dtype, hidden_size, the fingerprint of
+//   manifest.json           what the dataset is (points, dtype, hidden_size, point_widths (the
+//                           points whose rows are not hidden_size wide), the fingerprint of
 //                           the spec, model, prompts and sampling that made it), the committed
 //                           shards and where to resume. Rewritten atomically after every shard;
 //                           the commit point of everything else.
 //   shard-NNNNN.safetensors one 2-D tensor per (point, layer) that has rows in the shard, named
-//                           "POINT/LAYER", [rows, hidden_size], F32 or BF16.
+//                           "POINT/LAYER", [rows, width], F32 or BF16; width is the
+//                           point's entry in point_widths (router_logits and expert_weights:
+//                           num_experts), else hidden_size.
 //   shard-NNNNN.ndjson      the shard's rows, one JSON object per line in row order:
 //                           row (global), prompt_index, prompt_id, label, point, layer,
 //                           tensor_type, token_pos, is_generated, generated_index (null for a
@@ -19,7 +22,8 @@
 //
 // Rows are ordered by prompt (file order), then as each prompt's rows are given (the capture
 // command gives them in (token_pos, layer, point) order). A shard holds exactly
-// rows_per_shard = max(1, shard_bytes / row_bytes) rows (the last one fewer), so shard
+// rows_per_shard = max(1, shard_bytes / row_bytes) rows (the last one fewer; row_bytes is that
+// of a hidden_size row, the widest a model has), so shard
 // boundaries depend only on the row sequence: a resumed run cuts them where an uninterrupted
 // one does. Every file is written as NAME.tmp, fsynced and renamed; a shard and its index are
 // renamed before the manifest that lists them, so a crash at any point leaves the previous
@@ -30,6 +34,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,7 +56,7 @@ struct DatasetRow {
   int64_t generated_index = -1;  // -1 for a prompt token
   int32_t token_id = -1;
   std::string token_text;     // the token's bytes (invalid UTF-8 is replaced in the index)
-  std::vector<float> values;  // [hidden_size]
+  std::vector<float> values;  // [width of the point: DatasetOptions::WidthOf]
 };
 
 // What one prompt contributed.
@@ -65,6 +70,13 @@ struct DatasetPrompt {
 
 struct DatasetOptions {
   int hidden_size = 0;
+  // Points whose rows have another width than hidden_size (router_logits / expert_weights:
+  // num_experts), by point name; each > 0.
+  std::map<std::string, int> point_widths;
+  int WidthOf(const std::string& point) const {
+    auto it = point_widths.find(point);
+    return it == point_widths.end() ? hidden_size : it->second;
+  }
   DType dtype = DType::kF32;                        // kF32 or kBF16
   int64_t shard_bytes = int64_t{64} << 20;          // tensor bytes per shard at most (>= one row)
   int64_t num_prompts = 0;                          // prompts the finished dataset will cover
@@ -101,7 +113,7 @@ class DatasetWriter {
 
   // Adds one prompt's rows; writes and commits a shard whenever one fills. The first prompt
   // appended must be committed().next_prompt (its rows already committed are dropped), then
-  // each next index in turn. REQUIRES: not complete; rows of hidden_size values.
+  // each next index in turn. REQUIRES: not complete; rows of WidthOf(point) values.
   Status Append(DatasetPrompt prompt);
   // Writes the last, partial shard, index.ndjson and the final manifest (complete: true).
   // REQUIRES: every prompt up to num_prompts appended.

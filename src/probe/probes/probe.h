@@ -105,8 +105,10 @@ struct BatchedSignal {
 enum class ArtifactPolicy { kIgnore, kWarn, kRefuse };
 
 struct ProbeEnv {
-  int hidden_size = 0;             // length of every activation the probe will get; 0: unknown
-                                   // (weight sizes are then not checked at creation)
+  // Length of every activation the probe will get (hidden_size, num_experts for router_logits /
+  // expert_weights, the sum of the inputs' with combine: concat); 0: unknown.
+  // Weight sizes are then not checked at creation.
+  int hidden_size = 0;
   std::filesystem::path base_dir;  // relative paths in probe_args resolve against it
   const ExtractionPoint* point = nullptr;
   // The deployment's model fingerprint (engine::ModelFingerprint); null: unknown, not checked.

@@ -30,6 +30,10 @@ std::optional<models::Site> SiteOf(TensorType t) {
       return models::Site::kFinalNorm;
     case TensorType::kResidMid:
       return models::Site::kResidMid;
+    case TensorType::kRouterLogits:
+      return models::Site::kRouterLogits;
+    case TensorType::kExpertWeights:
+      return models::Site::kExpertWeights;
     case TensorType::kKv:
       return std::nullopt;
   }
@@ -40,6 +44,17 @@ std::optional<models::Site> SiteOf(TensorType t) {
 
 using session_internal::LoadSpecSteering;
 using session_internal::SiteOf;
+
+int64_t PointWidth(const ExtractionPoint& point, const models::ModelConfig& config) {
+  int64_t width = 0;
+  for (const PointInput& in : point.Inputs()) {
+    const std::optional<models::Site> site = SiteOf(in.tensor_type);
+    if (!site.has_value()) return 0;
+    width += models::SiteWidth(*site, config);
+    if (point.combine != Combine::kConcat) break;
+  }
+  return width;
+}
 
 namespace {
 
@@ -86,6 +101,14 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
     state->layers.erase(std::unique(state->layers.begin(), state->layers.end()),
                         state->layers.end());
     for (TensorType type : types) {
+      const bool router = models::IsRouterSite(*SiteOf(type));
+      if (router && config.num_experts <= 0) {
+        problems.push_back(Where(spec, p, index, type_field) + std::string(Name(type)) +
+                           " exists only on a mixture-of-experts model, and this " +
+                           config.ModelType() +
+                           " model has no experts; capture residual_stream, attn_out or mlp_out");
+        continue;
+      }
       if (type == TensorType::kResidMid && config.parallel_residual) {
         problems.push_back(Where(spec, p, index, type_field) +
                            "hook_resid_mid does not exist on this model: its blocks are parallel "
@@ -101,6 +124,10 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
           problems.push_back(Where(spec, p, index, "layers") + "layer " + std::to_string(layer) +
                              " does not exist: the model has " + std::to_string(num_layers) +
                              " decoder layers (0-" + std::to_string(num_layers - 1) + ")");
+        } else if (router && !config.IsMoeLayer(layer)) {
+          problems.push_back(Where(spec, p, index, "layers") + "layer " + std::to_string(layer) +
+                             " has a dense MLP, not experts, so it has no " +
+                             std::string(Name(type)) + "; name a mixture-of-experts layer");
         }
       }
     }
@@ -125,8 +152,7 @@ StatusOr<std::unique_ptr<ProbingSession>> ProbingSession::Create(const Spec& spe
       state->ring_from_prompt_end = std::min<int64_t>(0, o - k);
     }
     ProbeEnv env;
-    env.hidden_size = static_cast<int>(config.hidden_size) *
-                      (state->concat ? static_cast<int>(state->inputs.size()) : 1);
+    env.hidden_size = static_cast<int>(PointWidth(p, config));
     env.base_dir = spec.source.empty() ? std::filesystem::path() : spec.source.parent_path();
     env.point = &p;
     env.model_fingerprint = session->options_.model_fingerprint;

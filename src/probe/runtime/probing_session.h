@@ -144,6 +144,11 @@ struct ProbingStats {
   int64_t results = 0;          // results delivered
 };
 
+// Values in each record of `point` on a model of `config`: models::SiteWidth of its tensor
+// type (hidden_size; num_experts for router_logits / expert_weights), summed over the inputs
+// with combine: concat. 0 for kv (not capturable).
+int64_t PointWidth(const ExtractionPoint& point, const models::ModelConfig& config);
+
 class ProbingSession : public engine::StepObserver {
  public:
   static StatusOr<std::unique_ptr<ProbingSession>> Create(const Spec& spec,

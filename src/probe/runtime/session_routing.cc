@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <span>
 #include <tuple>
 
 #include "base/logging.h"
@@ -31,13 +32,12 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
     int64_t length;  // values
   };
   std::vector<Pending> pending;
-  const int64_t hidden = config_.hidden_size;
   // combine: concat bindings: the rows of each (request, position, binding), by input; the
   // records are assembled once the step's rows are all in (a token's layers run in one step).
   struct Parts {
     size_t request_order;
     RequestState* request;
-    std::vector<const float*> rows;
+    std::vector<std::span<const float>> rows;  // by input; empty until it arrives
   };
   std::map<std::tuple<RequestState*, int64_t, size_t>, Parts> parts;
   if (escalator_ != nullptr) {
@@ -57,12 +57,14 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
     UC_CHECK(
         captured[i].defined() && captured[i].dim(0) == static_cast<int64_t>(plan_rows_[i].size()),
         "capture item %zu came back with the wrong shape", i);
+    // models::SiteWidth of the item's site: hidden_size, or num_experts for the router sites.
+    const int64_t width = captured[i].dim(1);
     for (size_t j = 0; j < plan_rows_[i].size(); ++j) {
       const RowRef& ref = plan_rows_[i][j];
       auto it = requests_.find(ref.seq_id);
       if (it == requests_.end()) continue;
       RequestState& r = *it->second;
-      const float* row = captured[i].data<float>() + static_cast<int64_t>(j) * hidden;
+      const float* row = captured[i].data<float>() + static_cast<int64_t>(j) * width;
       for (size_t bi = 0; bi < r.bindings.size(); ++bi) {
         const Binding& b = r.bindings[bi];
         if (!Wants(b, ref.token_pos, r.prompt_len)) continue;
@@ -74,26 +76,29 @@ std::vector<engine::StopRequest> ProbingSession::OnStepExecuted(
               continue;
             }
             Parts& p = parts[{&r, ref.token_pos, bi}];
-            if (p.rows.empty())
-              p = {order.at(ref.seq_id), &r, std::vector<const float*>(inputs.size())};
-            p.rows[k] = row;
+            if (p.rows.empty()) {
+              p = {order.at(ref.seq_id), &r, std::vector<std::span<const float>>(inputs.size())};
+            }
+            p.rows[k] = std::span<const float>(row, static_cast<size_t>(width));
           }
           continue;
         }
         if (static_cast<uint8_t>(b.point->site) != item.site || !b.point->HasLayer(item.layer)) {
           continue;
         }
-        pending.push_back({order.at(ref.seq_id), ref.token_pos, item.layer, bi, row, &r, hidden});
+        pending.push_back({order.at(ref.seq_id), ref.token_pos, item.layer, bi, row, &r, width});
       }
     }
   }
   std::deque<std::vector<float>> concatenated;  // owns the assembled records' values
   for (auto& [key, p] : parts) {
     const auto& [request, token_pos, bi] = key;
-    if (std::find(p.rows.begin(), p.rows.end(), nullptr) != p.rows.end()) continue;
+    if (std::any_of(p.rows.begin(), p.rows.end(),
+                    [](std::span<const float> row) { return row.empty(); })) {
+      continue;
+    }
     std::vector<float>& values = concatenated.emplace_back();
-    values.reserve(p.rows.size() * static_cast<size_t>(hidden));
-    for (const float* row : p.rows) values.insert(values.end(), row, row + hidden);
+    for (std::span<const float> row : p.rows) values.insert(values.end(), row.begin(), row.end());
     const int first_layer = request->bindings[bi].point->inputs.front().first;
     pending.push_back({p.request_order, token_pos, first_layer, bi, values.data(), request,
                        static_cast<int64_t>(values.size())});

@@ -8,8 +8,9 @@ namespace uc::probe {
 namespace internal {
 namespace {
 
-constexpr std::array<std::string_view, 5> kTensorTypes = {"residual_stream", "attn_out", "mlp_out",
-                                                          "kv", "final_norm"};
+constexpr std::array<std::string_view, 7> kTensorTypes = {
+    "residual_stream", "attn_out",      "mlp_out",       "kv",
+    "final_norm",      "router_logits", "expert_weights"};
 constexpr std::array<std::string_view, 2> kProbeKinds = {"single_shot", "trajectory"};
 constexpr std::array<std::string_view, 2> kExecutionModes = {"inline", "async"};
 constexpr std::array<std::string_view, 3> kUntils = {"generation_end", "fixed_count", "stop_token"};

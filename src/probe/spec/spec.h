@@ -44,8 +44,20 @@
 namespace uc::probe {
 
 // kResidMid (named "resid_mid" in records) is written in a spec only as TransformerLens's
-// hook_resid_mid / blocks.L.hook_resid_mid; the plain names are v0.1's five.
-enum class TensorType { kResidualStream, kAttnOut, kMlpOut, kKv, kFinalNorm, kResidMid };
+// hook_resid_mid / blocks.L.hook_resid_mid; the plain names are v0.1's five plus the two of
+// mixture-of-experts layers: router_logits (the router's pre-softmax logits) and expert_weights
+// (the dense routing weights, zero off the top-k), both [num_experts] per token rather than
+// [hidden_size]; a session refuses them on a dense model or a layer without experts.
+enum class TensorType {
+  kResidualStream,
+  kAttnOut,
+  kMlpOut,
+  kKv,
+  kFinalNorm,
+  kRouterLogits,
+  kExpertWeights,
+  kResidMid,
+};
 enum class ProbeKind { kSingleShot, kTrajectory };
 enum class ExecutionMode { kInline, kAsync };
 enum class Until { kGenerationEnd, kFixedCount, kStopToken };

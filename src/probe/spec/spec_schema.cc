@@ -290,8 +290,10 @@ Json Defs() {
       "across activations (inline or async).");
   defs["TensorType"] = EnumDef<TensorType>(
       "'residual_stream' (the residual stream after the layer), 'attn_out', 'mlp_out', 'kv' "
-      "(the KV cache), or 'final_norm' (the model's final norm output, at layer "
-      "num_hidden_layers).");
+      "(the KV cache), 'final_norm' (the model's final norm output, at layer "
+      "num_hidden_layers), or on a mixture-of-experts layer 'router_logits' (the router's "
+      "logits before the softmax) or 'expert_weights' (the routing weight of every expert, zero "
+      "off the top-k), both num_experts values per token.");
   defs["SteeringEntry"] = {
       {"type", "object"},
       {"additionalProperties", false},

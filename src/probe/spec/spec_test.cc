@@ -406,7 +406,8 @@ extraction_points:
             "  - spec.yaml:4: extraction_points[0] 'p'.layers[1]: 'layers' entries must be >= 0 "
             "(got -2). Count layers from 0; final_norm is addressed as layer num_hidden_layers\n"
             "  - spec.yaml:5: extraction_points[0] 'p'.tensor_type: 'resid' is not a valid "
-            "tensor_type. Use 'residual_stream', 'attn_out', 'mlp_out', 'kv' or 'final_norm'.\n"
+            "tensor_type. Use 'residual_stream', 'attn_out', 'mlp_out', 'kv', 'final_norm', "
+            "'router_logits' or 'expert_weights'.\n"
             "  - spec.yaml:6: extraction_points[0] 'p'.position: invalid position 'prompt[*]': "
             "there is no wildcard or slice over the prompt; capture prompt tokens with one "
             "extraction point each (e.g. 'prompt[-1]', 'prompt[0]')\n"
@@ -463,7 +464,8 @@ TEST(SpecErrorTest, MissingKeysAndWrongTypes) {
             "5 problems in the spec:\n"
             "  - spec.yaml:2: extraction_points[0] 'p': missing required key 'layers'.\n"
             "  - spec.yaml:2: extraction_points[0] 'p': missing required key 'tensor_type'. Set "
-            "it to 'residual_stream', 'attn_out', 'mlp_out', 'kv' or 'final_norm'.\n"
+            "it to 'residual_stream', 'attn_out', 'mlp_out', 'kv', 'final_norm', 'router_logits' "
+            "or 'expert_weights'.\n"
             "  - spec.yaml:2: extraction_points[0] 'p': missing required key 'position'.\n"
             "  - spec.yaml:2: extraction_points[0] 'p': missing required key 'probe_type'.\n"
             "  - spec.yaml:2: extraction_points[0] 'p': missing required key 'probe_kind'. Set "
@@ -617,7 +619,8 @@ TEST(SpecErrorTest, CombineRules) {
                               "    tensor_types: [mlp_out, resid, mlp_out]\n")),
             "2 problems in the spec:\n"
             "  - spec.yaml:5: extraction_points[0] 't'.tensor_types[1]: 'resid' is not a valid "
-            "tensor_type. Use 'residual_stream', 'attn_out', 'mlp_out', 'kv' or 'final_norm'.\n"
+            "tensor_type. Use 'residual_stream', 'attn_out', 'mlp_out', 'kv', 'final_norm', "
+            "'router_logits' or 'expert_weights'.\n"
             "  - spec.yaml:5: extraction_points[0] 't'.tensor_types[2]: 'mlp_out' is listed "
             "twice");
   EXPECT_EQ(Problems(Replaced(Trajectory("    combine: concat\n"), "    tensor_type: mlp_out\n",
@@ -774,7 +777,7 @@ TEST(SpecDeprecationTest, OldAndNewKeyTogetherIsAnError) {
   EXPECT_EQ(Problems(Replaced(Spec1(), "tensor_type: residual_stream", "tensor: resid_stream")),
             "spec.yaml:5: extraction_points[0] 'p'.tensor: 'resid_stream' is not a valid "
             "tensor_type. Did you mean 'residual_stream'? Use 'residual_stream', 'attn_out', "
-            "'mlp_out', 'kv' or 'final_norm'.");
+            "'mlp_out', 'kv', 'final_norm', 'router_logits' or 'expert_weights'.");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -985,7 +988,8 @@ TEST(SpecSchemaTest, DescribesEveryKeyAndValue) {
   const nlohmann::json schema = SpecJsonSchema();
   const nlohmann::json& defs = schema["$defs"];
   EXPECT_EQ(defs["TensorType"]["enum"],
-            nlohmann::json({"residual_stream", "attn_out", "mlp_out", "kv", "final_norm"}));
+            nlohmann::json({"residual_stream", "attn_out", "mlp_out", "kv", "final_norm",
+                            "router_logits", "expert_weights"}));
   EXPECT_EQ(defs["OverflowPolicy"]["enum"],
             nlohmann::json({"drop_oldest", "drop_newest", "block"}));
   EXPECT_EQ(defs["Until"]["enum"], nlohmann::json({"generation_end", "fixed_count", "stop_token"}));

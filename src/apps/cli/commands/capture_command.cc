@@ -246,6 +246,18 @@ int RunCapture(CaptureOptions& o) {
   probe::DatasetOptions dataset;
   dataset.hidden_size = *sae != nullptr ? static_cast<int>((*sae)->features().size())
                                         : static_cast<int>(engine->config().hidden_size);
+  // Router points (router_logits, expert_weights) have rows of num_experts values.
+  for (const probe::ExtractionPoint& p : capture_spec.extraction_points) {
+    const int64_t width = probe::PointWidth(p, engine->config());
+    if (width == engine->config().hidden_size) continue;
+    if (*sae != nullptr) {
+      return fail(InvalidArgumentError(
+          "--sae encodes hidden_size rows, but extraction point '" + p.name + "' captures " +
+          std::string(probe::Name(p.tensor_type)) + " (" + std::to_string(width) +
+          " values per token); capture it without --sae or in a separate run"));
+    }
+    dataset.point_widths[p.name] = static_cast<int>(width);
+  }
   dataset.dtype = o.dtype == "bf16" ? DType::kBF16 : DType::kF32;
   dataset.shard_bytes = *shard_bytes;
   dataset.num_prompts = static_cast<int64_t>(prompts->requests.size());

@@ -1,5 +1,6 @@
 #include "apps/cli/commands/inspect_model_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -190,6 +191,19 @@ nlohmann::ordered_json ModelReport(const std::string& path, models::CheckpointFo
         {"layers", nullptr},
         {"description", "keys and values"}}},
   };
+  if (c.num_experts > 0) {  // the router's two tensor types, on the mixture-of-experts layers
+    int first = layers, last = -1;
+    for (int l = 0; l < layers; ++l) {
+      if (c.IsMoeLayer(l)) first = std::min(first, l), last = std::max(last, l);
+    }
+    const std::string width = " ([" + std::to_string(c.num_experts) + "] per token";
+    support["router_logits"] =
+        supported(first, last, "the router's logits before the softmax" + width + ")");
+    support["expert_weights"] =
+        supported(first, last,
+                  "each expert's routing weight" + width + ", zero off the top-" +
+                      std::to_string(c.num_experts_per_tok) + ")");
+  }
   std::vector<int> sliding, global;
   for (int l = 0; l < layers; ++l) (c.LayerWindow(l) > 0 ? sliding : global).push_back(l);
   nlohmann::ordered_json attention = {
