@@ -7,8 +7,9 @@
 // GGUF, and tiny-gqa2 as GGUF Q8_0 / Q4_0 / Q4_1 / F16 / BF16 (dequantized on the fly). GPT-2,
 // GPT-NeoX (parallel residual with rotary_pct 0.25, sequential with 1.0) and OLMo-2 (post-norms,
 // full-width q/k norms) also hold every tap to transformers' module outputs, and so do the
-// mixtures of experts (Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE, Mixtral), whose router
-// logits and routing weights are held to transformers' output_router_logits.
+// mixtures of experts (Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE, Mixtral, gpt-oss with
+// attention sinks, alternating sliding/full layers and YaRN), whose router logits and routing
+// weights are held to transformers' output_router_logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -388,6 +389,7 @@ const FixtureCase kArchCases[] = {
     FixtureCase{"qwen2moe", "arch/qwen2moe", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe", "arch/olmoe", "arch/olmoe/reference.json"},
     FixtureCase{"mixtral", "arch/mixtral", "arch/mixtral/reference.json"},
+    FixtureCase{"gptoss", "arch/gptoss", "arch/gptoss/reference.json"},
 };
 
 // The mixtures of experts (tools/reference/make_moe_fixtures.py).
@@ -396,6 +398,7 @@ const FixtureCase kMoeCases[] = {
     FixtureCase{"qwen2moe", "arch/qwen2moe", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe", "arch/olmoe", "arch/olmoe/reference.json"},
     FixtureCase{"mixtral", "arch/mixtral", "arch/mixtral/reference.json"},
+    FixtureCase{"gptoss", "arch/gptoss", "arch/gptoss/reference.json"},
 };
 
 // The interpretability families, from safetensors and from llama.cpp's GGUF layout.
