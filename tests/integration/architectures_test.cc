@@ -13,11 +13,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "common/test_util.h"
 #include "engine/generator.h"
 #include "engine/llm.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
 #include "tokenizer/loaders.h"
@@ -262,6 +264,39 @@ TEST(LearnedPositionsTest, ContextPastThePositionTableIsAnError) {
   auto olmo2 = models::ReadCheckpointConfig(TestData("arch/olmo2"));
   ASSERT_TRUE(olmo2.ok());
   EXPECT_EQ(*engine::ResolveMaxModelLen(*olmo2, 500), 500);
+}
+
+// The published gpt-oss checkpoints store their experts as MXFP4 "*_blocks" / "*_scales": the
+// tiny gpt-oss with layer 1's gate_up_proj stored under that name is refused with an error
+// naming the tensor and the type, not a crash or a missing-tensor message.
+TEST(GptOssTest, MxFp4ExpertsAreRefusedNamingTheTensor) {
+  auto ckpt = models::OpenCheckpoint(TestData("arch/gptoss"));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const std::string fused = "model.layers.1.mlp.experts.gate_up_proj";
+  io::SafetensorsWriter writer;
+  for (const std::string& name : ckpt->tensors->TensorNames()) {
+    auto tensor = ckpt->tensors->Get(name);
+    ASSERT_TRUE(tensor.ok()) << name << ": " << tensor.status().ToString();
+    ASSERT_TRUE(writer.Add(name == fused ? fused + "_blocks" : name, *tensor).ok()) << name;
+  }
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("uc_gptoss_mxfp4_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+       "_" + std::to_string(reinterpret_cast<uintptr_t>(&writer)));
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"config.json", "tokenizer.json"}) {
+    std::filesystem::copy_file(TestData("arch/gptoss") / file, dir / file);
+  }
+  ASSERT_TRUE(writer.WriteFile(dir / "model.safetensors").ok());
+  auto copy = models::OpenCheckpoint(dir);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  auto model = models::CausalLM::Load(*copy);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented) << model.status().ToString();
+  EXPECT_NE(model.status().message().find(fused + "_blocks"), std::string::npos)
+      << model.status().message();
+  EXPECT_NE(model.status().message().find("MXFP4"), std::string::npos) << model.status().message();
 }
 
 // LoadOptions::matmul_precision reaches every quantized matmul: on the Q4_0 file the int8 path
