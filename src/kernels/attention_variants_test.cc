@@ -79,8 +79,13 @@ TEST_P(VariantsTest, WindowedAndCappedPagedAttentionMatchesReference) {
   struct Variant {
     int window;
     float softcap;
+    bool sinks = false;
   };
-  const Variant variants[] = {{1, 0.0f}, {8, 0.0f}, {33, 0.0f}, {0, 3.0f}, {16, 2.0f}, {512, 0.5f}};
+  const Variant variants[] = {{1, 0.0f},       {8, 0.0f},       {33, 0.0f},
+                              {0, 3.0f},       {16, 2.0f},      {512, 0.5f},
+                              {0, 0.0f, true}, {8, 0.0f, true}, {1, 0.0f, true}};
+  // gpt-oss's sink logits, one per head: one far above the scores, one far below.
+  const float sinks[] = {0.3f, -1.2f, 9.0f, -30.0f};
   const std::vector<std::pair<int, int>> seqs = {{1, 1}, {37, 1}, {70, 20}, {16, 16}, {130, 3}};
   const int num_heads = 4, num_kv_heads = 2, head_dim = 32, block_size = 8;
   const int max_len = 130;
@@ -111,8 +116,9 @@ TEST_P(VariantsTest, WindowedAndCappedPagedAttentionMatchesReference) {
     AttentionShape shape{num_heads, num_kv_heads, head_dim, 1.0f / std::sqrt(32.0f)};
     shape.window = variant.window;
     shape.softcap = variant.softcap;
-    const std::string what =
-        "window " + std::to_string(variant.window) + " softcap " + std::to_string(variant.softcap);
+    if (variant.sinks) shape.sinks = sinks;
+    const std::string what = "window " + std::to_string(variant.window) + " softcap " +
+                             std::to_string(variant.softcap) + (variant.sinks ? " sinks" : "");
     Tensor got = Tensor::Empty(q.shape(), DType::kF32);
     Tensor want = Tensor::Empty(q.shape(), DType::kF32);
     PagedAttention(q, k, v, layout, positions, shape, got, pool());
@@ -177,6 +183,36 @@ TEST_P(VariantsTest, WindowOfOneReturnsTheTokensOwnValue) {
   for (size_t i = 0; i < positions.size(); ++i) {
     for (int d = 0; d < 16; ++d) {
       EXPECT_FLOAT_EQ(out.data<float>()[i * 16 + d], v.data<float>()[positions[i] * 16 + d]);
+    }
+  }
+}
+
+// With a sink logit s and a window of one position, head h's weight on its own value is
+// 1 / (1 + exp(s - score)): the sink takes the rest of the probability mass and gives no value.
+TEST_P(VariantsTest, SinkTakesItsShareOfTheSoftmax) {
+  const Tensor q = RandomNormal({2, 16}, 24);
+  const Tensor k = RandomNormal({10, 16}, 25);
+  const Tensor v = RandomNormal({10, 16}, 26);
+  const float sinks[] = {0.7f, -2.0f};
+  AttentionShape shape{2, 2, 8, 0.5f};
+  shape.window = 1;
+  shape.sinks = sinks;
+  const std::vector<int32_t> positions = {4, 9};
+  Tensor out = Tensor::Empty(q.shape(), DType::kF32);
+  CausalAttention(q, k, v, positions, shape, out, pool());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    for (int h = 0; h < 2; ++h) {
+      double score = 0.0;
+      for (int d = 0; d < 8; ++d) {
+        score += double{q.data<float>()[i * 16 + h * 8 + d]} *
+                 k.data<float>()[positions[i] * 16 + h * 8 + d];
+      }
+      const double weight = 1.0 / (1.0 + std::exp(double{sinks[h]} - 0.5 * score));
+      for (int d = 0; d < 8; ++d) {
+        EXPECT_NEAR(out.data<float>()[i * 16 + h * 8 + d],
+                    weight * v.data<float>()[positions[i] * 16 + h * 8 + d], 1e-6)
+            << "token " << i << " head " << h;
+      }
     }
   }
 }

@@ -193,7 +193,8 @@ void Scale(float factor, Tensor& x);
 // window > 0 limits each token to the last `window` positions (itself included: keys at
 // positions[i] - window < t <= positions[i]), the sliding window of Mistral and Gemma; 0 attends
 // to the whole prefix. softcap > 0 squashes each scaled score s to softcap * tanh(s / softcap)
-// before the softmax (Gemma 2).
+// before the softmax (Gemma 2). sinks non-null (gpt-oss): head h's softmax denominator gets one
+// more term, exp(sinks[h]), a learned logit with no value (the weights then sum to below 1).
 struct AttentionShape {
   int num_heads;
   int num_kv_heads;
@@ -201,6 +202,7 @@ struct AttentionShape {
   float scale;
   int window = 0;
   float softcap = 0.0f;
+  const float* sinks = nullptr;  // [num_heads] (this rank's heads) or null
   // First position token at `position` attends to.
   int64_t FirstPosition(int64_t position) const {
     return window > 0 && position >= window ? position - window + 1 : 0;

@@ -500,8 +500,9 @@ void CausalAttention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cac
         scores[t] = dot * shape.scale;
         if (shape.softcap > 0.0f) scores[t] = shape.softcap * std::tanh(scores[t] / shape.softcap);
       }
-      const double max_score = *std::max_element(scores.begin(), scores.end());
-      double sum = 0.0;
+      double max_score = *std::max_element(scores.begin(), scores.end());
+      if (shape.sinks != nullptr) max_score = std::max(max_score, double{shape.sinks[h]});
+      double sum = shape.sinks != nullptr ? std::exp(shape.sinks[h] - max_score) : 0.0;
       for (double& s : scores) sum += (s = std::exp(s - max_score));
       for (int d = 0; d < hd; ++d) {
         double acc = 0.0;

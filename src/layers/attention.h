@@ -76,6 +76,12 @@ class Attention {
                AttentionBuffers& buffers, Tensor& out, ThreadPool* pool) const;
 
   const kernels::AttentionShape& shape() const { return shape_; }
+  // gpt-oss: this rank's heads' sink logits ([num_heads_per_rank] F32), one more term in each
+  // head's softmax denominator (kernels::AttentionShape::sinks).
+  void set_sinks(Tensor sinks) {
+    sinks_ = std::move(sinks);
+    shape_.sinks = sinks_.data<float>();
+  }
 
  private:
   QKVParallelLinear qkv_proj_;
@@ -83,6 +89,7 @@ class Attention {
   Rotary rotary_;
   kernels::AttentionShape shape_{};
   QkNorm qk_norm_;
+  Tensor sinks_;  // owns shape_.sinks
 };
 
 }  // namespace uc::layers

@@ -30,7 +30,15 @@ StatusOr<ExpertLayers> LoadExpert(const std::string& name, const ExpertWeights& 
   }
   ExpertLayers layers;
   const Tensor gate_up[] = {w.gate, w.up};
-  auto merged = MergedColumnParallelLinear::Load(gate_up, {}, tp);
+  const Tensor biases[] = {w.gate_bias, w.up_bias};
+  const bool has_bias = w.gate_bias.defined();
+  if (has_bias != w.up_bias.defined() || has_bias != w.down_bias.defined() ||
+      (has_bias && (w.down_bias.rank() != 1 || w.down_bias.dim(0) != hidden_size))) {
+    return InvalidArgumentError(name + ": gate, up and down biases must all be given, down's [" +
+                                std::to_string(hidden_size) + "]");
+  }
+  auto merged = MergedColumnParallelLinear::Load(
+      gate_up, has_bias ? std::span<const Tensor>(biases) : std::span<const Tensor>(), tp);
   UC_RETURN_IF_ERROR(Annotated(merged.status(), name + " gate/up (intermediate size)"));
   layers.gate_up = std::move(merged).value();
   auto down =
@@ -63,7 +71,8 @@ MoeBuffers::MoeBuffers(int64_t max_tokens, const FusedMoe& moe) {
 StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
                                   std::span<const ExpertWeights> experts, int top_k,
                                   bool renormalize, const ExpertWeights* shared,
-                                  const Tensor& shared_gate, distributed::GroupCoordinator& tp) {
+                                  const Tensor& shared_gate, distributed::GroupCoordinator& tp,
+                                  const MoeOptions& options) {
   const int64_t num_experts = static_cast<int64_t>(experts.size());
   if (router.rank() != 2 || router.dim(0) != num_experts || num_experts == 0) {
     return InvalidArgumentError(name + ": router " + ShapeToString(router.shape()) +
@@ -76,9 +85,21 @@ StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
   }
   const int64_t h = router.dim(1);
   FusedMoe moe;
-  moe.router_ = Linear(router, Tensor());
+  if (options.router_bias.defined() &&
+      (options.router_bias.rank() != 1 || options.router_bias.dim(0) != num_experts)) {
+    return InvalidArgumentError(name + ": router bias " +
+                                ShapeToString(options.router_bias.shape()) + " must be [" +
+                                std::to_string(num_experts) + "]");
+  }
+  if (!(options.swiglu_limit >= 0.0f)) {
+    return InvalidArgumentError(name + ": swiglu_limit must not be negative");
+  }
+  moe.router_ = Linear(router, options.router_bias);
   moe.top_k_ = top_k;
   moe.renormalize_ = renormalize;
+  moe.topk_then_softmax_ = options.topk_then_softmax;
+  moe.swiglu_limit_ = options.swiglu_limit;
+  moe.swiglu_alpha_ = options.swiglu_alpha;
   moe.tp_group_ = &tp;
   for (int64_t e = 0; e < num_experts; ++e) {
     UC_ASSIGN_OR_RETURN(ExpertLayers layers,
@@ -90,6 +111,14 @@ StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
     }
     moe.gate_up_.push_back(std::move(layers.gate_up));
     moe.down_.push_back(std::move(layers.down));
+    if (experts[e].down_bias.defined()) {
+      moe.down_bias_.push_back(tp.rank_in_group() == 0
+                                   ? experts[e].down_bias.ToFloatVector()
+                                   : std::vector<float>(static_cast<size_t>(h), 0.0f));
+    }
+  }
+  if (!moe.down_bias_.empty() && static_cast<int64_t>(moe.down_bias_.size()) != num_experts) {
+    return InvalidArgumentError(name + ": some experts have biases and some do not");
   }
   if (shared != nullptr) {
     UC_ASSIGN_OR_RETURN(ExpertLayers layers, LoadExpert(name + " shared expert", *shared, h, tp));
@@ -149,15 +178,59 @@ void FusedMoe::RunExpert(int expert, const Tensor& x, std::span<const int32_t> r
   Tensor gate = Prefix(buffers.gate, n, inter);  // [n, inter / tp]
   Tensor up = Prefix(buffers.up, n, inter);
   gate_up_[expert].Forward(gathered, gate, up, pool);
-  kernels::SiluAndMul(gate, up, gate, pool);
+  if (swiglu_limit_ > 0.0f) {  // gpt-oss: (clamp(up) + 1) · g · sigmoid(alpha g), g = min(gate, l)
+    float* g = gate.data<float>();
+    const float* u = up.data<float>();
+    const float limit = swiglu_limit_, alpha = swiglu_alpha_;
+    for (int64_t k = 0; k < n * inter; ++k) {
+      const float gk = std::min(g[k], limit);
+      const float uk = std::clamp(u[k], -limit, limit);
+      g[k] = (uk + 1.0f) * (gk * (1.0f / (1.0f + std::exp(-(gk * alpha)))));
+    }
+  } else {
+    kernels::SiluAndMul(gate, up, gate, pool);
+  }
   Tensor y = buffers.expert_out.Slice(0, n);  // [n, hidden_size]
   down_[expert].Forward(gate, y, pool);
   const float* weights = buffers.expert_weights.data<float>();
+  const float* bias = down_bias_.empty() ? nullptr : down_bias_[expert].data();
   for (int64_t j = 0; j < n; ++j) {
     const float w = weights[int64_t{rows[j]} * e + expert];
     const float* src = y.data<float>() + j * h;
     float* dst = out.data<float>() + int64_t{rows[j]} * h;
-    for (int64_t k = 0; k < h; ++k) dst[k] += src[k] * w;
+    if (bias != nullptr) {
+      for (int64_t k = 0; k < h; ++k) dst[k] += (src[k] + bias[k]) * w;
+    } else {
+      for (int64_t k = 0; k < h; ++k) dst[k] += src[k] * w;
+    }
+  }
+}
+
+void FusedMoe::Route(const float* row, float* w, std::vector<float>& probs,
+                     std::vector<int32_t>& order) const {
+  const int64_t e = num_experts();
+  for (int64_t j = 0; j < e; ++j) order[j] = static_cast<int32_t>(j);
+  if (topk_then_softmax_) {  // gpt-oss: the top_k logits, then softmax over those k
+    std::partial_sort(
+        order.begin(), order.begin() + top_k_, order.end(),
+        [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    const float max = row[order[0]];
+    float sum = 0.0f;
+    for (int k = 0; k < top_k_; ++k) sum += probs[k] = std::exp(row[order[k]] - max);
+    for (int k = 0; k < top_k_; ++k) w[order[k]] = probs[k] / sum;
+    return;
+  }
+  const float max = *std::max_element(row, row + e);
+  float sum = 0.0f;
+  for (int64_t j = 0; j < e; ++j) sum += probs[j] = std::exp(row[j] - max);
+  for (float& p : probs) p /= sum;
+  std::partial_sort(order.begin(), order.begin() + top_k_, order.end(), [&](int32_t a, int32_t b) {
+    return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+  });
+  float chosen = 0.0f;
+  for (int k = 0; k < top_k_; ++k) chosen += probs[order[k]];
+  for (int k = 0; k < top_k_; ++k) {
+    w[order[k]] = renormalize_ ? probs[order[k]] / chosen : probs[order[k]];
   }
 }
 
@@ -172,23 +245,8 @@ void FusedMoe::Forward(const Tensor& x, MoeBuffers& buffers, Tensor& out, Thread
   std::vector<float> probs(static_cast<size_t>(e));
   std::vector<int32_t> order(static_cast<size_t>(e));
   for (int64_t i = 0; i < m; ++i) {
-    const float* row = logits.data<float>() + i * e;
-    const float max = *std::max_element(row, row + e);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < e; ++j) sum += probs[j] = std::exp(row[j] - max);
-    for (float& p : probs) p /= sum;
-    for (int64_t j = 0; j < e; ++j) order[j] = static_cast<int32_t>(j);
-    std::partial_sort(order.begin(), order.begin() + top_k_, order.end(),
-                      [&](int32_t a, int32_t b) {
-                        return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-                      });
-    float chosen = 0.0f;
-    for (int k = 0; k < top_k_; ++k) chosen += probs[order[k]];
-    float* w = weights.data<float>() + i * e;
-    for (int k = 0; k < top_k_; ++k) {
-      w[order[k]] = renormalize_ ? probs[order[k]] / chosen : probs[order[k]];
-      tokens[order[k]].push_back(static_cast<int32_t>(i));
-    }
+    Route(logits.data<float>() + i * e, weights.data<float>() + i * e, probs, order);
+    for (int k = 0; k < top_k_; ++k) tokens[order[k]].push_back(static_cast<int32_t>(i));
   }
   std::memset(out.raw(), 0, static_cast<size_t>(out.nbytes()));
   for (int64_t expert = 0; expert < e; ++expert) {

@@ -6,6 +6,10 @@
 //   weights = p of the chosen, divided by their sum when `renormalize`
 //   out = Σ_chosen weight_e · down_e(silu(gate_e(x)) · up_e(x))
 //       (+ sigmoid(shared_expert_gate · x) · shared_expert(x) where there is a shared expert)
+// gpt-oss's variant (MoeOptions): the router has a bias; the top_k are taken by logit and weighted
+// by the softmax over those k logits only; every expert's gate/up/down carry biases and its
+// activation is the clamped SwiGLU (gate = min(gate, limit), up = clamp(up, ±limit),
+// act = (up + 1) · gate · sigmoid(alpha · gate)).
 // Computed the way llama.cpp's mul_mat_id and vLLM's fused kernels do: the batch's tokens are
 // grouped by expert and each active expert runs one matmul over only its own tokens; each token's
 // expert outputs are added in ascending expert order, so a row's result does not depend on the
@@ -21,6 +25,7 @@
 #pragma once
 
 #include <span>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "layers/parallel_linear.h"
@@ -32,6 +37,16 @@ struct ExpertWeights {
   Tensor gate;  // [intermediate_size, hidden_size]
   Tensor up;    // [intermediate_size, hidden_size]
   Tensor down;  // [hidden_size, intermediate_size]
+  // Biases ([intermediate_size], [intermediate_size], [hidden_size]); all undefined or all set.
+  Tensor gate_bias, up_bias, down_bias;
+};
+
+// What gpt-oss changes (the defaults are the Qwen/OLMoE/Mixtral block).
+struct MoeOptions {
+  Tensor router_bias;              // [num_experts] or undefined
+  bool topk_then_softmax = false;  // softmax over the chosen logits (renormalize is then moot)
+  float swiglu_limit = 0.0f;       // > 0: the clamped SwiGLU with swiglu_alpha
+  float swiglu_alpha = 1.702f;
 };
 
 class FusedMoe;
@@ -58,7 +73,8 @@ class FusedMoe {
   static StatusOr<FusedMoe> Load(const std::string& name, const Tensor& router,
                                  std::span<const ExpertWeights> experts, int top_k,
                                  bool renormalize, const ExpertWeights* shared,
-                                 const Tensor& shared_gate, distributed::GroupCoordinator& tp);
+                                 const Tensor& shared_gate, distributed::GroupCoordinator& tp,
+                                 const MoeOptions& options = MoeOptions());
 
   bool defined() const { return !gate_up_.empty(); }
   int num_experts() const { return static_cast<int>(gate_up_.size()); }
@@ -82,9 +98,19 @@ class FusedMoe {
   void RunExpert(int expert, const Tensor& x, std::span<const int32_t> rows, MoeBuffers& buffers,
                  Tensor& out, ThreadPool* pool) const;
 
+  // buffers.expert_weights[i] from router logits row `logits` (see the file comment).
+  void Route(const float* logits, float* weights, std::vector<float>& probs,
+             std::vector<int32_t>& order) const;
+
   Linear router_;  // [num_experts, hidden_size]
   int top_k_ = 0;
   bool renormalize_ = false;
+  bool topk_then_softmax_ = false;
+  float swiglu_limit_ = 0.0f;
+  float swiglu_alpha_ = 0.0f;
+  // [num_experts][hidden_size] down biases, added on TP rank 0 only (the sum is all-reduced);
+  // empty without expert biases.
+  std::vector<std::vector<float>> down_bias_;
   std::vector<MergedColumnParallelLinear> gate_up_;  // [num_experts]: gate, up [I / tp, hidden]
   std::vector<RowParallelLinear> down_;        // [num_experts]: [hidden, I / tp], not reducing
   MergedColumnParallelLinear shared_gate_up_;  // undefined without a shared expert

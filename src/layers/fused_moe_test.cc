@@ -37,11 +37,17 @@ Weights MakeWeights(DType dtype) {
     const uint32_t s = 200 + 3 * e;
     w.experts.push_back({RandomWeight(kInter, kHidden, dtype, s),
                          RandomWeight(kInter, kHidden, dtype, s + 1),
-                         RandomWeight(kHidden, kInter, dtype, s + 2)});
+                         RandomWeight(kHidden, kInter, dtype, s + 2),
+                         {},
+                         {},
+                         {}});
   }
   w.shared = {RandomWeight(kSharedInter, kHidden, dtype, 300),
               RandomWeight(kSharedInter, kHidden, dtype, 301),
-              RandomWeight(kHidden, kSharedInter, dtype, 302)};
+              RandomWeight(kHidden, kSharedInter, dtype, 302),
+              {},
+              {},
+              {}};
   w.shared_gate = RandomF32({1, kHidden}, 303);
   return w;
 }
@@ -238,7 +244,12 @@ TEST(FusedMoeBlockTest, BadShapesAndSizesAreErrorsNamingTheExpert) {
   RunWithThreadGroup(4, [&](GroupCoordinator& g) {
     Weights odd = w;
     for (ExpertWeights& e : odd.experts) {
-      e = {RandomF32({30, kHidden}, 1), RandomF32({30, kHidden}, 2), RandomF32({kHidden, 30}, 3)};
+      e = {RandomF32({30, kHidden}, 1),
+           RandomF32({30, kHidden}, 2),
+           RandomF32({kHidden, 30}, 3),
+           {},
+           {},
+           {}};
     }
     auto moe = LoadMoe(odd, true, false, g);
     ASSERT_FALSE(moe.ok());

@@ -4,12 +4,12 @@
 
 namespace uc::models {
 namespace {
-const std::array<const Architecture*, 14>& Registry() {
-  static const std::array<const Architecture*, 14> kAll = {
+const std::array<const Architecture*, 15>& Registry() {
+  static const std::array<const Architecture*, 15> kAll = {
       &kLlamaArchitecture,   &kMistralArchitecture, &kQwen2Architecture,    &kQwen3Architecture,
       &kPhi3Architecture,    &kGemma2Architecture,  &kGemma3Architecture,   &kGpt2Architecture,
       &kGptNeoXArchitecture, &kOlmo2Architecture,   &kQwen2MoeArchitecture, &kQwen3MoeArchitecture,
-      &kOlmoeArchitecture,   &kMixtralArchitecture};
+      &kOlmoeArchitecture,   &kMixtralArchitecture, &kGptOssArchitecture};
   return kAll;
 }
 }  // namespace

@@ -67,6 +67,7 @@ extern const Architecture kQwen2MoeArchitecture;
 extern const Architecture kQwen3MoeArchitecture;
 extern const Architecture kOlmoeArchitecture;
 extern const Architecture kMixtralArchitecture;
+extern const Architecture kGptOssArchitecture;
 
 // The mixture-of-experts fields of config.json (num_experts under `num_experts_key`,
 // num_experts_per_tok, moe_intermediate_size (default intermediate_size),
@@ -93,6 +94,11 @@ Status ReadGemmaHfExtras(const nlohmann::json& json, const std::string& source, 
 // The same from GGUF metadata, with llama.cpp's layer pattern for the family.
 Status ReadGemmaGgufExtras(const io::GgufFile& file, const std::string& gguf_arch, int pattern,
                            ModelConfig& config);
+// Which layers slide (config.sliding_layers, sized num_hidden_layers): config.json's
+// layer_types when given, else every `default_pattern`th layer (1-based) is global
+// (sliding_window_pattern overrides the pattern).
+Status ReadLayerTypes(const nlohmann::json& json, const std::string& source, int default_pattern,
+                      ModelConfig& config);
 // Reads an optional positive float field (null or absent: `out` unchanged).
 Status ReadOptionalFloat(const nlohmann::json& json, const std::string& source, const char* key,
                          float& out);

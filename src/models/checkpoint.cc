@@ -80,6 +80,20 @@ Status ReadRopeScaling(const nlohmann::json& json, const std::string& source,
   UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "factor", scaling.factor));
   UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "low_freq_factor", scaling.low_freq_factor));
   UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "high_freq_factor", scaling.high_freq_factor));
+  UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "beta_fast", scaling.beta_fast));
+  UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "beta_slow", scaling.beta_slow));
+  UC_RETURN_IF_ERROR(ReadFloatField(rs, src, "attention_factor", scaling.attention_factor));
+  if (rs.contains("truncate") && !rs["truncate"].is_null()) {
+    if (!rs["truncate"].is_boolean()) {
+      return InvalidArgumentError(src + ": field 'truncate' must be a boolean, got " +
+                                  rs["truncate"].dump());
+    }
+    scaling.truncate = rs["truncate"].get<bool>();
+  }
+  if (scaling.type == "yarn" && (rs.contains("mscale") || rs.contains("mscale_all_dim")) &&
+      !rs.contains("attention_factor")) {
+    return UnimplementedError(src + ": yarn 'mscale' / 'mscale_all_dim' are not supported");
+  }
   return ReadIntField(rs, src, "original_max_position_embeddings", false,
                       scaling.original_max_position_embeddings);
 }

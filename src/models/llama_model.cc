@@ -57,6 +57,7 @@ struct LayerParts {
   layers::Norm input_norm, post_norm;         // before attention; before the MLP (pre_norms)
   Tensor q_norm, k_norm;                      // qk_norm only: [head_dim]
   Tensor post_attention_norm, post_mlp_norm;  // sandwich_norms only
+  Tensor sinks;                               // attention_sinks only: this rank's heads, F32
   int64_t qkv_bytes = 0;                      // this rank's rows of q, k and v
 };
 
@@ -154,6 +155,11 @@ StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const io::T
   UC_ASSIGN_OR_RETURN(parts.qkv,
                       layers::QKVParallelLinear::Load(qkv, c.head_dim, c.num_attention_heads,
                                                       c.num_key_value_heads, tp));
+  if (c.attention_sinks) {
+    UC_ASSIGN_OR_RETURN(Tensor sinks, w.Vector(p + "self_attn.sinks", c.num_attention_heads));
+    const int64_t heads = parts.qkv.num_heads_per_rank();
+    parts.sinks = F32Slice(sinks, tp.rank_in_group() * heads, heads);
+  }
   parts.qkv_bytes = qkv.q.row_bytes() * parts.qkv.q_size_per_rank() +
                     2 * qkv.k.row_bytes() * parts.qkv.kv_size_per_rank();
   UC_ASSIGN_OR_RETURN(Tensor o, w.Matrix(p + "self_attn.o_proj.weight", h, c.q_size()));
@@ -392,7 +398,9 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
         .num_heads = static_cast<int>(parts.qkv.num_heads_per_rank()),
         .num_kv_heads = static_cast<int>(parts.qkv.num_kv_heads_per_rank()),
         .head_dim = c.head_dim,
-        .scale = c.AttentionScale(),
+        // YaRN scales cos and sin of both q and k by RopeAttentionFactor(): every score by its
+        // square.
+        .scale = c.AttentionScale() * c.RopeAttentionFactor() * c.RopeAttentionFactor(),
         .window = c.LayerWindow(i),
         .softcap = c.attn_logit_softcapping,
     };
@@ -407,6 +415,7 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     }
     layers::Attention attention(std::move(parts.qkv), std::move(parts.o_proj), std::move(rotary),
                                 shape, std::move(qk_norm));
+    if (c.attention_sinks) attention.set_sinks(std::move(parts.sinks));
     const layers::MlpActivation activation =
         c.hidden_act == Activation::kGelu       ? layers::MlpActivation::kGelu
         : c.hidden_act == Activation::kGeluTanh ? layers::MlpActivation::kGeluTanh

@@ -57,9 +57,13 @@ Status ModelConfig::Validate(const std::string& source) const {
     return FieldError(source, "rope_theta", "must be a positive number");
   }
   if (!rope_scaling.type.empty() && rope_scaling.type != "llama3" &&
-      rope_scaling.type != "linear" && rope_scaling.type != "default") {
+      rope_scaling.type != "linear" && rope_scaling.type != "yarn" &&
+      rope_scaling.type != "default") {
     return UnimplementedError(source + ": rope_scaling.rope_type '" + rope_scaling.type +
-                              "' is not supported (supported: llama3, linear)");
+                              "' is not supported (supported: llama3, linear, yarn)");
+  }
+  if (rope_scaling.type == "yarn" && rope_scaling.original_max_position_embeddings <= 0) {
+    return FieldError(source, "rope_scaling.original_max_position_embeddings", "must be positive");
   }
   if (!rope_scaling.type.empty() && !(rope_scaling.factor > 0.0f)) {
     return FieldError(source, "rope_scaling.factor", "must be positive");
@@ -102,6 +106,9 @@ Status ModelConfig::ValidateMoe(const std::string& source) const {
     return UnimplementedError(source + ": experts are SiLU-gated MLPs in a sequential block here");
   }
   UC_RETURN_IF_ERROR(RequireSize(source, "num_experts_per_tok", num_experts_per_tok, num_experts));
+  if (!(swiglu_limit >= 0.0f) || !std::isfinite(swiglu_limit) || !std::isfinite(swiglu_alpha)) {
+    return FieldError(source, "swiglu_limit", "must be a finite non-negative number");
+  }
   UC_RETURN_IF_ERROR(
       RequireSize(source, "moe_intermediate_size", moe_intermediate_size, kMaxIntermediateSize));
   if (shared_expert_intermediate_size < 0 ||
@@ -146,6 +153,13 @@ float ModelConfig::AttentionScale() const {
   return attention_scale > 0.0f ? attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
 }
 
+float ModelConfig::RopeAttentionFactor() const {
+  if (rope_scaling.type != "yarn") return 1.0f;
+  if (rope_scaling.attention_factor > 0.0f) return rope_scaling.attention_factor;
+  if (rope_scaling.factor <= 1.0f) return 1.0f;
+  return static_cast<float>(0.1 * std::log(double{rope_scaling.factor}) + 1.0);
+}
+
 std::vector<float> ModelConfig::RopeInvFreq(int layer) const {
   if (rope_local_theta <= 0.0f || LayerWindow(layer) == 0) return RopeInvFreq();
   const int pairs = rotary_dim / 2;
@@ -165,6 +179,34 @@ std::vector<float> ModelConfig::RopeInvFreq() const {
   }
   if (rope_scaling.type == "linear") {
     for (float& f : inv_freq) f /= rope_scaling.factor;
+  } else if (rope_scaling.type == "yarn") {
+    // transformers' _compute_yarn_parameters: the correction range in double, the ramp and the
+    // blend in float.
+    const double dim = rotary_dim, base = rope_theta;
+    const auto correction_dim = [&](double rotations) {
+      return dim *
+             std::log(rope_scaling.original_max_position_embeddings /
+                      (rotations * 2.0 * std::numbers::pi)) /
+             (2.0 * std::log(base));
+    };
+    double low = correction_dim(rope_scaling.beta_fast);
+    double high = correction_dim(rope_scaling.beta_slow);
+    if (rope_scaling.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    for (int j = 0; j < pairs; ++j) {
+      const float ramp = std::clamp(
+          (static_cast<float>(j) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f,
+          1.0f);
+      const float extrapolation = 1.0f - ramp;
+      const float pos_freq = std::pow(rope_theta, static_cast<float>(2 * j) / rotary_dim);
+      const float interpolation = 1.0f / (rope_scaling.factor * pos_freq);
+      inv_freq[j] = interpolation * (1.0f - extrapolation) + inv_freq[j] * extrapolation;
+    }
   } else if (rope_scaling.type == "llama3") {
     const float low_wavelen =
         rope_scaling.original_max_position_embeddings / rope_scaling.low_freq_factor;
@@ -201,6 +243,7 @@ std::string ModelConfig::ModelType() const {
   if (architecture == "Qwen3MoeForCausalLM") return "qwen3_moe";
   if (architecture == "OlmoeForCausalLM") return "olmoe";
   if (architecture == "MixtralForCausalLM") return "mixtral";
+  if (architecture == "GptOssForCausalLM") return "gpt_oss";
   return "llama";
 }
 

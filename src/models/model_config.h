@@ -14,14 +14,20 @@
 
 namespace uc::models {
 
-// Llama-3 style frequency-dependent RoPE scaling ("rope_type": "llama3"), or plain linear
-// position interpolation ("linear"). type "" means none.
+// Llama-3 style frequency-dependent RoPE scaling ("rope_type": "llama3"), plain linear
+// position interpolation ("linear") or YaRN ("yarn", gpt-oss: interpolation by `factor` ramped
+// in between beta_fast and beta_slow rotations, cos/sin scaled by attention_factor). type ""
+// means none.
 struct RopeScaling {
   std::string type;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int original_max_position_embeddings = 8192;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  bool truncate = true;           // yarn: floor/ceil the correction range
+  float attention_factor = 0.0f;  // yarn; 0: 0.1 ln(factor) + 1 (1 when factor <= 1)
 };
 
 // Upper bounds Validate() enforces: far past every released model (the largest have ~128
@@ -119,6 +125,19 @@ struct ModelConfig {
   int shared_expert_intermediate_size = 0;
   int decoder_sparse_step = 1;
   std::vector<int> mlp_only_layers;
+  // gpt-oss: the router has a bias and softmax runs over the top-k logits only
+  // (router_topk_then_softmax); each expert's gate/up/down projections carry biases
+  // (expert_bias); the experts' activation is the clamped SwiGLU when swiglu_limit > 0:
+  // gate = min(gate, limit), up = clamp(up, -limit, limit), out = (up + 1) gate sigmoid(alpha
+  // gate).
+  bool router_bias = false;
+  bool router_topk_then_softmax = false;
+  bool expert_bias = false;
+  float swiglu_limit = 0.0f;
+  float swiglu_alpha = 1.702f;
+  // gpt-oss: each attention head has a learned sink logit ("self_attn.sinks", [num_heads]) in
+  // its softmax denominator.
+  bool attention_sinks = false;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;
 
@@ -139,6 +158,9 @@ struct ModelConfig {
   // The largest window over all layers, or 0 when some layer attends to everything.
   int MaxWindow() const;
   float AttentionScale() const;
+  // The factor RoPE's cos and sin are multiplied by (YaRN's attention_factor; else 1). Applied
+  // to both q and k, it scales every attention score by its square.
+  float RopeAttentionFactor() const;
   // Whether `layer`'s MLP is a mixture of experts (see num_experts).
   bool IsMoeLayer(int layer) const;
   int q_size() const { return num_attention_heads * head_dim; }

@@ -7,7 +7,8 @@ namespace uc::models {
 namespace {
 
 StatusOr<layers::ExpertWeights> LoadExpert(const io::TensorSource& source, const std::string& p,
-                                           int64_t hidden_size, int64_t intermediate_size) {
+                                           int64_t hidden_size, int64_t intermediate_size,
+                                           bool bias = false) {
   layers::ExpertWeights w;
   UC_ASSIGN_OR_RETURN(
       w.gate, io::GetWithShape(source, p + "gate_proj.weight", {intermediate_size, hidden_size}));
@@ -15,6 +16,13 @@ StatusOr<layers::ExpertWeights> LoadExpert(const io::TensorSource& source, const
       w.up, io::GetWithShape(source, p + "up_proj.weight", {intermediate_size, hidden_size}));
   UC_ASSIGN_OR_RETURN(
       w.down, io::GetWithShape(source, p + "down_proj.weight", {hidden_size, intermediate_size}));
+  if (bias) {
+    UC_ASSIGN_OR_RETURN(w.gate_bias,
+                        io::GetWithShape(source, p + "gate_proj.bias", {intermediate_size}));
+    UC_ASSIGN_OR_RETURN(w.up_bias,
+                        io::GetWithShape(source, p + "up_proj.bias", {intermediate_size}));
+    UC_ASSIGN_OR_RETURN(w.down_bias, io::GetWithShape(source, p + "down_proj.bias", {hidden_size}));
+  }
   return w;
 }
 
@@ -41,9 +49,9 @@ StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& c, int layer,
   std::vector<layers::ExpertWeights> experts;
   experts.reserve(static_cast<size_t>(c.num_experts));
   for (int e = 0; e < c.num_experts; ++e) {
-    UC_ASSIGN_OR_RETURN(
-        layers::ExpertWeights w,
-        LoadExpert(source, p + "experts." + std::to_string(e) + ".", h, c.moe_intermediate_size));
+    UC_ASSIGN_OR_RETURN(layers::ExpertWeights w,
+                        LoadExpert(source, p + "experts." + std::to_string(e) + ".", h,
+                                   c.moe_intermediate_size, c.expert_bias));
     experts.push_back(std::move(w));
   }
   layers::ExpertWeights shared;
@@ -55,8 +63,17 @@ StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& c, int layer,
     UC_ASSIGN_OR_RETURN(shared_gate,
                         io::GetWithShape(source, p + "shared_expert_gate.weight", {1, h}));
   }
+  layers::MoeOptions options;
+  if (c.router_bias) {
+    UC_ASSIGN_OR_RETURN(options.router_bias,
+                        io::GetWithShape(source, p + "gate.bias", {c.num_experts}));
+  }
+  options.topk_then_softmax = c.router_topk_then_softmax;
+  options.swiglu_limit = c.swiglu_limit;
+  options.swiglu_alpha = c.swiglu_alpha;
   return layers::FusedMoe::Load(p.substr(0, p.size() - 1), router, experts, c.num_experts_per_tok,
-                                c.norm_topk_prob, has_shared ? &shared : nullptr, shared_gate, tp);
+                                c.norm_topk_prob, has_shared ? &shared : nullptr, shared_gate, tp,
+                                options);
 }
 
 }  // namespace uc::models

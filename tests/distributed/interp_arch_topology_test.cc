@@ -2,15 +2,18 @@
 // under `mpiexec -n T*P` with `--tp T --pp P --model DIR_OR_GGUF`: LayerNorm biases and the
 // row-parallel biases added once, the parallel residual pair crossing a stage boundary, OLMo-2's
 // full-width q/k norm all-reducing its sums of squares; and the mixtures of experts (Qwen2/3-MoE,
-// OLMoE, Mixtral), every expert sliced over TP and the block all-reduced before its mlp_out tap,
-// whose router_logits and expert_weights ([num_experts] rows: the replicated router on every TP
-// rank, sent on by the owning PP stage) are captured too. The records of a spec on both layers
+// OLMoE, Mixtral, gpt-oss with its attention sinks split with the heads and its expert down
+// biases added once), every expert sliced over TP and the block all-reduced before its mlp_out
+// tap, whose router_logits and expert_weights ([num_experts] rows: the replicated router on every
+// TP rank, sent on by the owning PP stage) are captured too. The records of a spec on the first
+// and last layers
 // (residual stream, attention and MLP outputs, the final norm) must be the same sequence as one
 // process (same order, values within 1e-5 relative), every TP replica must capture the same bits,
 // and the greedy tokens must be the same.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "common/probing_util.h"
 #include "common/test_util.h"
@@ -41,21 +44,22 @@ Args ParseArgs() {
   return a;
 }
 
-constexpr const char* kSpec = R"(version: "1"
+// LAST: the last decoder layer; FINAL: the final norm's layer (the number of layers).
+constexpr const char* kSpecTemplate = R"(version: "1"
 extraction_points:
-  - {name: prompt_end, layers: [0, 1], tensor_type: residual_stream, position: "prompt[-1]",
+  - {name: prompt_end, layers: [0, LAST], tensor_type: residual_stream, position: "prompt[-1]",
      probe_type: recorder, probe_kind: single_shot}
-  - {name: stream, layers: [0, 1], tensor_type: residual_stream, position: "generated[*]",
+  - {name: stream, layers: [0, LAST], tensor_type: residual_stream, position: "generated[*]",
      probe_type: trajectory_recorder, probe_kind: trajectory}
-  - {name: attn, layers: [0, 1], tensor_type: attn_out, position: "generated[*]",
+  - {name: attn, layers: [0, LAST], tensor_type: attn_out, position: "generated[*]",
      probe_type: trajectory_recorder, probe_kind: trajectory}
-  - {name: mlp, layers: [0, 1], tensor_type: mlp_out, position: "prompt[1]",
+  - {name: mlp, layers: [0, LAST], tensor_type: mlp_out, position: "prompt[1]",
      probe_type: recorder, probe_kind: single_shot}
-  - {name: norm, layers: 2, tensor_type: final_norm, position: "generated[2]",
+  - {name: norm, layers: FINAL, tensor_type: final_norm, position: "generated[2]",
      probe_type: recorder, probe_kind: single_shot}
 )";
 
-// Beside kSpec on a mixture of experts: the router's logits and the routing weights, alone and
+// Beside the spec on a mixture of experts: the router's logits and the routing weights, alone and
 // concatenated with the residual stream (rows of different widths in one record).
 constexpr const char* kMoeSpec = R"(
   - {name: router, layers: [0, 1], tensor_type: router_logits, position: "generated[*]",
@@ -65,6 +69,18 @@ constexpr const char* kMoeSpec = R"(
   - {name: routed, layers: [1], tensor_types: [expert_weights, residual_stream],
      combine: concat, position: "generated[1]", probe_type: recorder, probe_kind: single_shot}
 )";
+
+// kSpecTemplate on the first and last layers of a model of `num_layers` decoder layers.
+std::string Spec(int num_layers) {
+  std::string spec = kSpecTemplate;
+  for (const auto& [key, value] : {std::pair<std::string, int>{"LAST", num_layers - 1},
+                                   std::pair<std::string, int>{"FINAL", num_layers}}) {
+    for (size_t at = spec.find(key); at != std::string::npos; at = spec.find(key, at)) {
+      spec.replace(at, key.size(), std::to_string(value));
+    }
+  }
+  return spec;
+}
 
 engine::EngineOptions Options(const std::string& model) {
   engine::EngineOptions o;
@@ -114,7 +130,8 @@ TEST(InterpArchTopologyTest, RecordsEqualOneProcess) {
   probe::ProbingOptions debug;
   debug.compare_tp_replicas = true;  // a difference between TP replicas is a fatal error
   const models::ModelConfig& config = llm.engine().config();
-  const std::string spec = std::string(kSpec) + (config.num_experts > 0 ? kMoeSpec + 1 : "");
+  const std::string spec =
+      Spec(config.num_hidden_layers) + (config.num_experts > 0 ? kMoeSpec + 1 : "");
   auto session = testing::MakeSession(spec, config, debug);
   auto single_session = testing::MakeSession(spec, config);
   ASSERT_NE(session, nullptr);

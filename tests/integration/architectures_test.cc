@@ -7,16 +7,19 @@
 // GGUF, and tiny-gqa2 as GGUF Q8_0 / Q4_0 / Q4_1 / F16 / BF16 (dequantized on the fly). GPT-2,
 // GPT-NeoX (parallel residual with rotary_pct 0.25, sequential with 1.0) and OLMo-2 (post-norms,
 // full-width q/k norms) also hold every tap to transformers' module outputs, and so do the
-// mixtures of experts (Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE, Mixtral), whose router
-// logits and routing weights are held to transformers' output_router_logits.
+// mixtures of experts (Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE, Mixtral, gpt-oss with
+// attention sinks, alternating sliding/full layers and YaRN), whose router logits and routing
+// weights are held to transformers' output_router_logits.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "common/test_util.h"
 #include "engine/generator.h"
 #include "engine/llm.h"
+#include "io/safetensors/safetensors_writer.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
 #include "tokenizer/loaders.h"
@@ -71,13 +74,20 @@ TEST_P(FixtureTest, LogitsMatchTransformersAtEveryPosition) {
   const int64_t vocab = model_->config().vocab_size;
   Tensor logits = Tensor::Empty({static_cast<int64_t>(ids.size()), vocab}, DType::kF32);
   model_->Forward(ids, positions, cache, true, logits, &pool_);
+  double worst = 0.0;
   for (size_t p = 0; p < ids.size(); ++p) {
     const std::vector<float> expected = JsonFloats(reference_["logits"][p]);
     const std::span<const float> row(logits.data<float>() + p * vocab, vocab);
     const auto d = testing::MaxAbsDiff(row, expected);
+    worst = std::max(worst, double{d.max_abs});
     EXPECT_LE(d.max_abs, Tolerance(expected)) << "position " << p << " logit " << d.worst_index;
     EXPECT_EQ(worker::Sampler::Argmax(row), reference_["argmax"][p].get<int32_t>())
         << "position " << p;
+  }
+  RecordProperty("max_abs_logit_diff", std::to_string(worst));
+  // The mixtures of experts (issue 52) are held to 1e-4 absolute at every position.
+  if (model_->config().num_experts > 0) {
+    EXPECT_LE(worst, 1e-4);
   }
 }
 
@@ -263,6 +273,39 @@ TEST(LearnedPositionsTest, ContextPastThePositionTableIsAnError) {
   EXPECT_EQ(*engine::ResolveMaxModelLen(*olmo2, 500), 500);
 }
 
+// The published gpt-oss checkpoints store their experts as MXFP4 "*_blocks" / "*_scales": the
+// tiny gpt-oss with layer 1's gate_up_proj stored under that name is refused with an error
+// naming the tensor and the type, not a crash or a missing-tensor message.
+TEST(GptOssTest, MxFp4ExpertsAreRefusedNamingTheTensor) {
+  auto ckpt = models::OpenCheckpoint(TestData("arch/gptoss"));
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
+  const std::string fused = "model.layers.1.mlp.experts.gate_up_proj";
+  io::SafetensorsWriter writer;
+  for (const std::string& name : ckpt->tensors->TensorNames()) {
+    auto tensor = ckpt->tensors->Get(name);
+    ASSERT_TRUE(tensor.ok()) << name << ": " << tensor.status().ToString();
+    ASSERT_TRUE(writer.Add(name == fused ? fused + "_blocks" : name, *tensor).ok()) << name;
+  }
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("uc_gptoss_mxfp4_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+       "_" + std::to_string(reinterpret_cast<uintptr_t>(&writer)));
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"config.json", "tokenizer.json"}) {
+    std::filesystem::copy_file(TestData("arch/gptoss") / file, dir / file);
+  }
+  ASSERT_TRUE(writer.WriteFile(dir / "model.safetensors").ok());
+  auto copy = models::OpenCheckpoint(dir);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  auto model = models::CausalLM::Load(*copy);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented) << model.status().ToString();
+  EXPECT_NE(model.status().message().find(fused + "_blocks"), std::string::npos)
+      << model.status().message();
+  EXPECT_NE(model.status().message().find("MXFP4"), std::string::npos) << model.status().message();
+}
+
 // LoadOptions::matmul_precision reaches every quantized matmul: on the Q4_0 file the int8 path
 // gives other bits than the exact one (8-bit activations), within a few percent of the
 // transformers logits' scale, and the same argmax wherever transformers' top-2 margin exceeds
@@ -388,6 +431,7 @@ const FixtureCase kArchCases[] = {
     FixtureCase{"qwen2moe", "arch/qwen2moe", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe", "arch/olmoe", "arch/olmoe/reference.json"},
     FixtureCase{"mixtral", "arch/mixtral", "arch/mixtral/reference.json"},
+    FixtureCase{"gptoss", "arch/gptoss", "arch/gptoss/reference.json"},
 };
 
 // The mixtures of experts (tools/reference/make_moe_fixtures.py).
@@ -396,6 +440,7 @@ const FixtureCase kMoeCases[] = {
     FixtureCase{"qwen2moe", "arch/qwen2moe", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe", "arch/olmoe", "arch/olmoe/reference.json"},
     FixtureCase{"mixtral", "arch/mixtral", "arch/mixtral/reference.json"},
+    FixtureCase{"gptoss", "arch/gptoss", "arch/gptoss/reference.json"},
     FixtureCase{"qwen3moe_gguf", "arch/qwen3moe/model.gguf", "arch/qwen3moe/reference.json"},
     FixtureCase{"qwen2moe_gguf", "arch/qwen2moe/model.gguf", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe_gguf", "arch/olmoe/model.gguf", "arch/olmoe/reference.json"},

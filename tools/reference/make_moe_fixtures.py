@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Tiny random mixture-of-experts checkpoints (Qwen3-MoE, Qwen2-MoE with a shared expert, OLMoE,
-Mixtral) with transformers' logits, greedy continuations, router logits and per-layer taps.
+Mixtral, gpt-oss) with transformers' logits, greedy continuations, router logits and per-layer taps.
 
 Produces tests/testdata/arch/<case>/ (or --out/<case>/) for each case below:
   config.json        the layout of published Hub checkpoints of the family (rope_theta and
@@ -11,7 +11,7 @@ Produces tests/testdata/arch/<case>/ (or --out/<case>/) for each case below:
                      "block_sparse_moe.experts.E.w1/w2/w3", "block_sparse_moe.gate"; Qwen2-MoE
                      "mlp.shared_expert.*" and "mlp.shared_expert_gate").
   tokenizer.json     the byte-level BPE of make_interp_arch_fixtures.py (same training, same ids).
-  model.gguf         the same weights, F32, the way llama.cpp's convert_hf_to_gguf.py writes the
+  model.gguf         (not gpt-oss) the same weights, F32, the way llama.cpp's convert_hf_to_gguf.py writes the
                      family: general.architecture qwen3moe / qwen2moe / olmoe, Mixtral as "llama"
                      with q/k rows permuted to interleaved pairs; "<arch>.expert_count",
                      ".expert_used_count", ".expert_feed_forward_length",
@@ -47,12 +47,21 @@ Cases:
              norm_topk_prob false, full-width q/k norms.
   mixtral    MixtralForCausalLM, 2 layers, hidden 64, 4 heads / 2 KV heads, 4 experts top-2
              (always renormalised), intermediate_size 64, no sliding window.
+  gptoss     GptOssForCausalLM, 4 layers (sliding window 8, full, sliding, full: the 24-token
+             prompt is longer than the window), hidden 64, 4 heads / 2 KV heads of 16, q/k/v/o
+             biases, per-head attention sinks, YaRN (factor 4 over 32 positions, theta 150000),
+             8 experts top-4 (router bias; softmax over the chosen logits), intermediate 16,
+             clamped SwiGLU with swiglu_limit 2.0 (so that the clamps act; alpha 1.702). Saved in
+             transformers' fused layout ("mlp.experts.gate_up_proj" [E, H, 2I] with gate/up
+             interleaved, "down_proj" [E, I, H], their "_bias"es, "mlp.router", "sinks").
+             router_margin is the gap between the k-th and (k+1)-th router logit.
 
 Weights: N(0, std) per tensor drawn with torch.Generator(seed) in named_parameters order (the
 experts as transformers holds them in memory, fused [num_experts, 2 * I, H] gate_up_proj and
 [num_experts, H, I] down_proj); std = c / sqrt(fan_in) with fan_in the last dimension (q/k
 c=1.5, v 1.0, o_proj 2.6, MLP and expert inputs 1.0, outputs 3.9, router 2.0, shared-expert gate
-1.0), embeddings and head 0.65, biases 0.3, norm weights 1 + 0.1 N(0,1). The seed is the first of
+1.0; gpt-oss's transposed experts use fan_in = dim -2), embeddings and head 0.65, biases 0.3,
+attention sinks N(0, 1), norm weights 1 + 0.1 N(0,1). The seed is the first of
 base_seed, base_seed+1, ... whose greedy continuation keeps every top-1/top-2 margin >= 0.02 and
 whose router_margin >= 1e-3.
 Input ids: numpy default_rng(4521 + case index), 24 ids uniform in [1, VOCAB).
@@ -174,10 +183,40 @@ CASES = [
             rope_theta=1000000.0,
         ),
     ),
+    dict(
+        name="gptoss",
+        cls="GptOssForCausalLM",
+        base_seed=5500,
+        renormalize=True,
+        softmax_over_chosen=True,
+        config=dict(
+            COMMON,
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=16,
+            num_local_experts=8,
+            num_experts_per_tok=4,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"] * 2,
+            attention_bias=True,
+            swiglu_limit=2.0,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=150000.0,
+                factor=4.0,
+                beta_fast=32.0,
+                beta_slow=1.0,
+                truncate=False,
+                original_max_position_embeddings=32,
+            ),
+        ),
+    ),
 ]
 
 # (name fragment, c) for matrices: std = c / sqrt(fan_in), the first fragment that matches.
 MATRIX_C = [
+    ("mlp.router.", 2.0),
     ("shared_expert_gate", 1.0),
     ("mlp.gate.", 2.0),
     ("q_proj", 1.5),
@@ -195,13 +234,20 @@ def init_weights(model, seed):
     import torch
 
     g = torch.Generator().manual_seed(seed)
+    gpt_oss = model.config.model_type == "gpt_oss"
     with torch.no_grad():
         for name, p in model.named_parameters():
             z = torch.randn(p.shape, generator=g, dtype=torch.float64)
             if "norm" in name:
                 p.copy_((1.0 + 0.1 * z).to(p.dtype))
-            elif name.endswith(".bias"):
+            elif name.endswith(".bias") or name.endswith("_bias"):
                 p.copy_((0.3 * z).to(p.dtype))
+            elif name.endswith(".sinks"):
+                p.copy_((1.0 * z).to(p.dtype))
+            elif gpt_oss and name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                # gpt-oss holds its experts transposed, [E, in, out]: fan_in is dim -2
+                c = 1.0 if name.endswith("gate_up_proj") else 3.9
+                p.copy_((c / math.sqrt(p.shape[-2]) * z).to(p.dtype))
             elif "embed_tokens" in name or "lm_head" in name:
                 p.copy_((0.65 * z).to(p.dtype))
             else:
@@ -215,9 +261,21 @@ def top_k(case):
 
 def routing(case, router_logits):
     """Dense [positions, num_experts] weights and the k-th/(k+1)-th probability margin."""
+    k = top_k(case)
+    if case.get("softmax_over_chosen"):  # gpt-oss: top-k of the logits, softmax over those
+        order = np.argsort(-router_logits, axis=-1, kind="stable")
+        dense = np.zeros_like(router_logits)
+        margin = math.inf
+        for p in range(router_logits.shape[0]):
+            chosen = order[p, :k]
+            w = np.exp(router_logits[p, chosen] - router_logits[p, chosen].max())
+            dense[p, chosen] = w / w.sum()
+            if k < router_logits.shape[1]:
+                logits = router_logits[p]
+                margin = min(margin, float(logits[order[p, k - 1]] - logits[order[p, k]]))
+        return dense, margin
     probs = np.exp(router_logits - router_logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    k = top_k(case)
     order = np.argsort(-probs, axis=-1, kind="stable")
     dense = np.zeros_like(probs)
     margin = math.inf
@@ -253,8 +311,8 @@ def to_hub_layout(case, cfg_path):
     rp = dict(c.pop("rope_parameters", None) or {})
     if "dtype" in c:
         c["torch_dtype"] = c.pop("dtype")
-    c["rope_theta"] = rp["rope_theta"]
-    c["rope_scaling"] = None
+    c["rope_theta"] = rp.pop("rope_theta")
+    c["rope_scaling"] = rp if rp.get("rope_type", "default") != "default" else None
     c = dict(sorted(c.items()))
     with open(cfg_path, "w", encoding="utf-8", newline="\n") as f:
         json.dump(c, f, indent=2)
@@ -394,7 +452,8 @@ def make_case(case, index, out_root):
     g2 = greedy(ref_model, ids, 0)
     assert g2["new_ids"] == g["new_ids"]
 
-    write_gguf(case, d)
+    if "gguf" in case:
+        write_gguf(case, d)
     files = sorted(os.listdir(d))
     meta = {
         "versions": versions(),
@@ -435,7 +494,8 @@ def main():
         rest = [a for a in sys.argv[1:] if a != "--gguf-only"]
         root = rest[0] if rest else os.path.join(REPO, "tests", "testdata", "arch")
         for case in CASES:
-            write_gguf(case, os.path.join(root, case["name"]))
+            if "gguf" in case:
+                write_gguf(case, os.path.join(root, case["name"]))
         return
     run_fixture_cases(CASES, make_case, __doc__.split("\n")[0],
                       os.path.join(REPO, "tests", "testdata", "arch"))

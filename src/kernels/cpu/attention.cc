@@ -36,7 +36,9 @@ void AttendOne(const AttentionArgs& a, int64_t token, int head, std::vector<floa
     if (cap > 0.0f) scores[t] = cap * std::tanh(scores[t] / cap);
     max_score = std::max(max_score, scores[t]);
   }
-  double sum = 0.0;
+  const float* sinks = a.shape.sinks;
+  if (sinks != nullptr) max_score = std::max(max_score, sinks[head]);
+  double sum = sinks != nullptr ? std::exp(sinks[head] - max_score) : 0.0;
   for (int64_t t = 0; t < len; ++t) {
     scores[t] = std::exp(scores[t] - max_score);
     sum += scores[t];

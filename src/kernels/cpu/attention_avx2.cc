@@ -60,13 +60,15 @@ float Dot(const float* a, const float* b, int hd) {
   return HorizontalSum(acc);
 }
 
-// scores[t] = exp(scores[t] - max); returns the sum.
-float ExpInPlace(float* scores, int64_t len) {
+// scores[t] = exp(scores[t] - max); returns the sum. With a sink logit s (gpt-oss), max also
+// covers s and the sum has exp(s - max) added.
+float ExpInPlace(float* scores, int64_t len, const float* sink = nullptr) {
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   int64_t t = 0;
   for (; t + 8 <= len; t += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(scores + t));
   float max_score = HorizontalMax(vmax);
   for (; t < len; ++t) max_score = std::max(max_score, scores[t]);
+  if (sink != nullptr) max_score = std::max(max_score, *sink);
 
   const __m256 shift = _mm256_set1_ps(max_score);
   __m256 vsum = _mm256_setzero_ps();
@@ -80,6 +82,7 @@ float ExpInPlace(float* scores, int64_t len) {
     scores[t] = std::exp(scores[t] - max_score);
     sum += scores[t];
   }
+  if (sink != nullptr) sum += std::exp(*sink - max_score);
   return sum;
 }
 
@@ -173,7 +176,8 @@ struct Group {
   int64_t first;  // positions attended: first .. first + len - 1
   int64_t len;
   float scale;
-  float softcap;  // 0: none
+  float softcap;       // 0: none
+  const float* sinks;  // [heads] of the group, or null
   const int32_t* table;
   int64_t block_size;
 
@@ -207,7 +211,8 @@ void AttendGroup(const Group& g, const AttentionKernels& kernels, std::vector<fl
   }
   std::vector<float> inv_sums(static_cast<size_t>(g.heads));
   for (int h = 0; h < g.heads; ++h) {
-    inv_sums[h] = 1.0f / ExpInPlace(scores.data() + h * g.len, g.len);
+    inv_sums[h] = 1.0f / ExpInPlace(scores.data() + h * g.len, g.len,
+                                    g.sinks == nullptr ? nullptr : g.sinks + h);
     std::fill_n(g.out + h * g.hd, g.hd, 0.0f);
   }
   ForEachRun(g, kValueBlock, [&](int64_t t0, int64_t rows, int64_t offset) {
@@ -248,6 +253,7 @@ void CausalAttentionWith(const AttentionArgs& args, ThreadPool* pool,
                       int64_t{args.positions[token]} + 1 - first,
                       s.scale,
                       s.softcap,
+                      s.sinks == nullptr ? nullptr : s.sinks + kv_head * group_size,
                       args.TableOf(token),
                       args.block_size};
     thread_local std::vector<float> scores;

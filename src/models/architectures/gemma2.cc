@@ -12,9 +12,19 @@
 namespace uc::models {
 namespace {
 
-// Which layers slide: layer_types when given, else every `pattern`th layer (1-based) is global.
-Status ReadLayerPattern(const nlohmann::json& json, const std::string& source, int pattern,
+Status ReadGemma2Extras(const nlohmann::json& json, const std::string& source,
                         ModelConfig& config) {
+  return ReadGemmaHfExtras(json, source, /*default_pattern=*/2, config);
+}
+
+Status ReadGemma2Gguf(const io::GgufFile& file, const std::string& gguf_arch, ModelConfig& config) {
+  return ReadGemmaGgufExtras(file, gguf_arch, /*pattern=*/2, config);
+}
+
+}  // namespace
+
+Status ReadLayerTypes(const nlohmann::json& json, const std::string& source, int pattern,
+                      ModelConfig& config) {
   config.sliding_layers.assign(static_cast<size_t>(config.num_hidden_layers), false);
   if (json.contains("layer_types") && json["layer_types"].is_array()) {
     const nlohmann::json& types = json["layer_types"];
@@ -46,17 +56,6 @@ Status ReadLayerPattern(const nlohmann::json& json, const std::string& source, i
   return OkStatus();
 }
 
-Status ReadGemma2Extras(const nlohmann::json& json, const std::string& source,
-                        ModelConfig& config) {
-  return ReadGemmaHfExtras(json, source, /*default_pattern=*/2, config);
-}
-
-Status ReadGemma2Gguf(const io::GgufFile& file, const std::string& gguf_arch, ModelConfig& config) {
-  return ReadGemmaGgufExtras(file, gguf_arch, /*pattern=*/2, config);
-}
-
-}  // namespace
-
 Status ReadGemmaHfExtras(const nlohmann::json& json, const std::string& source, int default_pattern,
                          ModelConfig& config) {
   config.norm_weight_plus_one = true;
@@ -80,7 +79,7 @@ Status ReadGemmaHfExtras(const nlohmann::json& json, const std::string& source, 
                                   std::to_string(window));
     }
     config.sliding_window = window;
-    UC_RETURN_IF_ERROR(ReadLayerPattern(json, source, default_pattern, config));
+    UC_RETURN_IF_ERROR(ReadLayerTypes(json, source, default_pattern, config));
   }
   if (json.contains("attention_bias") && json["attention_bias"].is_boolean() &&
       json["attention_bias"].get<bool>()) {
