@@ -16,6 +16,25 @@ bool IsOneOf(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
+// The ids that end a request: the model's EOS ids, then the tokenizer's stop tokens.
+std::vector<int32_t> StopIdsOf(const models::ModelConfig& config,
+                               const tokenizer::Tokenizer& tokenizer) {
+  std::vector<int32_t> ids;
+  for (int id : config.eos_token_ids) ids.push_back(id);
+  for (int32_t id : tokenizer.stop_ids()) ids.push_back(id);
+  return ids;
+}
+
+// The grammar backend over the tokenizer's vocabulary (the same on every rank that builds it).
+std::shared_ptr<worker::GrammarBackend> MakeGrammarBackend(const tokenizer::Tokenizer& tokenizer,
+                                                           const models::ModelConfig& config,
+                                                           std::vector<int32_t> stop_ids) {
+  std::vector<std::string> vocab(static_cast<size_t>(tokenizer.vocab_size()));
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) vocab[id] = tokenizer.DecodedBytes(id);
+  return std::make_shared<worker::GrammarBackend>(
+      std::move(vocab), static_cast<int>(config.vocab_size), std::move(stop_ids));
+}
+
 }  // namespace
 
 // Everything the driver keeps about one request between AddRequest and its final output.
@@ -98,17 +117,27 @@ Status LLMEngine::Init(const EngineOptions& options) {
   UC_ASSIGN_OR_RETURN(tokenizer_,
                       LoadTokenizerFor(deployment_->checkpoint(), options.tokenizer_path));
   UC_RETURN_IF_ERROR(CheckTokenizerFits(*tokenizer_, config(), options.model_path));
-  for (int id : config().eos_token_ids) eos_ids_.push_back(id);
-  for (int32_t id : tokenizer_->stop_ids()) eos_ids_.push_back(id);
+  eos_ids_ = StopIdsOf(config(), *tokenizer_);
+  // The driver's backend validates requests' grammars; when the driver samples it also holds
+  // their matchers. Otherwise (pipeline parallelism) the last stage samples, with the backend
+  // PrepareFollower gave it.
+  grammar_backend_ = MakeGrammarBackend(*tokenizer_, config(), eos_ids_);
   if (deployment_->worker().samples_on_driver()) {
-    std::vector<std::string> vocab(static_cast<size_t>(tokenizer_->vocab_size()));
-    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id)
-      vocab[id] = tokenizer_->DecodedBytes(id);
-    grammar_backend_ = std::make_shared<worker::GrammarBackend>(
-        std::move(vocab), static_cast<int>(config().vocab_size), eos_ids_);
     deployment_->worker().SetGrammarBackend(grammar_backend_);
   }
   return InitKvCache();
+}
+
+Status PrepareFollower(Deployment& deployment, const EngineOptions& options) {
+  UC_CHECK(!deployment.is_driver(), "PrepareFollower is for the ranks other than the driver");
+  UC_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Tokenizer> tokenizer,
+                      LoadTokenizerFor(deployment.checkpoint(), options.tokenizer_path));
+  const models::ModelConfig& config = deployment.checkpoint().config;
+  UC_RETURN_IF_ERROR(CheckTokenizerFits(*tokenizer, config, options.model_path));
+  // Every follower gets one (cheap until its first compile); only the rank that samples uses it.
+  deployment.worker().SetGrammarBackend(
+      MakeGrammarBackend(*tokenizer, config, StopIdsOf(config, *tokenizer)));
+  return OkStatus();
 }
 
 // Sizes the paged cache and the context (kv_cache_plan.h: the policy every command shares).
@@ -225,9 +254,12 @@ Status LLMEngine::AddRequest(const std::string& request_id, const Prompt& prompt
 
 StatusOr<std::shared_ptr<const worker::CompiledGrammar>> LLMEngine::CompileGrammar(
     const worker::GrammarSpec& spec) const {
-  if (grammar_backend_ == nullptr) {
+  if (!deployment_->worker().samples_on_driver() && !options_.followers_enforce_grammars) {
+    // The last pipeline stage samples, and its rank holds no grammar matcher.
     return FailedPreconditionError(
-        "structured output needs the driver to sample (no pipeline parallelism)");
+        "constrained sampling is unavailable here: under pipeline parallelism the last stage "
+        "samples each token, and this deployment's ranks were not started with the grammar "
+        "backend (undercurrent serve starts them so; other front ends do not yet)");
   }
   return grammar_backend_->Compile(spec);
 }

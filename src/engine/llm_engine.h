@@ -82,6 +82,10 @@ struct EngineOptions {
   // whose steering may switch (a window, a deferred group, or any steering beside an observer,
   // whose probes may switch it) neither reads nor shares.
   bool enable_prefix_caching = true;
+  // Multi-rank deployments whose last stage samples (pipeline parallelism): the caller ran
+  // PrepareFollower on every other rank before its Loop (serve does), so constrained requests
+  // are accepted; without it they are refused (CompileGrammar).
+  bool followers_enforce_grammars = false;
 };
 
 // How one request is steered: vectors added to its residual stream (worker/steering_config.h).
@@ -168,6 +172,13 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;     // of those, tokens served from it
 };
 
+// A follower rank (any but the driver) of a multi-rank deployment, before
+// deployment->worker().Loop(): gives its worker the grammar backend the driver's engine builds
+// (the tokenizer's vocabulary and the stop ids), so that under pipeline parallelism the last
+// stage, which samples, enforces constrained requests' grammars. Errors: the tokenizer does not
+// load or does not fit the model.
+Status PrepareFollower(Deployment& deployment, const EngineOptions& options);
+
 class LLMEngine {
  public:
   // One process: loads the model and its tokenizer.
@@ -206,7 +217,7 @@ class LLMEngine {
   // server can refuse a bad grammar before queuing anything. InvalidArgument (the grammar
   // engine's message) for an invalid or unsupported schema, regex or grammar;
   // FailedPrecondition when this deployment samples on a rank other than the driver (pipeline
-  // parallelism), where constrained sampling is not available. Thread-safe.
+  // parallelism) and the followers were not prepared (followers_enforce_grammars). Thread-safe.
   StatusOr<std::shared_ptr<const worker::CompiledGrammar>> CompileGrammar(
       const worker::GrammarSpec& spec) const;
 

@@ -1,7 +1,7 @@
 // `undercurrent serve --tp 2` (and --pp 2, --tp 2 --pp 2): the CLI starts itself under mpirun, rank
 // 0 serves HTTP and drives the engine, rank 1 follows; greedy completions equal those of a
 // one-process server, concurrent requests included; SIGTERM drains a stream in flight and the whole
-// job exits 0.
+// job exits 0. Structured output at PP 2 equals one process.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -110,6 +110,56 @@ extraction_points:
     server.Signal(SIGTERM);
     EXPECT_EQ(server.Wait(120), 0) << server.log();
   }
+}
+
+// Structured output at PP 2: the last stage samples and holds the grammar matchers (serve gives
+// the follower ranks the grammar backend), so a constrained greedy completion equals one
+// process's token for token, and it parses and validates.
+TEST(ServeTpTest, StructuredOutputUnderPipelineParallelismAnswersLikeOneProcess) {
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"name", {{"type", "string"}, {"maxLength", 8}}},
+                         {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 99}}}}},
+                       {"required", {"name", "age"}},
+                       {"additionalProperties", false}};
+  const json bodies[] = {
+      {{"prompt", "Once upon a time"},
+       {"max_tokens", 40},
+       {"temperature", 0},
+       {"response_format",
+        {{"type", "json_schema"}, {"json_schema", {{"name", "p"}, {"schema", schema}}}}}},
+      {{"prompt", "The little dog"},
+       {"max_tokens", 40},
+       {"temperature", 0},
+       {"structured_outputs", {{"regex", "(yes|no), [a-z]{2,6}\\."}}}}};
+  auto run = [&](const std::vector<std::string>& topology) {
+    std::vector<std::string> args = {"--model", kModel, "--threads", "1"};
+    args.insert(args.end(), topology.begin(), topology.end());
+    testing::ServeProcess server(args);
+    EXPECT_TRUE(server.ok()) << server.log();
+    std::vector<json> choices;
+    for (const json& body : bodies) {
+      const testing::HttpResult r =
+          testing::HttpPost(server.port(), "/v1/completions", body.dump());
+      EXPECT_EQ(r.status, 200) << r.body;
+      choices.push_back(r.status == 200 ? r.Json()["choices"][0] : json());
+    }
+    server.Signal(SIGTERM);
+    EXPECT_EQ(server.Wait(120), 0) << server.log();
+    return choices;
+  };
+  const std::vector<json> single = run({});
+  const std::vector<json> pp2 = run({"--pp", "2"});
+  ASSERT_EQ(single.size(), pp2.size());
+  for (size_t i = 0; i < single.size(); ++i) {
+    EXPECT_EQ(pp2[i]["text"], single[i]["text"]) << "request " << i;
+    EXPECT_EQ(pp2[i]["finish_reason"], "stop") << pp2[i].dump();
+  }
+  // The one-process output obeys the grammar (the oracle is what xgrammar allows).
+  const json object = json::parse(pp2[0]["text"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(object.is_object()) << pp2[0].dump();
+  EXPECT_TRUE(object["name"].is_string() && object["age"].is_number_integer()) << object.dump();
+  EXPECT_EQ(object.size(), 2u);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "apps/server/chat_prompt.h"
 
+#include "apps/server/tool_calls.h"
+
 namespace uc::server {
 
 StatusOr<std::unique_ptr<ChatPrompt>> ChatPrompt::Load(const std::filesystem::path& model_path,
@@ -8,6 +10,7 @@ StatusOr<std::unique_ptr<ChatPrompt>> ChatPrompt::Load(const std::filesystem::pa
   StatusOr<chat::LoadedChatTemplate> loaded = chat::LoadChatTemplate(model_path, override_file);
   if (loaded.ok()) {
     prompt->loaded_ = std::move(loaded).value();
+    prompt->tool_format_ = DetectToolFormat(prompt->loaded_->chat_template.text());
     // Rendered once now, so that a template that cannot render a plain conversation (or runs
     // past its budgets) stops the server at start-up instead of failing every request.
     const std::vector<chat::ChatMessage> sample = {

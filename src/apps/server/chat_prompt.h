@@ -46,6 +46,8 @@ class ChatPrompt {
   // Where the template came from ("" when there is none) and why chat is unavailable.
   std::string origin() const { return loaded_ ? loaded_->origin : ""; }
   const std::string& unavailable_reason() const { return unavailable_; }
+  // How the template's model writes tool calls (tool_calls.h; kHermes without a template).
+  ToolFormat tool_format() const { return tool_format_; }
 
  private:
   ChatPrompt() = default;
@@ -54,6 +56,7 @@ class ChatPrompt {
                                    const nlohmann::json& tools) const;
   std::optional<chat::LoadedChatTemplate> loaded_;
   std::string unavailable_;
+  ToolFormat tool_format_ = ToolFormat::kHermes;
 };
 
 }  // namespace uc::server

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "apps/server/tokenize_protocol.h"
+#include "apps/server/tool_calls.h"
 #include "base/did_you_mean.h"
 #include "base/logging.h"
 #include "io/json_file.h"
@@ -164,10 +165,11 @@ struct Server::ResponseState {
     std::optional<json> probe_set;
     Clock::time_point finished_at;
     bool finish_sent = false;
-    std::string echo_text;            // with echo
-    std::vector<int32_t> prompt_ids;  // with echo
-    bool echoed = false;              // streamed: the echo chunk went out
-    size_t text_offset = 0;           // streamed: bytes of text sent (echo included)
+    std::string echo_text;                // with echo
+    std::vector<int32_t> prompt_ids;      // with echo
+    bool echoed = false;                  // streamed: the echo chunk went out
+    size_t text_offset = 0;               // streamed: bytes of text sent (echo included)
+    std::optional<ToolCallStream> tools;  // streamed chat with tools: text -> delta.tool_calls
   };
   ~ResponseState() {
     // Normally every choice finished; otherwise the client went away mid-response.
@@ -757,7 +759,9 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   json body;
   if (auto error = ParseJsonBody(req.body, &body)) return Respond(*error);
   CompletionRequest request;
-  if (auto error = ParseCompletionRequest(body, endpoint, &request)) return Respond(*error);
+  if (auto error = ParseCompletionRequest(body, endpoint, &request, chat_->tool_format())) {
+    return Respond(*error);
+  }
   if (auto error = CheckModel(request.model)) return Respond(*error);
   const bool chat = endpoint == Endpoint::kChatCompletions;
   const std::string id = std::string(chat ? "chatcmpl-" : "cmpl-") + Hex(next_id_++);
@@ -802,6 +806,12 @@ HttpResponse Server::HandleCompletion(const HttpRequest& req, Endpoint endpoint)
   state->ctx.prompt_logprobs = request.prompt_logprobs;
   state->ctx.echo = request.echo;
   state->ctx.parse_tool_calls = !request.tools.empty() && request.tool_choice != "none";
+  state->ctx.tool_format = chat_->tool_format();
+  if (request.stream && state->ctx.parse_tool_calls) {
+    for (size_t i = 0; i < num_choices; ++i) {
+      state->choices[i].tools.emplace(state->ctx.tool_format, id + "_" + std::to_string(i));
+    }
+  }
   state->ctx.token_text = [tok = &engine_->tokenizer()](int32_t id) {
     return tok->TokenToPiece(id);
   };
@@ -829,7 +839,8 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
     s.started = true;
     if (s.stream && s.ctx.endpoint == Endpoint::kChatCompletions) {
       for (size_t i = 0; i < s.choices.size(); ++i) {
-        out += SseEvent(RoleChunk(s.ctx, static_cast<int>(i), s.include_usage));
+        out += SseEvent(
+            RoleChunk(s.ctx, static_cast<int>(i), s.include_usage, s.choices[i].tools.has_value()));
       }
     }
   }
@@ -843,6 +854,12 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
                                     s.include_usage));
           c.echoed = true;
           c.text_offset = c.echo_text.size();
+        }
+        if (c.tools.has_value()) {
+          for (const json& delta : c.tools->Feed(e.text)) {
+            out += SseEvent(DeltaChunk(s.ctx, e.index, delta, s.include_usage));
+          }
+          break;
         }
         out +=
             SseEvent(TextChunk(s.ctx, e.index, e.text, s.include_usage, e.logprobs, c.text_offset));
@@ -874,7 +891,13 @@ bool Server::Produce(ResponseState& s, std::string* result) const {
                                   c.output->prompt_logprobs, s.include_usage));
         c.echoed = true;
       }
-      out += SseEvent(FinishChunk(s.ctx, s.Result(i), s.include_usage));
+      if (c.tools.has_value()) {
+        for (const json& delta : c.tools->Finish()) {
+          out += SseEvent(DeltaChunk(s.ctx, static_cast<int>(i), delta, s.include_usage));
+        }
+      }
+      out += SseEvent(FinishChunk(s.ctx, s.Result(i), s.include_usage,
+                                  c.tools.has_value() && c.tools->called()));
       c.finish_sent = true;
     }
     if (sets_ != nullptr && !c.probing.has_value() &&

@@ -653,7 +653,7 @@ std::optional<std::string> DecodeBase64(const std::string& text) {
 }
 
 std::optional<ApiError> ParseCompletionRequest(const json& body, Endpoint endpoint,
-                                               CompletionRequest* out) {
+                                               CompletionRequest* out, ToolFormat tool_format) {
   if (!body.is_object()) {
     return BadRequest("The request body must be a JSON object, not " + TypeName(body) + ".");
   }
@@ -687,7 +687,7 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, Endpoint endpoi
                       "stream_options");
   }
   if (auto error = ResolveLogprobs(body, &r)) return error;
-  if (auto error = ResolveTools(&r)) return error;
+  if (auto error = ResolveTools(&r, tool_format)) return error;
   const int per_prompt = std::max(r.n, r.best_of);
   const size_t choices = std::max<size_t>(1, r.prompts.size()) * static_cast<size_t>(per_prompt);
   if (choices > static_cast<size_t>(kMaxChoices)) {
@@ -829,8 +829,8 @@ json ChoiceJson(const ResponseContext& ctx, const ChoiceResult& choice) {
   }
   j["finish_reason"] = FinishReasonOf(choice.output);
   if (ctx.endpoint == Endpoint::kChatCompletions && ctx.parse_tool_calls) {
-    ParsedToolCalls parsed =
-        ParseToolCalls(choice.output.text, ctx.id + "_" + std::to_string(choice.index));
+    ParsedToolCalls parsed = ParseToolCalls(
+        choice.output.text, ctx.id + "_" + std::to_string(choice.index), ctx.tool_format);
     if (!parsed.tool_calls.empty()) {
       j["message"]["content"] = parsed.content.has_value() ? json(*parsed.content) : json(nullptr);
       j["message"]["tool_calls"] = std::move(parsed.tool_calls);
@@ -889,8 +889,10 @@ json ResponseBody(const ResponseContext& ctx, const std::vector<ChoiceResult>& c
   return j;
 }
 
-json RoleChunk(const ResponseContext& ctx, int index, bool include_usage) {
-  return Chunk(ctx, StreamChoice(ctx, index, {{"role", "assistant"}, {"content", ""}}),
+json RoleChunk(const ResponseContext& ctx, int index, bool include_usage, bool null_content) {
+  return Chunk(ctx,
+               StreamChoice(ctx, index,
+                            {{"role", "assistant"}, {"content", null_content ? json() : json("")}}),
                include_usage);
 }
 
@@ -932,10 +934,16 @@ json EchoChunk(const ResponseContext& ctx, int index, const std::string& prompt_
   return Chunk(ctx, std::move(choice), include_usage);
 }
 
-json FinishChunk(const ResponseContext& ctx, const ChoiceResult& choice, bool include_usage) {
+json DeltaChunk(const ResponseContext& ctx, int index, const json& delta, bool include_usage) {
+  return Chunk(ctx, StreamChoice(ctx, index, delta), include_usage);
+}
+
+json FinishChunk(const ResponseContext& ctx, const ChoiceResult& choice, bool include_usage,
+                 bool tool_calls) {
   const json payload = ctx.endpoint == Endpoint::kCompletions ? json("") : json::object();
   json c = StreamChoice(ctx, choice.index, payload);
   c["finish_reason"] = FinishReasonOf(choice.output);
+  if (tool_calls && c["finish_reason"] == "stop") c["finish_reason"] = "tool_calls";
   json j = Chunk(ctx, std::move(c), include_usage);
   if (AddFlaggedFields(choice, j["choices"][0])) AddFlaggedFields(choice, j);
   return j;

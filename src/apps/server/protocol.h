@@ -57,6 +57,12 @@ namespace uc::server {
 
 enum class Endpoint { kCompletions, kChatCompletions };
 
+// How a chat template's model writes tool calls (tool_calls.h, DetectToolFormat).
+enum class ToolFormat {
+  kHermes,      // <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Qwen 2.5/3, Hermes)
+  kLlama3Json,  // the whole answer {"name": ..., "parameters": {...}} (Llama 3.1/3.2)
+};
+
 // Client-sent values quoted in error messages (unknown field names, roles, hooks, model names)
 // are cut to this many bytes, with an ellipsis: an error body stays small whatever was sent.
 inline constexpr size_t kMaxEchoBytes = 64;
@@ -147,9 +153,12 @@ std::optional<std::string> DecodeBase64(const std::string& text);
 
 inline constexpr int kMaxChoices = 128;  // n times the number of prompts, at most
 
-// Parses a request body. `body` is the parsed JSON (a non-object is a 400).
+// Parses a request body. `body` is the parsed JSON (a non-object is a 400). `tool_format` is how
+// the served chat template writes tool calls (tool_calls.h): it shapes the grammar of a forced
+// call.
 std::optional<ApiError> ParseCompletionRequest(const nlohmann::json& body, Endpoint endpoint,
-                                               CompletionRequest* out);
+                                               CompletionRequest* out,
+                                               ToolFormat tool_format = ToolFormat::kHermes);
 
 // The OpenAI finish_reason of a finished engine output: "stop", "length", "content_flagged"
 // (an inline probe aborted) or "abort" (the client went away, or shutdown).
@@ -182,9 +191,10 @@ struct ResponseContext {
   std::optional<int> prompt_logprobs = std::nullopt;
   bool echo = false;
   TokenText token_text = nullptr;
-  // Chat with tools (tool_choice not "none"): the message's <tool_call> blocks become
-  // `tool_calls` (tool_calls.h).
+  // Chat with tools (tool_choice not "none"): the calls the message writes in `tool_format`
+  // become `tool_calls` (tool_calls.h).
   bool parse_tool_calls = false;
+  ToolFormat tool_format = ToolFormat::kHermes;
 };
 
 struct Usage {
@@ -201,8 +211,10 @@ nlohmann::json ResponseBody(const ResponseContext& ctx, const std::vector<Choice
 
 // Stream chunks (object "text_completion" or "chat.completion.chunk"); `usage` is null in
 // every chunk when include_usage, absent otherwise.
-// The first chunk of a chat choice: delta {role: "assistant", content: ""}.
-nlohmann::json RoleChunk(const ResponseContext& ctx, int index, bool include_usage);
+// The first chunk of a chat choice: delta {role: "assistant", content: ""} (content null when the
+// stream may carry tool calls, as OpenAI sends it).
+nlohmann::json RoleChunk(const ResponseContext& ctx, int index, bool include_usage,
+                         bool null_content = false);
 // A text increment, with the logprobs of the tokens sampled with it when the request asked
 // (`text_offset`: where `text` starts in the choice's text, for completions' text_offset).
 nlohmann::json TextChunk(const ResponseContext& ctx, int index, const std::string& text,
@@ -216,10 +228,14 @@ nlohmann::json EchoChunk(
     const std::vector<int32_t>& prompt_ids,
     const std::vector<std::optional<worker::PositionLogprobs>>& prompt_logprobs,
     bool include_usage);
-// The last chunk of a choice: empty delta (chat) or text, with finish_reason; a flagged choice
-// also carries flagged, flagged_by and flagged_score (in the choice and at the top level).
+// A chat chunk with the given delta ({"content": ...} or {"tool_calls": [...]}, tool_calls.h).
+nlohmann::json DeltaChunk(const ResponseContext& ctx, int index, const nlohmann::json& delta,
+                          bool include_usage);
+// The last chunk of a choice: empty delta (chat) or text, with finish_reason (`tool_calls`: a
+// "stop" becomes "tool_calls"); a flagged choice also carries flagged, flagged_by and
+// flagged_score (in the choice and at the top level).
 nlohmann::json FinishChunk(const ResponseContext& ctx, const ChoiceResult& choice,
-                           bool include_usage);
+                           bool include_usage, bool tool_calls = false);
 // The extra chunk of stream_options.include_usage: choices [] and usage.
 nlohmann::json UsageChunk(const ResponseContext& ctx, const Usage& usage);
 // The data of the `probing_result` event sent for each choice before [DONE]: a chunk with

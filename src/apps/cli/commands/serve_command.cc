@@ -19,6 +19,7 @@
 #include "apps/cli/launch.h"
 #include "apps/cli/probing_flags.h"
 #include "apps/server/http_server.h"
+#include "base/logging.h"
 #include "distributed/mpi/mpi_runtime.h"
 #include "engine/deployment.h"
 #include "engine/llm_engine.h"
@@ -126,10 +127,19 @@ StatusOr<std::unique_ptr<engine::LLMEngine>> OpenEngine(const ServeOptions& o) {
   UC_ASSIGN_OR_RETURN(std::unique_ptr<engine::Deployment> deployment,
                       engine::Deployment::Create(d, &backend));
   if (!deployment->is_driver()) {
+    // The last stage samples under pipeline parallelism: it enforces constrained requests. A
+    // tokenizer that fails here fails the driver's engine the same way, which then shuts this
+    // rank's Loop down: so it still enters the Loop.
+    const Status prepared = engine::PrepareFollower(*deployment, o.engine);
+    if (!prepared.ok()) {
+      UC_LOG(WARNING) << prepared.ToString();
+    }
     deployment->worker().Loop();
     return std::unique_ptr<engine::LLMEngine>();
   }
-  return engine::LLMEngine::OpenDriver(o.engine, std::move(deployment));
+  engine::EngineOptions options = o.engine;
+  options.followers_enforce_grammars = true;
+  return engine::LLMEngine::OpenDriver(options, std::move(deployment));
 }
 
 // The name clients pass as `model`: the model directory's name, or the file's without extension.
