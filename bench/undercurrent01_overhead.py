@@ -60,6 +60,8 @@ def main(model_path: str, threads: int, repeats: int) -> None:
             tokens = TOKENS * len(outs)  # min_new_tokens = max_new_tokens: every prompt gets TOKENS
             rates[name].append(tokens / took)
             cpu_rates[name].append(tokens / cpu)
+            print(f"round {rep + 1} {name:14s} {tokens / took:8.1f} tokens/s  {tokens / cpu:8.1f} tokens per "
+                  "CPU-second", flush=True)  # progress: a loaded machine may not finish every round
     base = statistics.median(rates["no probe"])
     cpu_base = statistics.median(cpu_rates["no probe"])
     print(f"undercurrent {undercurrent.__version__} (transformers backend, float32, {threads} threads)")
