@@ -4,9 +4,9 @@ forces all 64, as ignore_eos does here), the same `@probe` inline and trajectory
 generated[*] at layers 10 and 20, against no probes. Run it in an environment where
 `undercurrent` is 0.1.0 from PyPI (with torch and transformers), never this package's venv:
 
-    python -m venv --system-site-packages /tmp/uc01 && /tmp/uc01/bin/pip install --no-deps \
+    python -m venv --system-site-packages uc01-venv && uc01-venv/bin/pip install --no-deps \
         undercurrent==0.1.0
-    /tmp/uc01/bin/python bench/undercurrent01_overhead.py HF_MODEL_DIR [THREADS=2 [REPEATS=3]]
+    uc01-venv/bin/python bench/undercurrent01_overhead.py HF_MODEL_DIR [THREADS=2 [REPEATS=3]]
 
 0.1 runs the prompts of a list one at a time on this backend (its max_concurrency is 1), so
 its tokens/s is that of 16 sequential generations. Prints each configuration's median
