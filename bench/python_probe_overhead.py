@@ -75,6 +75,8 @@ def main(model_path: str, threads: int) -> None:
             tokens = sum(len(o.token_ids) for o in outs)
             rates[name].append(tokens / took)
             cpu_rates[name].append(tokens / cpu)
+            print(f"round {rep + 1} {name:14s} {tokens / took:8.1f} tokens/s  {tokens / cpu:8.1f} tokens per "
+                  "CPU-second", flush=True)  # progress: a loaded machine may not finish every round
     base = statistics.median(rates["no probe"])
     cpu_base = statistics.median(cpu_rates["no probe"])
     for name, r in rates.items():

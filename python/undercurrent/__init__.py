@@ -36,10 +36,13 @@ _LAZY: dict[str, str] = {
     "RequestOutput": ".llm",
     "CompletionOutput": ".llm",
     "Activations": ".llm",
+    "Calibration": ".llm",
+    "reserved_kv_cache_bytes": ".model",
     # Advanced
     "ActivationRecord": ".spec",
     "ExecutionMode": ".spec",
     "FileLogSink": ".sinks",
+    "LogSink": ".sinks",
     "InMemoryMetricsRegistry": ".router",
     "InterventionMode": ".spec",
     "InterventionPolicy": ".spec",
@@ -78,6 +81,7 @@ __all__ = [
     "ActivationRecord",
     "ExecutionMode",
     "FileLogSink",
+    "LogSink",
     "InMemoryMetricsRegistry",
     "InterventionMode",
     "InterventionPolicy",
@@ -105,6 +109,8 @@ __all__ = [
     "RequestOutput",
     "CompletionOutput",
     "Activations",
+    "Calibration",
+    "reserved_kv_cache_bytes",
 ]
 
 

@@ -15,7 +15,10 @@ OpenAI / vLLM names. Per-request steering vectors are numpy arrays (or anything
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,6 +236,24 @@ class Activations:
         return self.values[np.flatnonzero(self.mask(point, layer, prompt_index, is_generated))]
 
 
+@dataclass
+class Calibration:
+    """What `LLM.calibrate` returns: ``points`` as ``undercurrent calibrate --json`` prints them
+    ({point, threshold, requests, flagged, unscored}; with ``measure`` {point, requests,
+    flagged, rate, rate_95}), the number of ``requests``, the ``model`` fingerprint, and
+    ``spec_file``: the calibrated spec's text (empty with ``measure``)."""
+
+    points: list[dict[str, Any]]
+    requests: int
+    model: dict[str, Any]
+    spec_file: str
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        """Each point's fitted threshold."""
+        return {p["point"]: p["threshold"] for p in self.points if "threshold" in p}
+
+
 def _prompt(p: Any) -> Any:
     if isinstance(p, str):
         return p
@@ -386,6 +407,64 @@ class LLM:
             outputs=outputs,
         )
 
+    def calibrate(self, prompts: Any, spec: Any, *, target_fpr: float | None = None, out: Any = None,
+                  measure: bool = False, max_tokens: int | None = None,
+                  temperature: float | None = None) -> Calibration:
+        """``undercurrent calibrate`` on this model: fits each point's ``threshold`` so that at
+        most a share ``target_fpr`` of the benign ``prompts`` reach it (the CLI's rule, per
+        request), or with ``measure=True`` reports the share each point flags or stops as the
+        spec stands. ``prompts``: a JSONL prompts file (the CLI's ``--prompts`` format) or a
+        list of str; ``spec``: as `load_spec` takes it (its probe types: the built-ins and this
+        model's Python probes); ``max_tokens`` / ``temperature``: what a prompt line leaves out
+        (the CLI's defaults: 16, greedy). Returns a `Calibration` whose ``spec_file`` is, for
+        the same prompts file, spec and model, the file ``calibrate --out`` writes (written to
+        ``out`` when given). The model's own probes do not run."""
+        if not measure and (not isinstance(target_fpr, (int, float)) or not 0.0 < target_fpr < 1.0):
+            raise ProbingValueError(f"target_fpr: expected a share in (0, 1), got {target_fpr!r} (or measure=True)")
+        if measure and (target_fpr is not None or out is not None):
+            raise ProbingValueError("measure=True fits nothing: leave out target_fpr and out")
+        parsed = load_spec(spec)
+        defaults: dict[str, Any] = {}
+        if max_tokens is not None:
+            defaults["max_tokens"] = int(max_tokens)
+        if temperature is not None:
+            defaults["temperature"] = float(temperature)
+        tmp = None
+        name = ""
+        if isinstance(prompts, (str, os.PathLike)):
+            path = os.fspath(prompts)
+        elif isinstance(prompts, Sequence) and prompts and all(isinstance(p, str) for p in prompts):
+            fd, tmp = tempfile.mkstemp(prefix="undercurrent-prompts-", suffix=".jsonl")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                for i, p in enumerate(prompts):
+                    f.write(json.dumps({"id": i, "prompt": p}) + "\n")
+            path, name = tmp, f"{len(prompts)} prompts given in Python"
+        else:
+            raise ProbingTypeError("prompts: expected a JSONL prompts file or a non-empty list of str")
+        core = _core()
+        try:
+            d = self._model._model().calibrate(
+                path, defaults, "" if parsed.source is not None else (parsed.text or ""),
+                str(parsed.source) if parsed.source is not None else "", float(target_fpr or 0.0),
+                bool(measure), name,
+            )
+        except core.Error as exc:
+            raise _error(exc) from None
+        finally:
+            if tmp is not None:
+                os.unlink(tmp)
+        result = Calibration(points=json.loads(d["points"]), requests=int(d["requests"]),
+                             model=json.loads(d["model"]), spec_file=d["spec_file"])
+        if out is not None:
+            with open(out, "w", encoding="utf-8") as f:
+                f.write(result.spec_file)
+        return result
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """The bytes this model's KV cache reserved (`ProbedModel.kv_cache_bytes`)."""
+        return self._model.kv_cache_bytes
+
     def close(self) -> None:
         """Drains the async probes and shuts the engine down. Idempotent."""
         self._model.close()
@@ -416,4 +495,4 @@ def _with_capture_probes(spec: Any) -> Any:
     return spec
 
 
-__all__ = ["LLM", "Activations", "CompletionOutput", "RequestOutput", "SamplingParams"]
+__all__ = ["LLM", "Activations", "Calibration", "CompletionOutput", "RequestOutput", "SamplingParams"]

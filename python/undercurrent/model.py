@@ -138,18 +138,71 @@ def _error(exc: Exception) -> ProbingError:
     return ProbingValueError(message)
 
 
+# What a tokenizer's save_pretrained writes, and what the engine reads from a model folder.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                    "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json")
+
+
+def _save_in_memory_model(model: Any, tokenizer: Any, folder: str, engine_options: dict[str, Any]) -> None:
+    """Writes an in-memory transformers model (anything with ``save_pretrained`` and ``config``)
+    to ``folder`` as safetensors with its tokenizer: ``tokenizer`` when given (a transformers
+    tokenizer, saved beside the weights, or a path the engine reads), else the tokenizer files of
+    the folder the model was loaded from (``name_or_path``). torch and transformers are used only
+    through the objects given; nothing is imported here."""
+    try:
+        model.save_pretrained(folder, safe_serialization=True)
+    except TypeError:  # transformers 5 always writes safetensors and has no such argument
+        model.save_pretrained(folder)
+    names = os.listdir(folder)
+    if "config.json" not in names or not any(n.endswith(".safetensors") for n in names):
+        raise ProbingValueError(
+            f"model: {type(model).__name__}.save_pretrained wrote no config.json and safetensors weights "
+            "(pass a transformers PreTrainedModel, or its saved folder)"
+        )
+    if tokenizer is not None:
+        if hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(folder)
+        elif isinstance(tokenizer, (str, os.PathLike)):
+            engine_options["tokenizer"] = tokenizer
+        else:
+            raise ProbingTypeError(
+                f"tokenizer: expected a transformers tokenizer or a path, got {type(tokenizer).__name__}"
+            )
+        return
+    if any(n in names for n in ("tokenizer.json", "tokenizer.model")):
+        return  # save_pretrained wrote one
+    source = getattr(model, "name_or_path", None) or getattr(model.config, "_name_or_path", None)
+    if isinstance(source, str) and os.path.isdir(source):
+        for name in _TOKENIZER_FILES:
+            if os.path.isfile(os.path.join(source, name)) and name not in names:
+                shutil.copyfile(os.path.join(source, name), os.path.join(folder, name))
+    if not any(os.path.isfile(os.path.join(folder, n)) for n in ("tokenizer.json", "tokenizer.model")):
+        raise ProbingValueError(
+            "an in-memory model needs its tokenizer: pass tokenizer= (a transformers tokenizer or a "
+            f"tokenizer file); the model's name_or_path {source!r} is not a local folder with one"
+        )
+
+
+def reserved_kv_cache_bytes() -> int:
+    """The KV cache bytes the open models of this process reserved, together."""
+    return int(_core().reserved_kv_cache_bytes())
+
+
 class ProbedModel:
     """A local model with probes attached; use it as a context manager or call `close()`.
 
     ``model``: a Hugging Face model folder, a ``.gguf`` file, or an in-memory ``transformers``
-    model (pass ``tokenizer=`` too). ``spec``: a YAML path or string, a dict, a list of
-    `ExtractionPoint`, a `ProbeSpec`, or None. ``probes``: ``{probe_type: Probe subclass |
-    ProbeFactory}`` or a `ProbeRegistry` (default: the global registry); the engine's built-in
-    probe types (linear, mlp, norm_gate, ...) need no registration and mix with Python ones in
-    one spec. ``on_result(GenerationOutput)`` is called once per finished prompt. ``log_sink``: a
-    `FileLogSink` (signals and results as NDJSON). ``max_concurrency``: sequences the engine runs
-    at once. Other keyword arguments are engine options (`ENGINE_OPTIONS`: threads, matmul,
-    batch_invariant, kv_cache_memory, max_model_len, ...).
+    model (written to a temporary safetensors folder, removed at `close()`; its tokenizer is
+    ``tokenizer=`` when given, else the one in the folder it was loaded from). ``spec``: a YAML
+    path or string, a dict, a list of `ExtractionPoint`, a `ProbeSpec`, or None. ``probes``:
+    ``{probe_type: Probe subclass | ProbeFactory}`` or a `ProbeRegistry` (default: the global
+    registry); the engine's built-in probe types (linear, mlp, norm_gate, ...) need no
+    registration and mix with Python ones in one spec. ``on_result(GenerationOutput)`` is called
+    once per finished prompt. ``log_sink``: a `FileLogSink`, a `WebhookLogSink` (both written by
+    the engine), any object with 0.1's ``write_signal`` / ``write_result`` (a `LogSink`
+    subclass), or a list of them. ``max_concurrency``: sequences the engine runs at once. Other
+    keyword arguments are engine options (`ENGINE_OPTIONS`: threads, matmul, batch_invariant,
+    kv_cache_memory, max_model_len, ...).
     """
 
     def __init__(
@@ -171,6 +224,9 @@ class ProbedModel:
         self._core_model: Any = None
         self._tmpdir: str | None = None
         self._on_result = on_result
+        self._py_sinks: list[Any] = []  # LogSinks written in Python
+        self._record_buffer: Any = None  # _core.RecordBuffer: the engine's records for them
+        self.log_sink_errors = 0  # calls into a Python LogSink that raised
         from .router import MetricsSink
 
         if metrics_sink is not None and not isinstance(metrics_sink, MetricsSink):
@@ -183,9 +239,13 @@ class ProbedModel:
         self._spec: ProbeSpec | None = load_spec(spec) if spec is not None else None
         registry = self._registry(probes)
         path = self._model_path(model, engine_options)
-        options = self._engine_options(path, engine_options, max_concurrency)
-        probing = self._probing_options(router_kwargs, log_sink)
-        python_probes, self._bridges = self._python_probes(registry)
+        try:
+            options = self._engine_options(path, engine_options, max_concurrency)
+            probing = self._probing_options(router_kwargs, log_sink)
+            python_probes, self._bridges = self._python_probes(registry)
+        except BaseException:
+            self._cleanup()
+            raise
         spec_text = ""
         spec_path = ""
         if self._spec is not None:
@@ -266,16 +326,12 @@ class ProbedModel:
                 )
             return path
         if hasattr(model, "save_pretrained") and hasattr(model, "config"):
-            # An in-memory transformers model: written as safetensors to a temporary folder.
             self._tmpdir = tempfile.mkdtemp(prefix="undercurrent-model-")
-            model.save_pretrained(self._tmpdir, safe_serialization=True)
-            tokenizer = engine_options.pop("tokenizer", None)
-            if tokenizer is None:
-                raise ProbingValueError("an in-memory model needs tokenizer= (its transformers tokenizer)")
-            if hasattr(tokenizer, "save_pretrained"):
-                tokenizer.save_pretrained(self._tmpdir)
-            else:
-                engine_options["tokenizer"] = tokenizer
+            try:
+                _save_in_memory_model(model, engine_options.pop("tokenizer", None), self._tmpdir, engine_options)
+            except BaseException:
+                self._cleanup()
+                raise
             return self._tmpdir
         raise ProbingTypeError(
             f"model must be a local folder, a .gguf file or a transformers model, got {type(model).__name__}"
@@ -303,9 +359,8 @@ class ProbedModel:
             out["max_num_seqs"] = max_concurrency
         return out
 
-    @staticmethod
-    def _probing_options(router_kwargs: Mapping[str, Any] | None, log_sink: Any) -> dict[str, Any]:
-        from .sinks import FileLogSink, WebhookLogSink
+    def _probing_options(self, router_kwargs: Mapping[str, Any] | None, log_sink: Any) -> dict[str, Any]:
+        from .sinks import FileLogSink, WebhookLogSink, is_python_sink
 
         out: dict[str, Any] = {}
         for key, value in (router_kwargs or {}).items():
@@ -317,19 +372,56 @@ class ProbedModel:
             out[_ROUTER_OPTIONS[key]] = value.value if hasattr(value, "value") else value
         if log_sink is not None:
             sinks = list(log_sink) if isinstance(log_sink, (list, tuple)) else [log_sink]
+            engine_sinks = []
             for sink in sinks:
-                if not isinstance(sink, (FileLogSink, WebhookLogSink)):
+                if is_python_sink(sink):
+                    self._py_sinks.append(sink)
+                elif isinstance(sink, (FileLogSink, WebhookLogSink)):
+                    engine_sinks.append(sink)
+                else:
                     raise ProbingTypeError(
-                        f"log_sink={sink!r}: the engine writes signals and results to a FileLogSink or a "
-                        "WebhookLogSink (or a list of them)"
+                        f"log_sink={sink!r}: expected a FileLogSink, a WebhookLogSink, a LogSink (anything with "
+                        "write_signal and write_result), or a list of them"
                     )
             try:
-                out["sinks"] = [sink._engine() for sink in sinks]
+                out["sinks"] = [sink._engine() for sink in engine_sinks]
             except TypeError as exc:
                 raise ProbingTypeError(str(exc)) from None
             except ValueError as exc:
                 raise ProbingValueError(str(exc)) from None
+            if self._py_sinks:
+                self._record_buffer = _core().RecordBuffer()
+                out["sinks"].append({"kind": "buffer", "buffer": self._record_buffer})
         return out
+
+    def _deliver_records(self) -> None:
+        """Hands the records the engine wrote since the last call to the Python sinks."""
+        if self._record_buffer is None:
+            return
+        from ._bridge import signal_from_engine
+
+        for text in self._record_buffer.drain():
+            record = json.loads(text)
+            request_id, point, payload = record["request_id"], record["extraction_point_name"], record["payload"]
+            if record["kind"] == "signal":
+                method, value = "write_signal", signal_from_engine(payload)
+            else:
+                method, value = "write_result", ProbeResult(
+                    request_id=request_id,
+                    extraction_point_name=point,
+                    verdict=payload.get("verdict"),
+                    signal_history=[signal_from_engine(s) for s in payload.get("signal_history", [])],
+                    metadata=dict(payload.get("metadata") or {}),
+                )
+            for sink in self._py_sinks:
+                try:
+                    getattr(sink, method)(request_id, point, value)
+                except Exception:  # noqa: BLE001 (a sink never breaks generation; 0.1 logs it too)
+                    self.log_sink_errors += 1
+                    logger.exception(
+                        "log sink %s.%s raised for extraction_point=%r request_id=%r",
+                        type(sink).__name__, method, point, request_id,
+                    )
 
     # -- use ---------------------------------------------------------------------------------
 
@@ -344,6 +436,18 @@ class ProbedModel:
     @property
     def hidden_size(self) -> int:
         return self._model().hidden_size
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        """The bytes this model's KV cache reserved (per rank). With ``kv_cache_memory`` left
+        out the engine sizes it from the memory available less what the other open models of
+        this process reserved (`reserved_kv_cache_bytes`)."""
+        return self._model().kv_cache_bytes
+
+    @property
+    def kv_cache_budget_bytes(self) -> int:
+        """The budget the KV cache was cut from (``kv_cache_memory``, or the automatic one)."""
+        return self._model().kv_budget_bytes
 
     def _model(self) -> Any:
         if self._closed:
@@ -408,6 +512,8 @@ class ProbedModel:
             return model.generate(requests)
         except core.Error as exc:
             raise ProbingValueError(exc.args[1] if len(exc.args) > 1 else str(exc)) from None
+        finally:
+            self._deliver_records()
 
     def _results(self, r: dict[str, Any]) -> dict[str, ProbeResult]:
         """The ProbeResults of one engine output, by point (the Python probes' own objects)."""
@@ -472,6 +578,7 @@ class ProbedModel:
         """Drains the async probes, shuts the engine down. Idempotent."""
         if not self._closed and self._core_model is not None:
             self._core_model.close()
+            self._deliver_records()
         self._core_model = None  # the engine's memory goes now, not when this object does
         self._closed = True
         self._cleanup()

@@ -3,15 +3,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "engine/generator.h"
 #include "engine/scheduler.h"
 
 namespace uc::engine {
 namespace {
+
+std::atomic<int64_t> g_reserved_kv_bytes{0};
 
 // Without a readable MemAvailable the automatic budget is the old fixed default.
 constexpr int64_t kFallbackKvCacheBytes = int64_t{1} << 30;
@@ -169,10 +173,35 @@ StatusOr<KvCachePlan> PlanKvCacheFor(Deployment& deployment, const KvCacheReques
   in.sliding_window = config.MaxWindow();
   in.max_chunk = request.max_chunk;
   if (request.kv_cache_bytes == 0 && request.num_kv_blocks == 0) {
-    in.available_bytes = AvailableMemoryBytes() / std::max<int64_t>(1, ranks_on_host);
+    in.available_bytes =
+        AutoAvailableBytes(AvailableMemoryBytes(), ReservedKvCacheBytes(), ranks_on_host);
   }
   return PlanKvCache(in);
 }
+
+int64_t AutoAvailableBytes(int64_t available, int64_t reserved, int64_t ranks_on_host) {
+  if (available <= 0) return 0;
+  return std::max<int64_t>(1, (available - reserved) / std::max<int64_t>(1, ranks_on_host));
+}
+
+int64_t ReservedKvCacheBytes() { return g_reserved_kv_bytes.load(); }
+
+KvCacheReservation::KvCacheReservation(int64_t bytes) : bytes_(std::max<int64_t>(0, bytes)) {
+  g_reserved_kv_bytes += bytes_;
+}
+
+KvCacheReservation::KvCacheReservation(KvCacheReservation&& other) noexcept
+    : bytes_(std::exchange(other.bytes_, 0)) {}
+
+KvCacheReservation& KvCacheReservation::operator=(KvCacheReservation&& other) noexcept {
+  if (this != &other) {
+    g_reserved_kv_bytes -= bytes_;
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+KvCacheReservation::~KvCacheReservation() { g_reserved_kv_bytes -= bytes_; }
 
 int64_t AvailableMemoryBytes() {
   int64_t available = -1;

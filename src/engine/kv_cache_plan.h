@@ -17,6 +17,13 @@
 //      a cache too small for that is the same error. A lowered context is said in `note`, one
 //      line for the log that names the flags that change it.
 //
+// Several engines in one process (the Python package's LLM objects, an embedder's): the caches
+// are mapped lazily, so MemAvailable does not yet count what an open engine reserved. A
+// process-wide account (KvCacheReservation) holds the bytes every open engine's cache reserved,
+// and the automatic budget is sized from MemAvailable less that account: a second engine sizes
+// from what the first left. What the first already touched is counted twice, which errs toward
+// a smaller cache, never toward overcommitting memory.
+//
 // The decision is made once, on world rank 0 (the engine and the generator run there), which
 // then allocates num_blocks on every rank; so every rank of a TP/PP deployment agrees.
 #pragma once
@@ -85,14 +92,40 @@ struct KvCacheRequest {
 };
 
 // PlanKvCache for `deployment` (driver only): block bytes from the rank with the most layers,
-// the model's context and window, and — for the automatic budget — AvailableMemoryBytes()
-// divided among the ranks on the driver's host. Warns (ResolveMaxModelLen) when max_model_len
-// exceeds the model's.
+// the model's context and window, and — for the automatic budget — AutoAvailableBytes() of
+// AvailableMemoryBytes() and this process's ReservedKvCacheBytes(). Warns (ResolveMaxModelLen) when
+// max_model_len exceeds the model's.
 StatusOr<KvCachePlan> PlanKvCacheFor(Deployment& deployment, const KvCacheRequest& request);
 
 // Bytes this process could still allocate: /proc/meminfo's MemAvailable (sysconf's available
 // physical pages where that is missing), lowered to the room left under a cgroup (v2 or v1)
 // memory limit. 0 when nothing can be read.
 int64_t AvailableMemoryBytes();
+
+// What the automatic budget is sized from on each of `ranks_on_host` ranks: `available` (as
+// AvailableMemoryBytes reads it) less `reserved` (the caches other engines of this process
+// hold), shared among the ranks; at least 1 byte when `available` > 0 (a budget that then
+// holds nothing is the usual error), 0 (unknown: the fixed fallback) when `available` <= 0.
+int64_t AutoAvailableBytes(int64_t available, int64_t reserved, int64_t ranks_on_host);
+
+// The KV cache bytes the open engines of this process reserved (the sum of the live
+// KvCacheReservations). Thread-safe.
+int64_t ReservedKvCacheBytes();
+
+// One engine's entry in that account: adds `bytes` for as long as it lives. Movable.
+class KvCacheReservation {
+ public:
+  KvCacheReservation() = default;
+  explicit KvCacheReservation(int64_t bytes);
+  KvCacheReservation(KvCacheReservation&& other) noexcept;
+  KvCacheReservation& operator=(KvCacheReservation&& other) noexcept;
+  KvCacheReservation(const KvCacheReservation&) = delete;
+  KvCacheReservation& operator=(const KvCacheReservation&) = delete;
+  ~KvCacheReservation();
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  int64_t bytes_ = 0;
+};
 
 }  // namespace uc::engine

@@ -225,5 +225,27 @@ TEST(AvailableMemoryBytesTest, ReadsThisMachine) {
   EXPECT_LT(available, int64_t{1} << 50);
 }
 
+TEST(AutoAvailableBytesTest, OtherEnginesReservationsComeOffFirst) {
+  EXPECT_EQ(AutoAvailableBytes(8 * kMiB, 0, 1), 8 * kMiB);
+  EXPECT_EQ(AutoAvailableBytes(8 * kMiB, 6 * kMiB, 1), 2 * kMiB);
+  EXPECT_EQ(AutoAvailableBytes(8 * kMiB, 6 * kMiB, 2), kMiB);
+  EXPECT_EQ(AutoAvailableBytes(8 * kMiB, 9 * kMiB, 1), 1);  // nothing left: the usual error
+  EXPECT_EQ(AutoAvailableBytes(0, 0, 1), 0);                // unknown: the fixed fallback
+}
+
+TEST(KvCacheReservationTest, TheAccountHoldsWhatLiveReservationsHold) {
+  const int64_t before = ReservedKvCacheBytes();
+  {
+    KvCacheReservation a(3 * kMiB);
+    KvCacheReservation b(5 * kMiB);
+    EXPECT_EQ(ReservedKvCacheBytes(), before + 8 * kMiB);
+    KvCacheReservation moved(std::move(a));
+    EXPECT_EQ(ReservedKvCacheBytes(), before + 8 * kMiB);
+    b = KvCacheReservation(kMiB);
+    EXPECT_EQ(ReservedKvCacheBytes(), before + 4 * kMiB);
+  }
+  EXPECT_EQ(ReservedKvCacheBytes(), before);
+}
+
 }  // namespace
 }  // namespace uc::engine

@@ -156,6 +156,8 @@ Status LLMEngine::InitKvCache() {
   max_model_len_ = plan.max_model_len;
   const int bs = options_.block_size;
   deployment_->worker().InitializeCache(static_cast<int>(plan.num_blocks), bs);
+  kv_reservation_ = KvCacheReservation(plan.num_blocks * plan.block_bytes);
+  kv_budget_bytes_ = plan.budget_bytes;
   blocks_ = std::make_unique<BlockManager>(static_cast<int>(plan.num_blocks), bs);
   SchedulerConfig sc;
   sc.max_num_seqs = options_.max_num_seqs;

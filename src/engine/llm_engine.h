@@ -251,6 +251,10 @@ class LLMEngine {
   Deployment& deployment() { return *deployment_; }
   // The context every request gets (EngineOptions::max_model_len, or the fitted one).
   int max_model_len() const { return max_model_len_; }
+  // The bytes this engine's KV cache reserved (its blocks, per rank) and the budget they were
+  // cut from (kv_cache_plan.h).
+  int64_t kv_cache_bytes() const { return kv_reservation_.bytes(); }
+  int64_t kv_budget_bytes() const { return kv_budget_bytes_; }
   // The ids that end a request unless ignore_eos: the model's EOS ids and the tokenizer's.
   const std::vector<int32_t>& eos_token_ids() const { return eos_ids_; }
   const EngineOptions& options() const { return options_; }
@@ -300,6 +304,9 @@ class LLMEngine {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   int max_model_len_ = 0;
+  // This engine's cache in the process-wide account (kv_cache_plan.h), and its budget.
+  KvCacheReservation kv_reservation_;
+  int64_t kv_budget_bytes_ = 0;
   std::vector<int32_t> eos_ids_;
   std::shared_ptr<worker::GrammarBackend> grammar_backend_;  // null: structured output refused
   std::chrono::steady_clock::time_point start_;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/did_you_mean.h"
+#include "base/fingerprint.h"
 #include "io/text_file.h"
 
 namespace uc::engine {
@@ -195,6 +196,29 @@ StatusOr<int64_t> ParseByteSize(std::string_view text) {
     return InvalidArgumentError("'" + s + "' is not a size; write e.g. 512MiB or 2GiB");
   }
   return static_cast<int64_t>(value * scale);
+}
+
+StatusOr<PromptSet> ReadPromptSet(const std::string& path, const worker::SamplingParams& defaults) {
+  // A FIFO or a device (/dev/urandom) is refused at once, a huge file by its size.
+  UC_ASSIGN_OR_RETURN(const std::string text,
+                      io::ReadTextFile(path, kMaxPromptsFileBytes, "prompts file"));
+  PromptSet set;
+  UC_ASSIGN_OR_RETURN(set.requests, ParsePrompts(text, path, defaults));
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); })) {
+      continue;
+    }
+    const json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    set.labels.push_back(obj.is_object() ? obj.value("label", json()) : json());
+  }
+  set.hash = Fnv1a64(text);
+  // A sampled prompt without a seed gets one from its id: a rerun regenerates the same tokens.
+  for (GenerateRequest& r : set.requests) {
+    if (!r.params.greedy() && !r.params.seed.has_value()) r.params.seed = Fnv1a64(r.id);
+  }
+  return set;
 }
 
 }  // namespace uc::engine

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,6 +33,19 @@ StatusOr<std::vector<GenerateRequest>> ReadPromptsFile(const std::filesystem::pa
 // Parses the same lines from memory; `name` is used in messages.
 StatusOr<std::vector<GenerateRequest>> ParsePrompts(std::string_view text, const std::string& name,
                                                     const worker::SamplingParams& defaults);
+
+// A prompts file read once (`capture`, `calibrate`, the Python package's calibrate): its
+// requests, each line's label, and a hash of its bytes.
+struct PromptSet {
+  std::vector<GenerateRequest> requests;
+  std::vector<nlohmann::json> labels;  // [requests.size()]; null where a line has none
+  uint64_t hash = 0;                   // FNV-1a of the file's bytes
+};
+
+// Reads and validates the prompts file (ParsePrompts: every problem as FILE:LINE). A sampled
+// request (temperature > 0) without a seed gets one derived from its id, so that a rerun
+// regenerates the same tokens.
+StatusOr<PromptSet> ReadPromptSet(const std::string& path, const worker::SamplingParams& defaults);
 
 // "512MiB", "2GiB", "1.5G", "1000000" (bytes) -> bytes. InvalidArgument otherwise.
 StatusOr<int64_t> ParseByteSize(std::string_view text);

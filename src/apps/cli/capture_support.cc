@@ -17,29 +17,6 @@ namespace uc::cli {
 
 using nlohmann::json;
 
-StatusOr<PromptSet> ReadPromptSet(const std::string& path, const worker::SamplingParams& defaults) {
-  // A FIFO or a device (/dev/urandom) is refused at once, a huge file by its size.
-  UC_ASSIGN_OR_RETURN(const std::string text,
-                      io::ReadTextFile(path, engine::kMaxPromptsFileBytes, "prompts file"));
-  PromptSet set;
-  UC_ASSIGN_OR_RETURN(set.requests, engine::ParsePrompts(text, path, defaults));
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (std::all_of(line.begin(), line.end(), [](unsigned char c) { return std::isspace(c); })) {
-      continue;
-    }
-    const json obj = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    set.labels.push_back(obj.is_object() ? obj.value("label", json()) : json());
-  }
-  set.hash = Fnv1a64(text);
-  // A sampled prompt without a seed gets one from its id: a rerun regenerates the same tokens.
-  for (engine::GenerateRequest& r : set.requests) {
-    if (!r.params.greedy() && !r.params.seed.has_value()) r.params.seed = Fnv1a64(r.id);
-  }
-  return set;
-}
-
 json SamplingJson(const worker::SamplingParams& p) {
   return {{"temperature", p.temperature},
           {"top_k", p.top_k},

@@ -18,22 +18,15 @@
 #include "base/status.h"
 #include "engine/llm.h"
 #include "engine/model_fingerprint.h"
+#include "engine/prompts_file.h"
 #include "probe/datasets/dataset_writer.h"
 #include "probe/probes/probe.h"
 
 namespace uc::cli {
 
-// The prompts file, read once: its requests, each line's label, and a hash of its bytes.
-struct PromptSet {
-  std::vector<engine::GenerateRequest> requests;
-  std::vector<nlohmann::json> labels;  // [requests.size()]; null where a line has none
-  uint64_t hash = 0;                   // FNV-1a of the file's bytes
-};
-
-// Reads and validates the prompts file (engine::ParsePrompts: every problem as FILE:LINE).
-// A sampled request (temperature > 0) without a seed gets one derived from its id, so that a
-// rerun regenerates the same tokens.
-StatusOr<PromptSet> ReadPromptSet(const std::string& path, const worker::SamplingParams& defaults);
+// The prompts file, read once (engine/prompts_file.h).
+using engine::PromptSet;
+using engine::ReadPromptSet;
 
 // 64-bit FNV-1a (base/fingerprint.h); Hex as 16 lowercase digits.
 using uc::Fnv1a64;

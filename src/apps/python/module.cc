@@ -9,8 +9,11 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "apps/python/py_model.h"
 #include "probe/probes/registry.h"
@@ -84,12 +87,42 @@ probe::RedactionOptions ToRedaction(const nb::dict& d) {
   return r;
 }
 
-// A sink the package describes as a dict: {kind: "file", path, redaction} (FileLogSink) or
+// Records kept for the package, which hands them to a Python LogSink (its write_signal /
+// write_result) on the caller's thread after a batch: the engine's threads never take the GIL
+// for a sink. Thread-safe.
+class BufferSink : public probe::Sink {
+ public:
+  void Write(const nlohmann::json& record) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    records_.push_back(record.dump());
+  }
+  std::string name() const override { return "python"; }
+  // The records written since the last call (JSON text, in the order written).
+  std::vector<std::string> Drain() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    out.swap(records_);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> records_;
+};
+
+// What Python holds of a BufferSink (_core.RecordBuffer); the engine shares the sink.
+struct RecordBuffer {
+  std::shared_ptr<BufferSink> sink = std::make_shared<BufferSink>();
+};
+
+// A sink the package describes as a dict: {kind: "buffer", buffer: RecordBuffer} (a Python
+// LogSink's records), {kind: "file", path, redaction} (FileLogSink) or
 // {kind: "webhook", url, max_retries, backoff_base, request_timeout, dead_letter_path,
 // queue_maxsize, bearer_token_env, redaction} (WebhookLogSink).
 std::shared_ptr<probe::Sink> ToSink(nb::handle h) {
   const nb::dict d = nb::cast<nb::dict>(h);
   const std::string kind = nb::cast<std::string>(d["kind"]);
+  if (kind == "buffer") return nb::cast<RecordBuffer&>(d["buffer"]).sink;
   const probe::RedactionOptions redaction = ToRedaction(nb::cast<nb::dict>(d["redaction"]));
   if (kind == "file") {
     probe::NdjsonFileOptions file;
@@ -250,8 +283,17 @@ NB_MODULE(_core, m) {
       },
       "MPI_Finalize when this process started MPI (every rank, at exit). Idempotent.");
   m.def(
+      "reserved_kv_cache_bytes", [] { return uc::engine::ReservedKvCacheBytes(); },
+      "The KV cache bytes the open engines of this process reserved (engine/kv_cache_plan.h).");
+  m.def(
       "builtin_probe_types", [] { return uc::probe::ProbeRegistry().List(); },
       "The probe types of the C++ registry (the built-ins).");
+
+  nb::class_<uc::python::RecordBuffer>(m, "RecordBuffer")
+      .def(nb::init<>())
+      .def(
+          "drain", [](uc::python::RecordBuffer& b) { return b.sink->Drain(); },
+          "The sink records written since the last drain, as JSON text, in order.");
 
   nb::class_<PyModel>(m, "Model")
       .def_static(
@@ -282,6 +324,21 @@ NB_MODULE(_core, m) {
           nb::arg("sae_features"),
           "Runs the requests in one batch with a spec's capture probes: the rows of "
           "`undercurrent capture` as arrays (PyModel::Capture).")
+      .def(
+          "calibrate",
+          [](PyModel& model, const std::string& prompts_file, const nb::dict& defaults,
+             const std::string& spec_text, const std::string& spec_path, double target_fpr,
+             bool measure, const std::string& prompts_name) {
+            // The CLI's defaults: greedy, SamplingParams' max_tokens.
+            uc::worker::SamplingParams p;
+            p.temperature = uc::python::Get<float>(defaults, "temperature", 0.0f);
+            p.max_tokens = uc::python::Get<int>(defaults, "max_tokens", p.max_tokens);
+            return model.Calibrate(prompts_file, p, spec_text, spec_path, target_fpr, measure,
+                                   prompts_name);
+          },
+          nb::arg("prompts_file"), nb::arg("defaults"), nb::arg("spec_text"), nb::arg("spec_path"),
+          nb::arg("target_fpr"), nb::arg("measure"), nb::arg("prompts_name") = "",
+          "`undercurrent calibrate` (or --measure) on this model (PyModel::Calibrate).")
       .def("close",
            [](PyModel& model) {
              nb::gil_scoped_release release;
@@ -291,5 +348,8 @@ NB_MODULE(_core, m) {
       .def_prop_ro("num_layers", [](const PyModel& m) { return m.config().num_hidden_layers; })
       .def_prop_ro("hidden_size",
                    [](const PyModel& m) { return static_cast<int64_t>(m.config().hidden_size); })
-      .def_prop_ro("max_model_len", [](const PyModel& m) { return m.engine().max_model_len(); });
+      .def_prop_ro("max_model_len", [](const PyModel& m) { return m.engine().max_model_len(); })
+      .def_prop_ro("kv_cache_bytes", [](const PyModel& m) { return m.engine().kv_cache_bytes(); })
+      .def_prop_ro("kv_budget_bytes",
+                   [](const PyModel& m) { return m.engine().kv_budget_bytes(); });
 }

@@ -14,7 +14,9 @@
 #include "engine/deployment.h"
 #include "engine/generator.h"
 #include "engine/model_fingerprint.h"
+#include "engine/prompts_file.h"
 #include "probe/probes/sae.h"
+#include "probe/runtime/calibration.h"
 #include "probe/runtime/capture.h"
 #include "probe/spec/spec.h"
 
@@ -99,6 +101,7 @@ Status PyModel::FinalizeMpi() { return distributed::MpiRuntime::Finalize(); }
 StatusOr<std::unique_ptr<PyModel>> PyModel::Open(PyModelOptions options) {
   std::unique_ptr<PyModel> model(new PyModel());
   model->id_prefix_ = RandomPrefix();
+  model->model_name_ = options.model_name;
   for (PythonProbeEntry& p : options.python_probes) {
     UC_RETURN_IF_ERROR(
         RegisterPythonProbe(model->registry_, p.name, p.kind, std::move(p.bridge), true));
@@ -437,6 +440,109 @@ nb::dict PyModel::Capture(std::vector<PyRequest> requests, const std::string& sp
   d["token_id"] = ToArray(std::move(token_id), {rows});
   d["is_generated"] = ToArray(std::move(generated_flags), {rows});
   d["token_text"] = token_text;
+  return d;
+}
+
+nb::dict PyModel::Calibrate(const std::string& prompts_file, const worker::SamplingParams& defaults,
+                            const std::string& spec_text, const std::string& spec_path,
+                            double target_fpr, bool measure, const std::string& prompts_name) {
+  std::unique_lock<std::mutex> lock(generate_mu_, std::defer_lock);
+  {
+    nb::gil_scoped_release release;
+    lock.lock();
+  }
+  if (closed_) throw std::runtime_error("the model is closed");
+  auto check = [](const Status& s) {
+    if (!s.ok()) throw StatusException(s);
+  };
+  if (!measure && !(target_fpr > 0.0 && target_fpr < 1.0)) {
+    check(InvalidArgumentError("target_fpr: expected a share in (0, 1), got " +
+                               std::to_string(target_fpr)));
+  }
+  StatusOr<probe::Spec> spec = !spec_path.empty() ? probe::ParseSpecFile(spec_path)
+                                                  : probe::ParseSpecText(spec_text, "spec");
+  check(spec.status());
+  StatusOr<engine::PromptSet> prompts = engine::ReadPromptSet(prompts_file, defaults);
+  check(prompts.status());
+  if (prompts->requests.empty()) check(InvalidArgumentError(prompts_file + ": no prompts"));
+  probe::ProbingOptions probing;
+  probing.model_name = model_name_;
+  probing.stop_token_ids = engine_->eos_token_ids();
+  probing.model_fingerprint = engine::ModelFingerprint(*engine_);
+  StatusOr<std::unique_ptr<probe::ProbingSession>> session = probe::ProbingSession::Create(
+      measure ? *spec : probe::WithoutThresholds(*spec), registry_, engine_->config(), probing);
+  check(session.status());
+  std::mutex mu;
+  std::map<std::string, std::vector<probe::ProbeResult>> results;
+  (*session)->SetResultCallback([&](probe::RequestProbeResults r) {
+    std::lock_guard<std::mutex> guard(mu);
+    results[r.request_id] = std::move(r.results);
+  });
+  std::vector<PyRequest> requests;
+  for (engine::GenerateRequest& r : prompts->requests) {
+    requests.push_back({std::move(r.prompt), r.params, std::move(r.steering)});
+  }
+  // The calibration session stands in for the model's own for this batch only.
+  engine_->SetObserver(session->get());
+  std::vector<Slot> slots;
+  try {
+    slots = Run(requests, /*wait_results=*/false);
+  } catch (...) {
+    engine_->SetObserver(session_.get());
+    (*session)->Shutdown(/*wait=*/false);
+    throw;
+  }
+  engine_->SetObserver(session_.get());
+  {
+    nb::gil_scoped_release release;  // async Python probes finish with the GIL
+    (*session)->Shutdown(/*wait=*/true);
+  }
+  std::vector<std::vector<probe::ProbeResult>> per_request;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    check(slots[i].status.Annotate("prompt " + std::to_string(i + 1) + " of " + prompts_file));
+    auto it = results.find(slots[i].id);
+    if (it == results.end()) {
+      check(InternalError("no probe results for prompt " + std::to_string(i + 1)));
+    }
+    per_request.push_back(std::move(it->second));
+  }
+  const nlohmann::json model = engine::ModelFingerprint(*engine_);
+  const auto n = static_cast<int64_t>(per_request.size());
+  nlohmann::json points = nlohmann::json::array();
+  std::vector<probe::PointCalibration> fitted;
+  for (size_t p = 0; p < spec->extraction_points.size(); ++p) {
+    if (measure) {
+      int64_t flagged = 0;
+      for (const auto& r : per_request) flagged += probe::Flagged(r[p]);
+      const probe::Interval ci = probe::Wilson95(flagged, n);
+      points.push_back({{"point", spec->extraction_points[p].name},
+                        {"requests", n},
+                        {"flagged", flagged},
+                        {"rate", static_cast<double>(flagged) / static_cast<double>(n)},
+                        {"rate_95", {ci.low, ci.high}}});
+      continue;
+    }
+    std::vector<std::optional<double>> peaks;
+    for (const auto& r : per_request) peaks.push_back(probe::PeakStatistic(r[p]));
+    StatusOr<probe::PointCalibration> c =
+        probe::FitThreshold(spec->extraction_points[p].name, peaks, target_fpr);
+    check(c.status());
+    points.push_back({{"point", c->point},
+                      {"threshold", c->threshold},
+                      {"requests", c->requests},
+                      {"flagged", c->flagged},
+                      {"unscored", c->unscored}});
+    fitted.push_back(*c);
+  }
+  nb::dict d;
+  d["points"] = points.dump();
+  d["requests"] = n;
+  d["model"] = model.dump();
+  d["spec_file"] =
+      measure ? std::string()
+              : probe::CalibratedSpecFile(*spec, fitted, target_fpr, static_cast<size_t>(n),
+                                          prompts_name.empty() ? prompts_file : prompts_name,
+                                          prompts->hash, model.dump());
   return d;
 }
 

@@ -106,6 +106,19 @@ class PyModel {
   // REQUIRES: the GIL is held.
   nanobind::dict Capture(std::vector<PyRequest> requests, const std::string& spec_text,
                          const std::string& spec_path, const PySaeOptions& sae);
+  // `undercurrent calibrate` on this model: runs the prompts file's requests (`defaults` for
+  // what a line leaves out) in one batch with the points of `spec_text` (YAML named "spec") or
+  // `spec_path` — with thresholds no score reaches (probe::WithoutThresholds) unless `measure`
+  // — in place of the model's probes; the built-in and this model's Python probe types.
+  // Returns {points: JSON text, the CLI's --json "points" ({point, threshold, requests,
+  // flagged, unscored}; with `measure` {point, requests, flagged, rate, rate_95}), requests,
+  // model: the fingerprint JSON text, spec_file: what `calibrate --out` writes (empty with
+  // `measure`; its header names the prompts `prompts_name`, or the file when that is empty)}.
+  // InvalidArgument for a bad spec, prompts file or target_fpr (not in (0, 1)).
+  // REQUIRES: the GIL is held.
+  nanobind::dict Calibrate(const std::string& prompts_file, const worker::SamplingParams& defaults,
+                           const std::string& spec_text, const std::string& spec_path,
+                           double target_fpr, bool measure, const std::string& prompts_name);
   // Drains every async probe queue, shuts the session and the engine down.
   void Close();
 
@@ -132,6 +145,7 @@ class PyModel {
   std::mutex generate_mu_;  // one Generate at a time
   uint64_t next_id_ = 0;
   std::string id_prefix_;
+  std::string model_name_;
   // Probe results by request id, delivered by the session (engine thread or async worker).
   std::mutex results_mu_;
   std::condition_variable results_cv_;

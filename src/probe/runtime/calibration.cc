@@ -4,6 +4,10 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/fingerprint.h"
 
 namespace uc::probe {
 
@@ -105,6 +109,22 @@ Interval BinomialRange95(double p, int64_t n) {
   double above = 0.0;  // P(X > hi)
   while (hi > 0 && above + pmf(hi) <= 0.025) above += pmf(hi--);
   return {static_cast<double>(lo) / nn, static_cast<double>(hi) / nn};
+}
+
+std::string CalibratedSpecFile(const Spec& spec, const std::vector<PointCalibration>& calibrations,
+                               double target_rate, size_t requests, const std::string& prompts_file,
+                               uint64_t prompts_hash, const std::string& model_fingerprint_json) {
+  std::ostringstream out;
+  out << "# Calibrated by `undercurrent calibrate`: each point's threshold is the lowest that at "
+         "most\n# a share "
+      << target_rate << " of the " << requests << " calibration requests reach (" << prompts_file
+      << ", fnv1a64 " << Hex64(prompts_hash) << ").\n# model: " << model_fingerprint_json << "\n";
+  for (const PointCalibration& c : calibrations) {
+    out << "# point " << c.point << ": threshold " << nlohmann::json(c.threshold).dump() << ", "
+        << c.flagged << " of " << c.requests << " calibration requests reach it\n";
+  }
+  out << WriteSpecYaml(WithThresholds(spec, calibrations));
+  return out.str();
 }
 
 }  // namespace uc::probe

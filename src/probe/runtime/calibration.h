@@ -58,6 +58,14 @@ StatusOr<PointCalibration> FitThreshold(const std::string& point,
 // `spec` with probe_args.threshold of each calibrated point set (other points unchanged).
 Spec WithThresholds(Spec spec, const std::vector<PointCalibration>& calibrations);
 
+// The calibrated spec file `undercurrent calibrate --out` writes (and the Python package's
+// LLM.calibrate): header comments with what it was fitted on (`target_rate`, `requests`, the
+// prompts file's name and FNV-1a hash, the model's fingerprint JSON, each point's threshold and
+// count), then WithThresholds(spec, calibrations) as YAML.
+std::string CalibratedSpecFile(const Spec& spec, const std::vector<PointCalibration>& calibrations,
+                               double target_rate, size_t requests, const std::string& prompts_file,
+                               uint64_t prompts_hash, const std::string& model_fingerprint_json);
+
 // The Wilson score interval of a binomial proportion at 95%: [low, high] for `hits` of `n`.
 struct Interval {
   double low = 0.0;

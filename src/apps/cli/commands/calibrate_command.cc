@@ -94,16 +94,8 @@ int Calibrate(const CalibrateOptions& o, engine::LLM& llm, const probe::Spec& sp
   }
   const nlohmann::json model = ModelFingerprint(llm.engine());
   std::ofstream out(o.out);
-  out << "# Calibrated by `undercurrent calibrate`: each point's threshold is the lowest that at "
-         "most\n# a share "
-      << o.target_fpr << " of the " << requests.size() << " calibration requests reach ("
-      << o.prompts_file << ", fnv1a64 " << Hex(prompts_hash) << ").\n# model: " << model.dump()
-      << "\n";
-  for (const probe::PointCalibration& c : fitted) {
-    out << "# point " << c.point << ": threshold " << nlohmann::json(c.threshold).dump() << ", "
-        << c.flagged << " of " << c.requests << " calibration requests reach it\n";
-  }
-  out << probe::WriteSpecYaml(probe::WithThresholds(spec, fitted));
+  out << probe::CalibratedSpecFile(spec, fitted, o.target_fpr, requests.size(), o.prompts_file,
+                                   prompts_hash, model.dump());
   out.close();
   if (!out) return Fail(o.out + ": could not write the calibrated spec");
   const nlohmann::json summary = {{"target_fpr", o.target_fpr},
