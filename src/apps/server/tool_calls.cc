@@ -1,5 +1,6 @@
 #include "apps/server/tool_calls.h"
 
+#include <cstring>
 #include <set>
 #include <utility>
 
@@ -24,20 +25,190 @@ std::string_view Trim(std::string_view s) {
   return s.substr(b, s.find_last_not_of(kBlank) - b + 1);
 }
 
-// {"name": NAME, "arguments": "{...}"} of a call object whose arguments sit under `args_key`
-// (or are absent: {}); nullopt when `call` is not such an object.
-std::optional<json> CallFunction(const json& call, const char* args_key) {
-  if (!call.is_object() || !call.value("name", json()).is_string()) return std::nullopt;
-  const auto args = call.find(args_key);
-  if (args != call.end() && !args->is_object()) return std::nullopt;
-  return json{{"name", call["name"]},
-              {"arguments", args == call.end() ? std::string("{}") : args->dump()}};
+}  // namespace
+
+// Reads one call object, {"name": NAME, ARGS_KEY: {...}, ...}, as its text arrives: the name
+// once its string closes, and the raw text of the arguments object as far as it has come (the
+// arguments a response carries are the model's own bytes, so a streamed call and the complete
+// response hold the same string). ARGS_KEY is "arguments", or for Llama 3.x "parameters" too.
+// Structure only: scalars are not checked (the complete text is parsed again before it counts as
+// a call); the scanner is bad when the text cannot be such an object (not an object, a name that
+// is not a string, arguments that are not an object, a key twice).
+class CallScanner {
+ public:
+  explicit CallScanner(bool llama) : llama_(llama) {}
+
+  // `text` extends what the last call was given (the scanner reads on from where it stopped).
+  void Update(std::string_view text) {
+    while (pos_ < text.size() && state_ != State::kDone && state_ != State::kBad) {
+      Step(text);
+    }
+  }
+  bool done() const { return state_ == State::kDone; }
+  bool bad() const { return state_ == State::kBad; }
+  size_t end() const { return pos_; }  // after the closing brace, once done()
+  const std::optional<std::string>& name() const { return name_; }
+  bool args_begun() const { return args_begin_ != std::string::npos; }
+  bool args_ended() const { return args_end_ != std::string::npos; }
+  // The arguments object's text read so far (the whole object once args_ended()).
+  std::string_view args(std::string_view text) const {
+    if (!args_begun()) return {};
+    return text.substr(args_begin_, (args_ended() ? args_end_ : pos_) - args_begin_);
+  }
+
+ private:
+  enum class State { kBefore, kKey, kColon, kValue, kAfterValue, kDone, kBad };
+
+  void Step(std::string_view text) {
+    const char c = text[pos_];
+    if (state_ == State::kValue || (state_ == State::kKey && in_string_)) {
+      ScanToken(text);
+      return;
+    }
+    ++pos_;
+    if (std::strchr(kBlank, c) != nullptr) return;
+    switch (state_) {
+      case State::kBefore:
+        state_ = c == '{' ? State::kKey : State::kBad;
+        break;
+      case State::kKey:
+        if (c == '"') {
+          in_string_ = true;
+          token_begin_ = pos_ - 1;
+        } else {
+          state_ = c == '}' && !members_ ? State::kDone : State::kBad;
+        }
+        break;
+      case State::kColon:
+        if (c != ':') {
+          state_ = State::kBad;
+          break;
+        }
+        state_ = State::kValue;
+        token_begin_ = std::string::npos;
+        break;
+      case State::kAfterValue:
+        members_ = true;
+        state_ = c == ',' ? State::kKey : c == '}' ? State::kDone : State::kBad;
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Inside a key string or a value: reads one character.
+  void ScanToken(std::string_view text) {
+    const char c = text[pos_];
+    if (token_begin_ == std::string::npos) {  // before the value
+      ++pos_;
+      if (std::strchr(kBlank, c) == nullptr) BeginValue(c);
+      return;
+    }
+    if (in_string_) {
+      ++pos_;
+      if (escape_) {
+        escape_ = false;
+      } else if (c == '\\') {
+        escape_ = true;
+      } else if (c == '"') {
+        in_string_ = false;
+        if (state_ == State::kKey) {
+          EndKey(text.substr(token_begin_, pos_ - token_begin_));
+        } else if (depth_ == 0) {
+          EndValue(text);
+        }
+      }
+      return;
+    }
+    if (depth_ == 0) {  // a scalar ends before a delimiter
+      if (c == ',' || c == '}' || std::strchr(kBlank, c) != nullptr) {
+        EndValue(text);
+      } else {
+        ++pos_;
+      }
+      return;
+    }
+    ++pos_;
+    if (c == '"') {
+      in_string_ = true;
+    } else if (c == '{' || c == '[') {
+      ++depth_;
+    } else if ((c == '}' || c == ']') && --depth_ == 0) {
+      EndValue(text);
+    }
+  }
+
+  // The value's first character, `c`, was just read.
+  void BeginValue(char c) {
+    token_begin_ = pos_ - 1;
+    if ((key_ == Key::kName && c != '"') || (key_ == Key::kArgs && c != '{')) {
+      state_ = State::kBad;
+      return;
+    }
+    if (key_ == Key::kArgs) args_begin_ = token_begin_;
+    in_string_ = c == '"';
+    depth_ = c == '{' || c == '[' ? 1 : 0;
+  }
+
+  void EndKey(std::string_view quoted) {
+    const json k = json::parse(quoted, nullptr, /*allow_exceptions=*/false);
+    const std::string key = k.is_string() ? k.get<std::string>() : std::string();
+    key_ = Key::kOther;
+    if (key == "name") {
+      key_ = Key::kName;
+    } else if (key == "arguments" || (llama_ && key == "parameters")) {
+      key_ = Key::kArgs;
+    }
+    const bool again = !seen_.insert(key).second || (key_ == Key::kArgs && args_begun());
+    state_ = again ? State::kBad : State::kColon;
+  }
+
+  void EndValue(std::string_view text) {
+    if (key_ == Key::kName) {
+      const json v = json::parse(text.substr(token_begin_, pos_ - token_begin_), nullptr, false);
+      if (!v.is_string()) {
+        state_ = State::kBad;
+        return;
+      }
+      name_ = v.get<std::string>();
+    } else if (key_ == Key::kArgs) {
+      args_end_ = pos_;
+    }
+    state_ = State::kAfterValue;
+  }
+
+  enum class Key { kName, kArgs, kOther };
+  const bool llama_;
+  State state_ = State::kBefore;
+  size_t pos_ = 0;
+  size_t token_begin_ = std::string::npos;
+  int depth_ = 0;
+  bool in_string_ = false;
+  bool escape_ = false;
+  bool members_ = false;
+  Key key_ = Key::kOther;
+  std::set<std::string> seen_;
+  std::optional<std::string> name_;
+  size_t args_begin_ = std::string::npos;
+  size_t args_end_ = std::string::npos;
+};
+
+namespace {
+
+// A call object's text as its function, {"name": NAME, "arguments": the arguments object's text
+// as written, or "{}" when absent}; nullopt when `text` is not a call.
+std::optional<json> CallFunction(std::string_view text, bool llama) {
+  if (!json::accept(text)) return std::nullopt;
+  CallScanner scan(llama);
+  scan.Update(text);
+  if (!scan.done() || !scan.name().has_value()) return std::nullopt;
+  return json{{"name", *scan.name()},
+              {"arguments", scan.args_begun() ? std::string(scan.args(text)) : "{}"}};
 }
 
 // A <tool_call> block's body as a call's function, or nullopt.
 std::optional<json> HermesCall(std::string_view body) {
-  return CallFunction(json::parse(std::string(body), nullptr, /*allow_exceptions=*/false),
-                      "arguments");
+  return CallFunction(Trim(body), /*llama=*/false);
 }
 
 // A Llama 3.x answer as its calls' functions (an array; empty when it is not calls).
@@ -46,11 +217,7 @@ json LlamaCalls(std::string_view text) {
   if (t.substr(0, kPythonTag.size()) == kPythonTag) t = Trim(t.substr(kPythonTag.size()));
   json calls = json::array();
   if (t.empty() || t[0] != '{') return calls;
-  auto one = [](std::string_view piece) -> std::optional<json> {
-    const json call = json::parse(std::string(Trim(piece)), nullptr, /*allow_exceptions=*/false);
-    if (call.is_object() && call.contains("parameters")) return CallFunction(call, "parameters");
-    return CallFunction(call, "arguments");
-  };
+  auto one = [](std::string_view piece) { return CallFunction(Trim(piece), /*llama=*/true); };
   if (auto call = one(t)) {
     calls.push_back(*call);
     return calls;
@@ -259,6 +426,12 @@ ParsedToolCalls ParseToolCalls(const std::string& text, const std::string& id_pr
   return out;
 }
 
+ToolCallStream::ToolCallStream(ToolFormat format, std::string id_prefix)
+    : format_(format), id_prefix_(std::move(id_prefix)) {}
+
+ToolCallStream::ToolCallStream(ToolCallStream&&) noexcept = default;
+ToolCallStream::~ToolCallStream() = default;
+
 void ToolCallStream::EmitContent(std::string text, std::vector<json>* out) {
   if (text.empty()) return;
   if (!content_sent_ && Blank(text)) {
@@ -270,16 +443,65 @@ void ToolCallStream::EmitContent(std::string text, std::vector<json>* out) {
   out->push_back({{"content", std::move(text)}});
 }
 
+void ToolCallStream::EmitHead(const std::string& name, std::vector<json>* out) {
+  json head = FullCall({{"name", name}, {"arguments", ""}}, id_prefix_, calls_);
+  head["index"] = calls_++;
+  out->push_back({{"tool_calls", json::array({std::move(head)})}});
+}
+
+void ToolCallStream::EmitArguments(std::string_view fragment, std::vector<json>* out) {
+  if (fragment.empty()) return;
+  out->push_back({{"tool_calls", json::array({{{"index", calls_ - 1},
+                                               {"function", {{"arguments", fragment}}}}})}});
+}
+
 void ToolCallStream::EmitCalls(const json& functions, std::vector<json>* out) {
   for (const json& f : functions) {
-    const int index = calls_++;
-    json head = FullCall({{"name", f["name"]}, {"arguments", ""}}, id_prefix_, index);
-    head["index"] = index;
-    out->push_back({{"tool_calls", json::array({std::move(head)})}});
-    out->push_back(
-        {{"tool_calls",
-          json::array({{{"index", index}, {"function", {{"arguments", f["arguments"]}}}}})}});
+    EmitHead(f["name"].get<std::string>(), out);
+    EmitArguments(f["arguments"].get<std::string>(), out);
   }
+}
+
+void ToolCallStream::BeginCall() {
+  scan_ = std::make_unique<CallScanner>(format_ == ToolFormat::kLlama3Json);
+  committed_ = false;
+  args_sent_ = 0;
+}
+
+void ToolCallStream::StreamCall(std::string_view text, std::vector<json>* out) {
+  scan_->Update(text);
+  if (!committed_ && scan_->name().has_value() && scan_->args_begun()) {
+    EmitHead(*scan_->name(), out);
+    committed_ = true;
+  }
+  if (!committed_) return;
+  const std::string_view args = scan_->args(text);
+  EmitArguments(args.substr(std::min(args_sent_, args.size())), out);
+  args_sent_ = std::max(args_sent_, args.size());
+}
+
+namespace {
+
+// The length of the longest tail of `text` that `tag` begins with (and is not the whole tag).
+size_t TagPrefixTail(std::string_view text, std::string_view tag) {
+  size_t keep = std::min(text.size(), tag.size() - 1);
+  while (keep > 0 && tag.substr(0, keep) != text.substr(text.size() - keep)) --keep;
+  return keep;
+}
+
+}  // namespace
+
+void ToolCallStream::EndHermesBlock(std::string_view body, std::string_view close,
+                                    std::vector<json>* out) {
+  StreamCall(body, out);  // a call whose arguments have begun is a call
+  if (!committed_) {
+    if (std::optional<json> call = HermesCall(body)) {
+      EmitCalls(json::array({*call}), out);
+    } else {
+      EmitContent(std::string(kOpen) + std::string(body) + std::string(close), out);
+    }
+  }
+  in_block_ = false;
 }
 
 void ToolCallStream::DrainHermes(std::vector<json>* out) {
@@ -292,27 +514,68 @@ void ToolCallStream::DrainHermes(std::vector<json>* out) {
         EmitContent(pending_.substr(0, at), out);
         pending_.erase(0, at + open.size());
         in_block_ = true;
+        BeginCall();
         continue;
       }
-      // Hold back the longest tail that may begin "<tool_call>".
-      size_t keep = std::min(pending_.size(), open.size() - 1);
-      while (keep > 0 &&
-             open.substr(0, keep) != std::string_view(pending_).substr(pending_.size() - keep)) {
-        --keep;
-      }
+      const size_t keep = TagPrefixTail(pending_, open);  // may begin "<tool_call>"
       EmitContent(pending_.substr(0, pending_.size() - keep), out);
       pending_.erase(0, pending_.size() - keep);
       return;
     }
     const size_t at = pending_.find(close);
-    if (at == std::string::npos) return;
-    if (std::optional<json> call = HermesCall(std::string_view(pending_).substr(0, at))) {
-      EmitCalls(json::array({*call}), out);
-    } else {
-      EmitContent(std::string(open) + pending_.substr(0, at + close.size()), out);
+    if (at == std::string::npos) {
+      const std::string_view body = pending_;
+      StreamCall(body.substr(0, body.size() - TagPrefixTail(body, close)), out);
+      return;
     }
+    EndHermesBlock(std::string_view(pending_).substr(0, at), close, out);
     pending_.erase(0, at + close.size());
-    in_block_ = false;
+  }
+}
+
+void ToolCallStream::DrainLlama(std::vector<json>* out) {
+  const std::string_view text = pending_;
+  while (llama_streaming_) {
+    if (scan_ == nullptr) {  // before a call: blanks, <|python_tag|> (first call), then "{"
+      const size_t at = text.find_first_not_of(kBlank, llama_pos_);
+      if (at == std::string_view::npos) return;
+      if (calls_ == 0 && text.substr(at, kPythonTag.size()) == kPythonTag) {
+        llama_pos_ = at + kPythonTag.size();
+        continue;
+      }
+      if (text.substr(at).size() < kPythonTag.size() && calls_ == 0 &&
+          kPythonTag.substr(0, text.size() - at) == text.substr(at)) {
+        return;  // may still be <|python_tag|>
+      }
+      if (text[at] != '{') {
+        llama_streaming_ = false;  // not a call: Finish decides
+        return;
+      }
+      llama_pos_ = at;
+      BeginCall();
+    }
+    StreamCall(text.substr(llama_pos_), out);
+    if (scan_->bad()) llama_streaming_ = false;
+    if (!scan_->done()) return;
+    const std::string_view object = text.substr(llama_pos_, scan_->end());
+    if (!committed_) {
+      const std::optional<json> call = CallFunction(object, /*llama=*/true);
+      if (!call.has_value()) {
+        llama_streaming_ = false;
+        return;
+      }
+      EmitCalls(json::array({*call}), out);
+      committed_ = true;
+    }
+    // Calls stay in the stream only when they are followed by ";" and another.
+    const size_t next = text.find_first_not_of(kBlank, llama_pos_ + scan_->end());
+    if (next == std::string_view::npos) return;
+    if (text[next] != ';') {
+      llama_streaming_ = false;
+      return;
+    }
+    llama_pos_ = next + 1;
+    scan_.reset();
   }
 }
 
@@ -335,29 +598,48 @@ std::vector<json> ToolCallStream::Feed(std::string_view text) {
     }
   }
   if (mode_ == Mode::kContent) EmitContent(std::exchange(pending_, ""), &out);
+  if (mode_ == Mode::kCall) DrainLlama(&out);
   return out;
+}
+
+void ToolCallStream::FinishLlama(std::vector<json>* out) {
+  if (calls_ == 0) {  // nothing went out: the whole answer is calls, or it is content
+    const json calls = mode_ == Mode::kCall ? LlamaCalls(pending_) : json::array();
+    if (!calls.empty()) {
+      EmitCalls(calls, out);
+    } else {
+      EmitContent(pending_, out);
+    }
+    return;
+  }
+  // Calls went out; what follows the last of them is more calls or content. A call cut off after
+  // its arguments began went out as far as it was written.
+  size_t rest = llama_pos_;
+  if (scan_ != nullptr && committed_) {
+    rest = scan_->done() ? llama_pos_ + scan_->end() : pending_.size();
+  }
+  std::string_view tail = Trim(std::string_view(pending_).substr(rest));
+  if (!tail.empty() && tail[0] == ';') tail = Trim(tail.substr(1));
+  const json calls = LlamaCalls(tail);
+  if (!calls.empty()) {
+    EmitCalls(calls, out);
+  } else {
+    EmitContent(std::string(tail), out);
+  }
 }
 
 std::vector<json> ToolCallStream::Finish() {
   std::vector<json> out;
   if (format_ == ToolFormat::kHermes) {
     if (in_block_) {
-      // An unclosed block at the end is a call when its JSON is one (as ParseToolCalls reads it).
-      if (std::optional<json> call = HermesCall(pending_)) {
-        EmitCalls(json::array({*call}), &out);
-      } else {
-        EmitContent(std::string(kOpen) + pending_, &out);
-      }
+      // An unclosed block at the end is a call when its JSON is one (as ParseToolCalls reads it)
+      // or when its arguments already went out.
+      EndHermesBlock(pending_, "", &out);
     } else {
       EmitContent(pending_, &out);
     }
   } else {
-    const json calls = mode_ == Mode::kCall ? LlamaCalls(pending_) : json::array();
-    if (!calls.empty()) {
-      EmitCalls(calls, &out);
-    } else {
-      EmitContent(pending_, &out);
-    }
+    FinishLlama(&out);
   }
   pending_.clear();
   if (!content_sent_ && calls_ == 0) {

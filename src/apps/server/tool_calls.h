@@ -25,6 +25,7 @@
 // one response.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -60,17 +61,25 @@ struct ParsedToolCalls {
 ParsedToolCalls ParseToolCalls(const std::string& text, const std::string& id_prefix,
                                ToolFormat format = ToolFormat::kHermes);
 
+class CallScanner;
+
 // The streamed form: text increments in, chat deltas out, each {"content": TEXT} or
 // {"tool_calls": [...]} shaped as OpenAI streams them: per call one delta {index, id, type:
-// "function", function: {name, arguments: ""}}, then {index, function: {arguments: FRAGMENT}}.
-// Text that may still become a call is held back until it is decided (kHermes: a partial
-// "<tool_call>" and the open block; kLlama3Json: an answer that begins with "{" or
-// <|python_tag|>, until the end); a finished call goes out when its block closes (kHermes) or at
-// Finish (kLlama3Json). The concatenated content and calls equal ParseToolCalls of the whole text.
+// "function", function: {name, arguments: ""}}, then {index, function: {arguments: FRAGMENT}}
+// deltas as the arguments are written, token by token. A call goes out once its name is read and
+// its arguments object has begun; from then on it is a call, and what follows goes out as the
+// model writes it (so a call cut off by max_tokens, or with broken JSON after its arguments
+// began, carries its arguments as far as they were written, where the complete response would
+// show that text as content). Text that may still become a call is held back until it is
+// decided (kHermes: a partial "<tool_call>" and a block until its call begins; kLlama3Json: an
+// answer that begins with "{" or <|python_tag|>, until a call begins). For every answer whose
+// calls are well formed, the concatenated content and calls equal ParseToolCalls of the whole
+// text, arguments byte for byte.
 class ToolCallStream {
  public:
-  ToolCallStream(ToolFormat format, std::string id_prefix)
-      : format_(format), id_prefix_(std::move(id_prefix)) {}
+  ToolCallStream(ToolFormat format, std::string id_prefix);
+  ToolCallStream(ToolCallStream&&) noexcept;
+  ~ToolCallStream();
   std::vector<nlohmann::json> Feed(std::string_view text);
   // At the end of the completion: what was held back.
   std::vector<nlohmann::json> Finish();
@@ -79,17 +88,33 @@ class ToolCallStream {
 
  private:
   void EmitContent(std::string text, std::vector<nlohmann::json>* out);
-  void EmitCalls(const nlohmann::json& calls, std::vector<nlohmann::json>* out);
+  void EmitHead(const std::string& name, std::vector<nlohmann::json>* out);
+  void EmitArguments(std::string_view fragment, std::vector<nlohmann::json>* out);
+  void EmitCalls(const nlohmann::json& functions, std::vector<nlohmann::json>* out);
+  // Starts reading a call object; StreamCall reads `text`, the object's text so far (each call
+  // extends the last), and sends the call's head and new argument bytes once it has begun.
+  void BeginCall();
+  void StreamCall(std::string_view text, std::vector<nlohmann::json>* out);
   void DrainHermes(std::vector<nlohmann::json>* out);
+  // A block ends: `body` is all of it, `close` the tag that ended it ("" at the end of the text).
+  void EndHermesBlock(std::string_view body, std::string_view close,
+                      std::vector<nlohmann::json>* out);
+  void DrainLlama(std::vector<nlohmann::json>* out);
+  void FinishLlama(std::vector<nlohmann::json>* out);
 
   const ToolFormat format_;
   const std::string id_prefix_;
-  std::string pending_;     // held back
+  std::string pending_;     // held back (kHermes: from the open block's body on)
   std::string leading_ws_;  // whitespace before anything else, held (blank content is null)
   bool in_block_ = false;   // kHermes: after "<tool_call>"
   enum class Mode { kUndecided, kContent, kCall } mode_ = Mode::kUndecided;  // kLlama3Json
   int calls_ = 0;
   bool content_sent_ = false;
+  std::unique_ptr<CallScanner> scan_;  // the call being read
+  bool committed_ = false;             // scan_'s call went out
+  size_t args_sent_ = 0;               // how much of its arguments
+  size_t llama_pos_ = 0;               // kLlama3Json: where scan_'s object (or the next) begins
+  bool llama_streaming_ = true;        // kLlama3Json: false once the text stops being calls
 };
 
 }  // namespace uc::server

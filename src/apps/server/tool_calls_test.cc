@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "chat/chat_template.h"
@@ -77,7 +78,7 @@ TEST(ToolCallsTest, LlamaAnswers) {
       ParseToolCalls("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"a\": [1, 2]}}\n", "y",
                      ToolFormat::kLlama3Json);
   ASSERT_EQ(p.tool_calls.size(), 1u);
-  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"a\":[1,2]}");
+  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"a\": [1, 2]}");  // as written
   p = ParseToolCalls(" {\"name\": \"g\", \"arguments\": {}}", "y", ToolFormat::kLlama3Json);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0]["function"]["name"], "g");
@@ -184,33 +185,150 @@ TEST(ToolCallsTest, StreamedDeltasReassembleIntoTheParsedResponse) {
         "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>\n"
         "<tool_call>{\"name\": \"b\", \"arguments\": {\"k\": 1}}</tool_call>\n",
         "no call <tool_call>not json</tool_call> after", "a < b <tool_ and <tool_call",
-        "<tool_call>{\"name\": \"open\", \"arguments\": {}}", "plain text", "  \n"}) {
+        "<tool_call>{\"name\": \"open\", \"arguments\": {}}", "plain text", "  \n",
+        // Keys in the model's order, strings holding braces, quotes and the close tag's "<".
+        "<tool_call>\n{\"name\": \"q\", \"arguments\": {\"z\": \"a \\\"}\\\" <b\", \"a\": [1, "
+        "{\"x\": "
+        "[]}], \"n\": -1.5e3, \"t\": true}}\n</tool_call>",
+        "<tool_call>{\"arguments\": {\"k\": null}, \"name\": \"late\"}</tool_call>",  // name last
+        "<tool_call>{\"name\": \"bare\"}</tool_call>"}) {  // no arguments
+
     ExpectStreamMatchesParse(text, ToolFormat::kHermes);
   }
   for (const std::string text :
        {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
         "<|python_tag|>{\"name\": \"f\", \"parameters\": {}}",
         "\n{\"name\": \"f\", \"parameters\": {}}; {\"name\": \"g\", \"parameters\": {\"x\": 1}}",
-        "{\"name\": \"f\", \"parameters\": {\"a\": 1}", "<|pyth", "It is sunny.", " ", ""}) {
+        "{\"parameters\": {\"s\": \"x}; {\\\"y\"}, \"name\": \"f\"}", "<|pyth", "It is sunny.", " ",
+        ""}) {
     ExpectStreamMatchesParse(text, ToolFormat::kLlama3Json);
   }
 }
 
 TEST(ToolCallsTest, StreamedCallDeltasAreOpenAIShaped) {
   ToolCallStream stream(ToolFormat::kLlama3Json, "p");
-  EXPECT_TRUE(stream.Feed("{\"name\": \"f\", ").empty());  // undecided until the end
-  EXPECT_TRUE(stream.Feed("\"parameters\": {\"a\": 1}}").empty());
-  const std::vector<json> deltas = stream.Finish();
+  EXPECT_TRUE(stream.Feed("{\"name\": \"f\", ").empty());  // undecided until the arguments begin
+  std::vector<json> deltas = stream.Feed("\"parameters\": {\"a\": 1");
   ASSERT_EQ(deltas.size(), 2u);
   EXPECT_EQ(deltas[0], json::parse(R"({"tool_calls": [{"index": 0, "id": "call_p_0",
       "type": "function", "function": {"name": "f", "arguments": ""}}]})"));
   EXPECT_EQ(deltas[1], json::parse(R"({"tool_calls": [{"index": 0,
-      "function": {"arguments": "{\"a\":1}"}}]})"));
+      "function": {"arguments": "{\"a\": 1"}}]})"));
+  deltas = stream.Feed("}}");
+  ASSERT_EQ(deltas.size(), 1u);
+  EXPECT_EQ(deltas[0], json::parse(R"({"tool_calls": [{"index": 0,
+      "function": {"arguments": "}"}}]})"));
+  EXPECT_TRUE(stream.Finish().empty());
   // Prose goes out as soon as it cannot be a call.
   ToolCallStream prose(ToolFormat::kLlama3Json, "p");
   const std::vector<json> first = prose.Feed("It");
   ASSERT_EQ(first.size(), 1u);
   EXPECT_EQ(first[0], json({{"content", "It"}}));
+}
+
+// Token by token, as the server feeds it: every token of the arguments goes out as it comes.
+TEST(ToolCallsTest, ArgumentsStreamAsTheyAreWritten) {
+  const std::vector<std::string> tokens = {
+      "<tool", "_call", ">\n{\"",    "name", "\":",   " \"",  "get", "_weather",
+      "\",",   " \"",   "arguments", "\":",  " {\"",  "city", "\":", " \"",
+      "Paris", "\"}}",  "\n</",      "tool", "_call", ">"};
+  ToolCallStream stream(ToolFormat::kHermes, "t");
+  std::vector<std::string> fragments;
+  int heads = 0;
+  for (const std::string& t : tokens) {
+    for (const json& d : stream.Feed(t)) {
+      ASSERT_TRUE(d.contains("tool_calls")) << d.dump();
+      const json& c = d["tool_calls"][0];
+      if (c.contains("id")) {
+        ++heads;
+        EXPECT_EQ(c["function"]["name"], "get_weather");
+      } else {
+        fragments.push_back(c["function"]["arguments"].get<std::string>());
+      }
+    }
+  }
+  EXPECT_TRUE(stream.Finish().empty());
+  EXPECT_EQ(heads, 1);
+  EXPECT_EQ(fragments, (std::vector<std::string>{"{\"", "city", "\":", " \"", "Paris", "\"}"}));
+}
+
+// Mutated answers (bytes dropped, doubled or replaced by JSON's and the tags' characters) in
+// random pieces: the stream never throws, every delta is OpenAI-shaped (Accumulate checks the
+// indices), and a stream that sends no call sends the text unchanged as content.
+TEST(ToolCallsTest, MutatedAnswersStreamSafely) {
+  const std::vector<std::string> seeds = {
+      "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, \"}\"], \"b\": {}}}\n</tool_call>",
+      "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"q\": \"x\\\"y\"}}; {\"name\": \"g\"}"};
+  const std::string alphabet = "{}[]\":,;\\ <>/_ta1";
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    const ToolFormat format = i % 2 == 0 ? ToolFormat::kHermes : ToolFormat::kLlama3Json;
+    std::string text = seeds[i % 2];
+    for (int edits = 1 + static_cast<int>(rng() % 4); edits > 0 && !text.empty(); --edits) {
+      const size_t at = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text.erase(at, 1);
+          break;
+        case 1:
+          text.insert(at, 1, text[at]);
+          break;
+        default:
+          text[at] = alphabet[rng() % alphabet.size()];
+      }
+    }
+    ToolCallStream stream(format, "m");
+    std::vector<json> deltas;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = 1 + rng() % 6;
+      for (json& d : stream.Feed(std::string_view(text).substr(at, n))) deltas.push_back(d);
+      at += n;
+    }
+    for (json& d : stream.Finish()) deltas.push_back(d);
+    const Accumulated a = Accumulate(deltas);
+    EXPECT_EQ(stream.called(), !a.tool_calls.empty()) << text;
+    if (!stream.called()) {
+      EXPECT_EQ(a.content, text) << text;
+    }
+  }
+}
+
+// Once a call's arguments have begun it stays a call: cut off, or followed by text that is not
+// a call, the stream carries what was written, where the complete response (which can wait for
+// the end) keeps malformed calls as content.
+TEST(ToolCallsTest, AStreamedCallStaysACallOnceItsArgumentsBegin) {
+  struct Case {
+    std::string text;
+    ToolFormat format;
+    std::string arguments;
+    std::optional<std::string> content;
+  };
+  const std::vector<Case> cases = {
+      {"{\"name\": \"f\", \"parameters\": {\"a\": 1", ToolFormat::kLlama3Json, "{\"a\": 1",
+       std::nullopt},
+      {"{\"name\": \"f\", \"parameters\": {}}; oops", ToolFormat::kLlama3Json, "{}", "oops"},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": [1", ToolFormat::kHermes, "{\"a\": [1",
+       std::nullopt},
+      {"<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}, }</tool_call>", ToolFormat::kHermes,
+       "{\"a\": 1}", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    EXPECT_TRUE(ParseToolCalls(c.text, "s", c.format).tool_calls.empty()) << c.text;
+    for (size_t step : {size_t{1}, size_t{3}, c.text.size()}) {
+      ToolCallStream stream(c.format, "s");
+      std::vector<json> deltas;
+      for (size_t at = 0; at < c.text.size(); at += step) {
+        for (json& d : stream.Feed(std::string_view(c.text).substr(at, step))) deltas.push_back(d);
+      }
+      for (json& d : stream.Finish()) deltas.push_back(d);
+      const Accumulated a = Accumulate(deltas);
+      ASSERT_EQ(a.tool_calls.size(), 1u) << c.text << " step " << step;
+      EXPECT_EQ(a.tool_calls[0]["function"]["name"], "f");
+      EXPECT_EQ(a.tool_calls[0]["function"]["arguments"], c.arguments) << c.text;
+      EXPECT_EQ(a.content, c.content) << c.text << " step " << step;
+      EXPECT_TRUE(stream.called());
+    }
+  }
 }
 
 }  // namespace
