@@ -6,33 +6,8 @@ import sys
 
 import numpy as np
 
-from undercurrent import Probe, ProbeAction, ProbedModel, ProbeResult, ProbeSignal
-
-
-class Keep(Probe):
-    probe_kind = "trajectory"
-
-    def on_start(self, ctx):
-        self.rows = []
-
-    def on_activation(self, record):
-        self.rows.append((record.token_pos, record.layer, np.array(record.tensor, dtype=np.float32, copy=True)))
-
-    def on_end(self, ctx):
-        return ProbeResult(ctx.request_id, self.extraction_point_name, verdict=self.rows)
-
-
-class AbortAt3(Probe):
-    probe_kind = "single_shot"
-
-    def on_start(self, ctx):
-        pass
-
-    def on_activation(self, record):
-        return ProbeSignal(ProbeAction.ABORT, confidence=1.0) if record.generated_index == 3 else None
-
-    def on_end(self, ctx):
-        return ProbeResult(ctx.request_id, self.extraction_point_name)
+from oracle_probes import AbortAt3, Keep
+from undercurrent import ProbedModel
 
 
 def point(name, probe_type, kind, position, layers):

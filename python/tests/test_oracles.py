@@ -11,40 +11,13 @@ import sys
 import numpy as np
 import pytest
 
-from undercurrent import LLM, Probe, ProbeAction, ProbedModel, ProbeResult, ProbeSignal, SamplingParams
+from oracle_probes import AbortAt3, Keep
+from undercurrent import LLM, ProbedModel, SamplingParams
 
 pytestmark = pytest.mark.model
 
 PROMPTS = ["The capital of France is", "Write a haiku about the sea.", "2 + 2 ="]
 LAYERS = [3, 17]
-
-
-class Keep(Probe):
-    probe_kind = "trajectory"
-
-    def on_start(self, ctx):
-        self.rows = []
-
-    def on_activation(self, record):
-        self.rows.append((record.token_pos, record.layer, np.array(record.tensor, dtype=np.float32, copy=True)))
-
-    def on_end(self, ctx):
-        return ProbeResult(ctx.request_id, self.extraction_point_name, verdict=self.rows)
-
-
-class AbortAt3(Probe):
-    probe_kind = "single_shot"
-
-    def on_start(self, ctx):
-        pass
-
-    def on_activation(self, record):
-        if record.generated_index == 3:
-            return ProbeSignal(ProbeAction.ABORT, confidence=1.0)
-        return None
-
-    def on_end(self, ctx):
-        return ProbeResult(ctx.request_id, self.extraction_point_name)
 
 
 def spec_yaml(probe_type, extra=""):
