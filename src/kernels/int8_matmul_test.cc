@@ -86,7 +86,8 @@ class ScopedPath {
 
 const DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0,
                                   DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K,
-                                  DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K, DType::kQ8_K};
+                                  DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K, DType::kQ8_K,
+                                  DType::kMXFP4};
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers.
@@ -416,9 +417,9 @@ TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
 }
 
 // Pack makes a copy exactly where a kernel reads one (kInt8, AVX-512 VNNI; every quantized type
-// but Q2_K, Q3_K and Q8_K; kExact only for the types of quant_exact_matmul_test), MatMul reads
-// that copy (the stored bytes may change after packing), and a lower kernel level forced after
-// packing multiplies the stored rows.
+// but Q2_K, Q3_K, Q8_K and MXFP4; kExact only for the types of quant_exact_matmul_test), MatMul
+// reads that copy (the stored bytes may change after packing), and a lower kernel level forced
+// after packing multiplies the stored rows.
 TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
   ThreadPool pool(2);
   const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
@@ -426,7 +427,8 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
   const Tensor x = RandomX(m, k, 41);
   for (DType dtype : kQuantizedDTypes) {
     const std::string name(DTypeName(dtype));
-    const bool packs = dtype != DType::kQ2_K && dtype != DType::kQ3_K && dtype != DType::kQ8_K;
+    const bool packs = dtype != DType::kQ2_K && dtype != DType::kQ3_K && dtype != DType::kQ8_K &&
+                       dtype != DType::kMXFP4;  // MXFP4 takes the AVX2 kernel there
     Tensor w = RandomWeights(n, k, dtype, 42);
     EXPECT_EQ(PackedWeight::Pack(w, MatMulOptions{}, &pool) != nullptr,
               internal::CpuSupportsAvx2() && reference::HasExactGrouped(dtype))

@@ -115,6 +115,9 @@ void FillQuantized(Tensor& t, std::mt19937& rng) {
       case DType::kQ8_K:
         set(reinterpret_cast<BlockQ8_K*>(block));
         break;
+      case DType::kMXFP4:  // 2^(e - 128) * 12 up to 0.05
+        reinterpret_cast<BlockMXFP4*>(block)->e = static_cast<uint8_t>(118 + byte(rng) % 7);
+        break;
       default:
         FAIL() << "not a block type";
     }
@@ -171,10 +174,10 @@ void ExpectCloseScaled(const Tensor& got, const Tensor& want, double rtol,
 
 using MatMulParam = std::tuple<DType, int, Path>;
 
-const auto kAllWeightDTypes =
-    ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                      DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
-                      DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K);
+const auto kAllWeightDTypes = ::testing::Values(
+    DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+    DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+    DType::kQ6_K, DType::kQ8_K, DType::kMXFP4);
 
 class MatMulTest : public ::testing::TestWithParam<MatMulParam> {
  protected:
@@ -519,9 +522,10 @@ TEST_P(OpsTest, RowOpsOnThePoolGiveTheSameBitsAsInline) {
 TEST_P(OpsTest, EmbeddingLookupMatchesReference) {
   const std::vector<int32_t> ids = {3, 0, 99, 3, 42};
   uint32_t seed = 60;
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                      DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
-                      DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+  for (DType dtype :
+       {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+        DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+        DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kMXFP4}) {
     for (int64_t h : {64, 96, 172, 512}) {
       if (h % DTypeBlockSize(dtype) != 0) continue;
       const Tensor table = RandomWeights({100, h}, dtype, seed++);

@@ -49,14 +49,15 @@ inline std::vector<size_t> HalfScaleOffsets(DType dtype) {
     case DType::kQ6_K:
       return {offsetof(BlockQ6_K, d)};
     case DType::kQ8_K:
-      return {};  // F32 d
+    case DType::kMXFP4:
+      return {};  // F32 d; MXFP4's E8M0 e
     default:
       return {0};
   }
 }
 
-// [n, k] weights of `dtype`: random quant bytes and plausible scales (for K-quants the 6-bit
-// sub-block scales are random too, so they are at most 63 times d).
+// [n, k] weights of `dtype`: random quant bytes and plausible scales (MXFP4: e in [118, 124]) (for
+// K-quants the 6-bit sub-block scales are random too, so they are at most 63 times d).
 inline Tensor RandomWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -79,6 +80,7 @@ inline Tensor RandomWeights(int64_t n, int64_t k, DType dtype, uint32_t seed) {
       const float d = scale(rng) / 4;
       std::memcpy(block, &d, 4);
     }
+    if (dtype == DType::kMXFP4) block[0] = static_cast<uint8_t>(118 + byte(rng) % 7);  // 2^-10..-4
   }
   return w;
 }

@@ -172,6 +172,15 @@ void CheckMatMulShapes(const Tensor& x, const Tensor& w, const Tensor& y) {
   UC_CHECK(y.raw() != x.raw() || x.numel() == 0, "MatMul: y must not alias x");
 }
 
+#if defined(__x86_64__)
+// True when the AVX-512 integer MatMul (avx512::MatMulInt8 and its packed layout) takes a
+// quantized w_dtype: on CPUs with it, every quantized type but MXFP4, which has no AVX-512
+// integer kernel and takes the AVX2 one at every level.
+bool UseAvx512Int8(DType w_dtype) {
+  return internal::UseAvx512Vnni() && DTypeIsQuantized(w_dtype) && w_dtype != DType::kMXFP4;
+}
+#endif
+
 MatMulArgs ArgsOf(const Tensor& x, const Tensor& w, Tensor& y) {
   return MatMulArgs{x.data<float>(), x.dim(0), x.dim(1),      w.row(0),
                     w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
@@ -189,7 +198,7 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
   MatMulArgs args = ArgsOf(x, w, y);
   if (options.precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
 #if defined(__x86_64__)
-    if (internal::UseAvx512Vnni()) {
+    if (UseAvx512Int8(w.dtype())) {
       args.w_packed = packed;
       avx512::MatMulInt8(args, pool);
       return;
@@ -261,7 +270,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   const bool int8 = options.precision == MatMulPrecision::kInt8;
   const bool avx512 = internal::UseAvx512Vnni();
   Layout layout = Layout::kNone;
-  if (avx512 && int8 && DTypeIsQuantized(w.dtype())) {
+  if (int8 && UseAvx512Int8(w.dtype())) {
     layout = Layout::kInt8;
   } else if (int8 && w.dtype() == DType::kBF16 && internal::UseAvx512Bf16()) {
     layout = Layout::kBf16;
@@ -321,7 +330,7 @@ void MatMulMany(const Tensor& x, std::span<const MatMulOperand> operands, Thread
                   x.defined() && x.rank() == 2 && x.numel() > 0;
   for (const MatMulOperand& op : operands) {
     together = together && op.options.precision == MatMulPrecision::kInt8 && op.w->defined() &&
-               op.w->dtype() == operands[0].w->dtype() && DTypeIsQuantized(op.w->dtype()) &&
+               op.w->dtype() == operands[0].w->dtype() && UseAvx512Int8(op.w->dtype()) &&
                op.y->numel() > 0;
   }
   if (together) {

@@ -7,10 +7,10 @@
 //
 // Conventions: activations are F32, row-major, [num_tokens, features]. Weights keep their stored
 // dtype (F32, F16, BF16, or a ggml block type: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
-// Q4_K, Q5_K, Q6_K, Q8_K) and are converted inside the kernels, never expanded in memory; the
-// conversion of the types since Q5_0 is bit-identical to gguf-py's dequantization. `pool` may be
-// null (single-threaded). Outputs must be preallocated with the documented shape and must not alias
-// inputs unless the op says "in place".
+// Q4_K, Q5_K, Q6_K, Q8_K, MXFP4) and are converted inside the kernels, never expanded in memory;
+// the conversion of the types since Q5_0 is bit-identical to gguf-py's dequantization. `pool` may
+// be null (single-threaded). Outputs must be preallocated with the documented shape and must not
+// alias inputs unless the op says "in place".
 #pragma once
 
 #include <cstdint>
@@ -28,7 +28,8 @@ namespace uc::kernels {
 //   kExact: weights are converted to F32 and multiplied with the F32 activations; within 1e-5 of
 //     reference::MatMul. The oracle path.
 //   kInt8: as llama.cpp's CPU backend. Each x row is quantized once per call, per block, to 8
-//     bits in the format ggml pairs with the weight type: Q8_0 for Q8_0, Q4_0, Q5_0 and IQ4_NL;
+//     bits in the format ggml pairs with the weight type: Q8_0 for Q8_0, Q4_0, Q5_0, IQ4_NL and
+//     MXFP4 (whose integer kernel is the AVX2 one on AVX-512 CPUs too);
 //     Q8_1 for Q4_1 and Q5_1; Q8_K for Q2_K..Q6_K and Q8_K (quantizers in tensor/quants.h). Each
 //     weight block is dotted with its activation block in exact integer arithmetic, and the
 //     block sums are scaled and accumulated in F32 in one fixed order, defined by

@@ -1,4 +1,4 @@
-// The ggml block types Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K and Q8_K against gguf-py: for each,
+// The ggml block types Q5_0, Q5_1, IQ4_NL, Q2_K ... Q6_K, Q8_K and MXFP4 against gguf-py: for each,
 // tests/testdata/quant/<TYPE>.blocks holds random blocks (edge-case scales included) and
 // <TYPE>.f32 what gguf.quants.dequantize makes of them (tools/reference/make_quant_fixtures.py).
 // Dequantization must match bit for bit on every path: the scalar reference (DequantizeRow), the
@@ -201,7 +201,7 @@ TEST_P(QuantKernelsTest, MatMulMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(GgmlTypes, QuantKernelsTest,
                          ::testing::Values(DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K,
                                            DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
-                                           DType::kQ8_K),
+                                           DType::kQ8_K, DType::kMXFP4),
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(DTypeName(info.param));
                          });

@@ -45,6 +45,8 @@ int QuantAt(DType dtype, const std::byte* block, int e) {
       return Nibble(As<BlockQ5_1>(block).qs, e) | FifthBit(As<BlockQ5_1>(block).qh, e) << 4;
     case DType::kIQ4_NL:
       return kIq4NlValues[Nibble(As<BlockIQ4_NL>(block).qs, e)];
+    case DType::kMXFP4:
+      return kMxfp4Values[Nibble(As<BlockMXFP4>(block).qs, e)];
     case DType::kQ2_K:
       return (As<BlockQ2_K>(block).qs[32 * (g / 4) + l] >> (2 * (g % 4))) & 3;
     case DType::kQ3_K: {
@@ -133,10 +135,13 @@ void BlockScales(DType dtype, const std::byte* block, float* d, float* m) {
     case DType::kQ8_K:
       std::memcpy(d, block + offsetof(BlockQ8_K, d), sizeof(float));
       return;
+    case DType::kMXFP4:
+      *d = E8M0HalfToF32(As<BlockMXFP4>(block).e);
+      return;
     default:
       break;
   }
-  uint16_t half;  // the 32-element types all start with their f16 d
+  uint16_t half;  // the other 32-element types all start with their f16 d
   std::memcpy(&half, block, sizeof(half));
   *d = F16ToF32(half);
 }

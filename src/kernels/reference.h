@@ -19,12 +19,13 @@ namespace uc::kernels::reference {
 void MatMul(const Tensor& x, const Tensor& w, Tensor& y);
 // MatMul(..., MatMulPrecision::kInt8) for a quantized w, and the definition of its bits. Each
 // x row is quantized with the tensor/quants.h quantizer of the weight's activation format (Q8_0
-// for Q8_0, Q4_0, Q5_0, IQ4_NL; Q8_1 for Q4_1, Q5_1; Q8_K for Q2_K..Q6_K, Q8_K). Then, for each
-// output, with block b of the weight row and of the x row (every operation an F32 operation,
+// for Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4; Q8_1 for Q4_1, Q5_1; Q8_K for Q2_K..Q6_K, Q8_K). Then, for
+// each output, with block b of the weight row and of the x row (every operation an F32 operation,
 // rounded, in the order written; sums of integers are exact int32):
 //   32-element blocks: sumi = sum of qw * qx over the block, qw the element's integer value
-//     (Q4_0: nibble - 8, Q5_0: q - 16, Q4_1 / Q5_1: the unsigned q, IQ4_NL: the table value);
-//     term = (dw * dx) * float(sumi), plus (mw * sx) for Q4_1 / Q5_1 (sx: the Q8_1 s).
+//     (Q4_0: nibble - 8, Q5_0: q - 16, Q4_1 / Q5_1: the unsigned q, IQ4_NL / MXFP4: the table
+//     value); term = (dw * dx) * float(sumi) (MXFP4's dw: E8M0HalfToF32(e)), plus (mw * sx) for
+//     Q4_1 / Q5_1 (sx: the Q8_1 s).
 //   Super-blocks: with sc_i, m_i the integer scale and min of 16-element sub-block i (a 32-element
 //     group's pair repeated for Q4_K / Q5_K; m_i = 0 where there is none, sc_i = 1 for Q8_K),
 //     qw signed (Q3_K: q in [-4, 3], Q6_K: q - 32) and bsum_i the Q8_K block's bsums:

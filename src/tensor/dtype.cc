@@ -38,6 +38,8 @@ std::string_view DTypeName(DType dtype) {
       return "Q6_K";
     case DType::kQ8_K:
       return "Q8_K";
+    case DType::kMXFP4:
+      return "MXFP4";
   }
   return "?";
 }
@@ -90,6 +92,8 @@ int64_t DTypeBlockBytes(DType dtype) {
       return sizeof(BlockQ6_K);
     case DType::kQ8_K:
       return sizeof(BlockQ8_K);
+    case DType::kMXFP4:
+      return sizeof(BlockMXFP4);
   }
   return 0;
 }
@@ -113,6 +117,7 @@ bool DTypeIsQuantized(DType dtype) {
     case DType::kQ5_K:
     case DType::kQ6_K:
     case DType::kQ8_K:
+    case DType::kMXFP4:
       return true;
   }
   return false;

@@ -16,6 +16,9 @@
 //   Q5_1   24 B: f16 d, f16 m, qh[4], qs[16] nibbles;     x = d * q + m
 //          q = nibble | (bit j of qh, a little-endian uint32) << 4 for element j
 //   IQ4_NL 18 B: f16 d, qs[16] nibbles;                   x = d * kIq4NlValues[nibble]
+//   MXFP4  17 B: uint8 e (E8M0), qs[16] nibbles;          x = E8M0Half(e) * kMxfp4Values[nibble]
+//          E8M0Half(e) = 2^(e - 128) exactly (half the block's power-of-two scale 2^(e - 127),
+//          since the table holds the FP4 E2M1 values doubled); every product is exact
 //
 // 256-element super-blocks ("K-quants"), split into sub-blocks of 16 or 32 elements that each
 // have an integer scale (and min) applied to the super-block's f16 d (and dmin). Element e of
@@ -65,6 +68,7 @@ enum class DType : uint8_t {
   kQ5_K,
   kQ6_K,
   kQ8_K,
+  kMXFP4,
 };
 
 std::string_view DTypeName(DType dtype);
@@ -112,10 +116,29 @@ struct BlockQ8_1 {
 };
 static_assert(sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 && sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockQ8_1) == 36);
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0: the block scale 2^(e - 127)
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
 
 // The 16 values an IQ4_NL nibble stands for (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
+
+// The 16 values an MXFP4 nibble stands for: the FP4 E2M1 values doubled (ggml's kvalues_mxfp4;
+// bit 3 the sign).
+inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) as an F32 (subnormal for e < 2): the scale an MXFP4 block's kMxfp4Values are
+// multiplied by (ggml's GGML_E8M0_TO_FP32_HALF).
+inline float E8M0HalfToF32(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : (uint32_t{e} - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
 
 // Elements per K-quant super-block (ggml's QK_K).
 inline constexpr int kQK_K = 256;

@@ -30,7 +30,7 @@ TEST(DTypeTest, GgmlBlockTypes) {
                 {DType::kIQ4_NL, "IQ4_NL", 32, 18}, {DType::kQ2_K, "Q2_K", 256, 84},
                 {DType::kQ3_K, "Q3_K", 256, 110},   {DType::kQ4_K, "Q4_K", 256, 144},
                 {DType::kQ5_K, "Q5_K", 256, 176},   {DType::kQ6_K, "Q6_K", 256, 210},
-                {DType::kQ8_K, "Q8_K", 256, 292}};
+                {DType::kQ8_K, "Q8_K", 256, 292},   {DType::kMXFP4, "MXFP4", 32, 17}};
   for (const auto& t : kTypes) {
     EXPECT_EQ(DTypeName(t.dtype), t.name);
     EXPECT_TRUE(DTypeIsQuantized(t.dtype)) << t.name;

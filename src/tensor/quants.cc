@@ -301,6 +301,16 @@ void DequantizeIQ4_NL(const BlockIQ4_NL* blocks, int64_t num_blocks, float* dst)
   }
 }
 
+void DequantizeMXFP4(const BlockMXFP4* blocks, int64_t num_blocks, float* dst) {
+  for (int64_t b = 0; b < num_blocks; ++b, dst += 32) {
+    const float d = E8M0HalfToF32(blocks[b].e);
+    for (int j = 0; j < 16; ++j) {
+      dst[j] = d * static_cast<float>(kMxfp4Values[blocks[b].qs[j] & 0xF]);
+      dst[j + 16] = d * static_cast<float>(kMxfp4Values[blocks[b].qs[j] >> 4]);
+    }
+  }
+}
+
 void DequantizeQ2_K(const BlockQ2_K* blocks, int64_t num_blocks, float* dst) {
   for (int64_t b = 0; b < num_blocks; ++b, dst += kQK_K) {
     const BlockQ2_K& x = blocks[b];

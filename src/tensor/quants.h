@@ -28,6 +28,7 @@ void DequantizeQ4_K(const BlockQ4_K* blocks, int64_t num_blocks, float* dst);
 void DequantizeQ5_K(const BlockQ5_K* blocks, int64_t num_blocks, float* dst);
 void DequantizeQ6_K(const BlockQ6_K* blocks, int64_t num_blocks, float* dst);
 void DequantizeQ8_K(const BlockQ8_K* blocks, int64_t num_blocks, float* dst);
+void DequantizeMXFP4(const BlockMXFP4* blocks, int64_t num_blocks, float* dst);
 
 // Activation quantizers: x[0, 32 * num_blocks) (or 256 * num_blocks for Q8_K) into blocks, as
 // ggml's quantize_row_q8_0_ref / q8_1_ref / q8_K_ref do it. Per block, with amax = max |x|:

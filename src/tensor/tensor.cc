@@ -178,6 +178,9 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n) {
     case DType::kIQ4_NL:
       DequantizeIQ4_NL(static_cast<const BlockIQ4_NL*>(src), n / 32, dst);
       return;
+    case DType::kMXFP4:
+      DequantizeMXFP4(static_cast<const BlockMXFP4*>(src), n / 32, dst);
+      return;
     case DType::kQ2_K:
       DequantizeQ2_K(static_cast<const BlockQ2_K*>(src), n / kQK_K, dst);
       return;
@@ -293,6 +296,7 @@ void QuantizeRow(DType dtype, const float* src, void* dst, int64_t n) {
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ8_K:
+    case DType::kMXFP4:
       break;
   }
   UC_CHECK(false, "QuantizeRow: unsupported dtype %s", DTypeName(dtype).data());

@@ -106,8 +106,8 @@ void DequantizeRow(DType dtype, const void* src, float* dst, int64_t n);
 // quantizers, byte for byte: Q8_0 d = max|x| / 127; Q4_0 d = x_maxabs / -8; Q4_1 d =
 // (max - min) / 15, m = min; Q5_0, Q5_1, Q4_K, Q5_K, Q6_K as tensor/quants.h says). Used by
 // `undercurrent quantize`, tools and tests. REQUIRES: n is a whole number of blocks; dtype is
-// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K (IQ4_NL, Q2_K, Q3_K and Q8_K
-// are only read, never written).
+// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K (IQ4_NL, Q2_K, Q3_K, Q8_K and
+// MXFP4 are only read, never written).
 void QuantizeRow(DType dtype, const float* src, void* dst, int64_t n);
 
 }  // namespace uc

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Oracle data for the dequantization of the ggml block types Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K,
-Q4_K, Q5_K, Q6_K and Q8_K.
+Q4_K, Q5_K, Q6_K, Q8_K and MXFP4.
 
 Default mode writes tests/testdata/quant/ (or --out DIR):
   <TYPE>.blocks    NUM_BLOCKS[TYPE] blocks of TYPE, back to back (the ggml block layout). The
@@ -11,6 +11,9 @@ Default mode writes tests/testdata/quant/ (or --out DIR):
                    still decode), and block i % 16 == 0..7 gets an edge value instead (0, -0, the
                    smallest f16 subnormal, a larger subnormal, -subnormal, the smallest normal,
                    65504, -1000). Q8_K's d is an f32 with the same pattern plus f32 subnormals.
+                   MXFP4's E8M0 e is uniform in [96, 160), and block i % 16 == 0..7 gets an
+                   edge instead (0 and 1: subnormal scales, 2, 3, 126, 127, 128, and 252, the
+                   largest e whose values are all finite; 253..255 overflow 12 * 2^(e - 128)).
   <TYPE>.f32       the float32 little-endian values gguf.quants.dequantize gives for those
                    blocks, NUM_BLOCKS[TYPE] * block size values. gguf-py has no Q8_K
                    dequantizer (Q8_K is llama.cpp's activation type): its values are ggml's
@@ -63,6 +66,7 @@ NUM_BLOCKS = {
     T.Q5_K: 96,
     T.Q6_K: 96,
     T.Q8_K: 96,
+    T.MXFP4: 256,
 }
 
 # type -> {field: byte offset} of its f16 scale fields (ggml block structs)
@@ -78,6 +82,7 @@ F16_FIELDS = {
 }
 
 F16_EDGES = np.array([0x0000, 0x8000, 0x0001, 0x02A7, 0x83FF, 0x0400, 0x7BFF, 0xE3D0], dtype=np.uint16)
+MXFP4_EDGES = np.array([0, 1, 2, 3, 126, 127, 128, 252], dtype=np.uint8)
 F32_EDGES = np.array([0.0, -0.0, 1e-45, 3e-40, -1.17549435e-38, 1e-30, 3e30, -1000.0], dtype=np.float32)
 
 
@@ -101,6 +106,10 @@ def make_blocks(qtype):
         # bsums as ggml's quantize_row_q8_K writes them (unused by dequantization)
         qs = blocks[:, 4:260].view(np.int8).astype(np.int16).reshape(n, 16, 16).sum(axis=-1)
         blocks[:, 260:292] = qs.astype("<i2").view(np.uint8).reshape(n, 32)
+        return blocks
+    if qtype == T.MXFP4:
+        e = rng.integers(96, 160, size=n, dtype=np.uint8)
+        blocks[:, 0] = np.where(edge < 8, MXFP4_EDGES[np.minimum(edge, 7)], e)
         return blocks
     for offset in F16_FIELDS[qtype].values():
         h = random_scales(rng, n).astype(np.float16).view(np.uint16)

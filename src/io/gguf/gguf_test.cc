@@ -243,16 +243,17 @@ TEST(GgufTest, ReadsGgufPyBlockTypes) {
   for (const char* file : {"kquant_tensors.gguf", "kquant_tensors_align1.gguf"}) {
     auto gguf = GgufFile::Open(std::string(UC_SOURCE_DIR "/fuzz/corpus/gguf/") + file);
     ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
-    EXPECT_EQ((*gguf)->tensor_infos().size(), 9u);
+    EXPECT_EQ((*gguf)->tensor_infos().size(), 10u);
     for (DType dtype : {DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K,
-                        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K}) {
+                        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_K, DType::kMXFP4}) {
       std::string name = "t." + std::string(DTypeName(dtype));
       for (char& c : name) c = static_cast<char>(std::tolower(c));
       StatusOr<Tensor> t = (*gguf)->Get(name);
       ASSERT_TRUE(t.ok()) << file << ": " << t.status().ToString();
       EXPECT_EQ(t->dtype(), dtype) << file << " " << name;
       EXPECT_EQ(t->shape(), (Shape{2, DTypeBlockSize(dtype)})) << file << " " << name;
-      const uintptr_t natural = dtype == DType::kQ8_K ? 4 : 2;  // Q8_K's d is a float
+      // Q8_K's d is a float; MXFP4 has no field wider than a byte.
+      const uintptr_t natural = dtype == DType::kQ8_K ? 4 : dtype == DType::kMXFP4 ? 1 : 2;
       EXPECT_EQ(reinterpret_cast<uintptr_t>(t->raw()) % natural, 0u) << file << " " << name;
       const std::string blocks = testing::ReadBytes(
           testing::TestData("quant/" + std::string(DTypeName(dtype)) + ".blocks"));
@@ -437,7 +438,7 @@ TEST_F(GgufBadFileTest, UnsupportedTypeFailsOnlyWhenRequested) {
   EXPECT_TRUE(IsError((*gguf)->Get("t.f32").status(), StatusCode::kUnimplemented,
                       {path_, "tensor 't.f32'", "IQ2_XXS (16)",
                        "(supported: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, "
-                       "Q5_K, Q6_K, Q8_K, IQ4_NL, I32, BF16)"}));
+                       "Q5_K, Q6_K, Q8_K, IQ4_NL, I32, BF16, MXFP4)"}));
   EXPECT_TRUE(IsError((*gguf)->Get("t.f16").status(), StatusCode::kUnimplemented,
                       {"tensor 't.f16'", "type 77"}));
   EXPECT_TRUE((*gguf)->Get("t.q4_1").ok());

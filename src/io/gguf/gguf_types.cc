@@ -131,6 +131,8 @@ std::optional<DType> DTypeFromGgml(uint32_t ggml_type) {
       return DType::kI32;
     case 30:
       return DType::kBF16;
+    case 39:
+      return DType::kMXFP4;
     default:
       return std::nullopt;
   }
@@ -170,6 +172,8 @@ uint32_t GgmlTypeFromDType(DType dtype) {
       return 15;
     case DType::kIQ4_NL:
       return 20;
+    case DType::kMXFP4:
+      return 39;
   }
   UC_CHECK(false, "unhandled DType %d", static_cast<int>(dtype));
   return 0;

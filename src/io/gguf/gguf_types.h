@@ -3,7 +3,8 @@
 // Type codes of the GGUF container, shared by the reader (gguf.h) and the writer
 // (gguf_writer.h): GgufType for metadata values, and the ggml tensor type ids with their names
 // and the DType each supported one maps to (F32 0, F16 1, Q4_0 2, Q4_1 3, Q5_0 6, Q5_1 7,
-// Q8_0 8, Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14, Q8_K 15, IQ4_NL 20, I32 26, BF16 30).
+// Q8_0 8, Q2_K 10, Q3_K 11, Q4_K 12, Q5_K 13, Q6_K 14, Q8_K 15, IQ4_NL 20, I32 26, BF16 30,
+// MXFP4 39).
 // Block layouts of the quantized types are in tensor/dtype.h. Stateless.
 #pragma once
 

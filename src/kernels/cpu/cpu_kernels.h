@@ -42,8 +42,8 @@ struct MatMulArgs {
 
 // The block format activations are quantized into for the integer MatMul
 // (MatMulPrecision::kInt8): ggml's vec_dot_type of the weight dtype. kQ8_0 is BlockQ8_0 (Q8_0,
-// Q4_0, Q5_0, IQ4_NL weights), kQ8_1 BlockQ8_1 (Q4_1, Q5_1), kQ8_K BlockQ8_K (the K-quants and
-// Q8_K). A quantized row is the row's blocks back to back.
+// Q4_0, Q5_0, IQ4_NL, MXFP4 weights), kQ8_1 BlockQ8_1 (Q4_1, Q5_1), kQ8_K BlockQ8_K (the K-quants
+// and Q8_K). A quantized row is the row's blocks back to back.
 enum class ActivationFormat { kQ8_0, kQ8_1, kQ8_K };
 // REQUIRES: DTypeIsQuantized(w_dtype).
 ActivationFormat Int8ActivationFormat(DType w_dtype);

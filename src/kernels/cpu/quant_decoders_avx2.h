@@ -1,7 +1,7 @@
 // File: quant_decoders_avx2.h
 // -----------------------------------------------------------------------------
-// AVX2 weight decoders for the ggml block types Q5_0, Q5_1, IQ4_NL and the K-quants (Q2_K ...
-// Q6_K, Q8_K); layouts in tensor/dtype.h. Same interface as the decoders in simd_avx2.h (which
+// AVX2 weight decoders for the ggml block types Q5_0, Q5_1, IQ4_NL, MXFP4 and the K-quants (Q2_K
+// ... Q6_K, Q8_K); layouts in tensor/dtype.h. Same interface as the decoders in simd_avx2.h (which
 // includes this file and lists them in VisitDecoder): Load32(row, i, w) sets w[0..3] to elements
 // [i, i + 32) of the row in natural order. For K-quants that is one 32-element group of a
 // 256-element super-block; its scales are unpacked on each call.
@@ -142,6 +142,22 @@ struct DecodeIQ4_NL {
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
     I8ToF32(_mm256_shuffle_epi8(table, Nibbles32(b->qs)), w);
     const __m256 d = _mm256_set1_ps(F16(b->d));
+    Scale(w, d, d);
+  }
+};
+
+struct DecodeMXFP4 {
+  static constexpr int kBlockElems = 32;
+  static constexpr int kBlockBytes = sizeof(BlockMXFP4);
+  static constexpr bool kQuantized = true;
+  static constexpr bool kQuadSwapped = false;
+  [[gnu::always_inline]] static void Load32(const std::byte* row, int64_t i, __m256* w) {
+    using namespace quant_detail;
+    const BlockMXFP4* b = reinterpret_cast<const BlockMXFP4*>(row) + i / 32;
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(kMxfp4Values)));
+    I8ToF32(_mm256_shuffle_epi8(table, Nibbles32(b->qs)), w);
+    const __m256 d = _mm256_set1_ps(E8M0HalfToF32(b->e));
     Scale(w, d, d);
   }
 };

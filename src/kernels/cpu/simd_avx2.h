@@ -3,7 +3,7 @@
 // AVX2+FMA+F16C building blocks shared by the *_avx2.cc kernels: horizontal sums, masked tails,
 // a vector exp, and one decoder per weight dtype that turns 32 stored elements into four
 // __m256 of F32 in registers (so weights are never expanded in memory). The decoders of Q5_0,
-// Q5_1, IQ4_NL and the K-quants are in quant_decoders_avx2.h.
+// Q5_1, IQ4_NL, MXFP4 and the K-quants are in quant_decoders_avx2.h.
 //
 // Include only from files listed as AVX2_SRCS (compiled with -mavx2 -mfma -mf16c); everything
 // here is inline and used only after internal::UseAvx2() said yes.
@@ -284,6 +284,9 @@ bool VisitDecoder(DType dtype, Fn&& fn) {
       return true;
     case DType::kIQ4_NL:
       fn(DecodeIQ4_NL{});
+      return true;
+    case DType::kMXFP4:
+      fn(DecodeMXFP4{});
       return true;
     case DType::kQ2_K:
       fn(DecodeQ2_K{});

@@ -21,7 +21,7 @@
 // Integer products use _mm256_maddubs_epi16 (unsigned bytes times signed bytes, adjacent pairs
 // added into int16, saturating). No pair here can saturate, because activations are in
 // [-127, 127] (tensor/quants.h never makes -128): unsigned quants are at most 63 (2 * 63 * 127 <
-// 32767) and signed quants (Q8_0, IQ4_NL, Q8_K) go through the sign trick, |w| * sign(x, w),
+// 32767) and signed quants (Q8_0, IQ4_NL, MXFP4, Q8_K) go through the sign trick, |w| * sign(x, w),
 // with |w| <= 128 (2 * 128 * 127 = 32512). Products of small unsigned quants are summed further
 // in int16 where the bound allows (stated at each place). Offsets (Q4_0's -8, Q6_K's -32, ...)
 // are taken out with the activation block sums (x_sum, Q8_K's bsums).
@@ -300,10 +300,12 @@ struct UnsignedBlocks {
   }
 };
 
-// Q8_0 and IQ4_NL (signed values, kTable: looked up from nibbles); Q8_0 activations. No panel:
-// the sign trick would need a sign per broadcast group and an int32 sum per group.
+// Q8_0, IQ4_NL and MXFP4 (signed values, kTable: looked up from nibbles in the dtype's table);
+// Q8_0 activations. No panel: the sign trick would need a sign per broadcast group and an int32
+// sum per group.
 template <typename Block, bool kTable>
 struct SignedBlocks {
+  static constexpr bool kMxfp4 = std::is_same_v<Block, BlockMXFP4>;
   static constexpr bool kNeedsSums = false;
   static constexpr bool kHasPanel = false;
   static constexpr bool kHasFusedTerm = !kTable;
@@ -320,7 +322,7 @@ struct SignedBlocks {
       const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
       __m256i lo, hi;
       if constexpr (kTable) {
-        const __m256i table = Broadcast16(kIq4NlValues);
+        const __m256i table = Broadcast16(kMxfp4 ? kMxfp4Values : kIq4NlValues);
         const __m256i low4 = _mm256_set1_epi8(0x0F);
         const __m256i bytes = LoadPair(x0.qs, x1.qs);
         lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, low4));
@@ -334,7 +336,13 @@ struct SignedBlocks {
       p.lo_abs[pair] = _mm256_sign_epi8(lo, lo);
       p.hi_abs[pair] = _mm256_sign_epi8(hi, hi);
     }
-    GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), p.d);
+    if constexpr (kMxfp4) {
+      for (int j = 0; j < kTileRows; ++j) {
+        p.d[j] = E8M0HalfToF32(reinterpret_cast<const Block*>(rows[j])[b].e);
+      }
+    } else {
+      GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), p.d);
+    }
   }
 
   static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {

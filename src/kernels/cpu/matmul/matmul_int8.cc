@@ -124,6 +124,15 @@ void Unpack32(DType dtype, const std::byte* row, int64_t b, UnpackedRow& u) {
       u.d[b] = F16ToF32(x.d);
       break;
     }
+    case DType::kMXFP4: {
+      const auto& x = BlockAt<BlockMXFP4>(row, b);
+      for (int l = 0; l < 16; ++l) {
+        q[l] = kMxfp4Values[x.qs[l] & 0xF];
+        q[l + 16] = kMxfp4Values[x.qs[l] >> 4];
+      }
+      u.d[b] = E8M0HalfToF32(x.e);
+      break;
+    }
     default:
       UC_CHECK(false, "MatMulInt8: %s is not a 32-element block type", DTypeName(dtype).data());
   }

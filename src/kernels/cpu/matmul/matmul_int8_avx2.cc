@@ -5,8 +5,8 @@
 //     once per call, and each weight row of the tile is dotted with a whole panel (lane = x
 //     row), which needs no horizontal sums: the prefill shape;
 //   - the other x rows (the m % 8 left over, every row of the decode shape, and all rows of
-//     Q8_0, IQ4_NL and Q8_K) are dotted with the tile (lane = weight row); a lone such row
-//     (decode) takes K::FusedTerm where the format has one (every format but IQ4_NL and Q8_K),
+//     Q8_0, IQ4_NL, MXFP4 and Q8_K) are dotted with the tile (lane = weight row); a lone such
+//     row (decode) takes K::FusedTerm where the format has one (all but IQ4_NL, MXFP4, Q8_K),
 //     which unpacks each block in registers instead of preparing the tile first.
 // Each output adds its block terms alone, in block order, with the reference's operations, so
 // the result does not depend on m, on which of the two shapes a row goes through, on the thread
@@ -44,6 +44,8 @@ void VisitKernel(DType dtype, Fn&& fn) {
       return fn(int8::SignedBlocks<BlockQ8_0, false>{});
     case DType::kIQ4_NL:
       return fn(int8::SignedBlocks<BlockIQ4_NL, true>{});
+    case DType::kMXFP4:
+      return fn(int8::SignedBlocks<BlockMXFP4, true>{});
     case DType::kQ4_0:
       return fn(int8::UnsignedBlocks<BlockQ4_0, 8, false, false>{});
     case DType::kQ5_0:
