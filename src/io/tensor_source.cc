@@ -6,6 +6,12 @@ Status TensorNotFoundError(const TensorSource& source, std::string_view name) {
   return NotFoundError(source.Describe() + ": tensor '" + std::string(name) + "' not found");
 }
 
+StatusOr<U8View> TensorSource::GetU8(std::string_view name) const {
+  if (!Has(name)) return TensorNotFoundError(*this, name);
+  return UnimplementedError(Describe() + ": tensor '" + std::string(name) +
+                            "': U8 tensors cannot be read from this source");
+}
+
 StatusOr<Tensor> GetWithShape(const TensorSource& source, std::string_view name,
                               const Shape& expected) {
   UC_ASSIGN_OR_RETURN(Tensor tensor, source.Get(name));

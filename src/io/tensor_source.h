@@ -11,6 +11,8 @@
 // thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,6 +22,13 @@
 
 namespace uc::io {
 
+// The stored bytes of a U8 tensor (a dtype Tensor has not: packed data such as MXFP4 blocks),
+// valid while the TensorSource that returned them lives.
+struct U8View {
+  Shape shape;
+  std::span<const uint8_t> bytes;  // numel bytes
+};
+
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
@@ -28,6 +37,10 @@ class TensorSource {
   // The tensor `name` in its stored dtype, shape outermost first. NotFound
   // "FILE: tensor 'NAME' not found" if absent; Unimplemented if its dtype is not supported.
   virtual StatusOr<Tensor> Get(std::string_view name) const = 0;
+  // The tensor `name` stored as U8, which Get() cannot return: NotFound if absent,
+  // InvalidArgument naming the stored dtype if it is not U8, Unimplemented where the source
+  // holds no U8 tensors (the default; safetensors files do).
+  virtual StatusOr<U8View> GetU8(std::string_view name) const;
   // All tensor names, sorted.
   virtual std::vector<std::string> TensorNames() const = 0;
   // The file or directory read, for messages.

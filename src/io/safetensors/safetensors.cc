@@ -196,6 +196,17 @@ StatusOr<Tensor> SafetensorsFile::Get(std::string_view name) const {
   return tensor;
 }
 
+StatusOr<U8View> SafetensorsFile::GetU8(std::string_view name) const {
+  const SafetensorsTensorInfo* info = FindTensor(name);
+  if (info == nullptr) return TensorNotFoundError(*this, name);
+  if (info->dtype_name != "U8") {
+    return InvalidArgumentError(path() + ": tensor '" + std::string(name) + "' has dtype " +
+                                info->dtype_name + ", expected U8");
+  }
+  const auto* data = reinterpret_cast<const uint8_t*>(file_->data() + data_offset_ + info->begin);
+  return U8View{info->shape, {data, static_cast<size_t>(info->end - info->begin)}};
+}
+
 std::vector<std::string> SafetensorsFile::TensorNames() const {
   std::vector<std::string> names;
   names.reserve(tensors_.size());
@@ -269,6 +280,12 @@ StatusOr<Tensor> SafetensorsCheckpoint::Get(std::string_view name) const {
   auto it = shard_of_.find(name);
   if (it == shard_of_.end()) return TensorNotFoundError(*this, name);
   return shards_[it->second]->Get(name);
+}
+
+StatusOr<U8View> SafetensorsCheckpoint::GetU8(std::string_view name) const {
+  auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) return TensorNotFoundError(*this, name);
+  return shards_[it->second]->GetU8(name);
 }
 
 std::vector<std::string> SafetensorsCheckpoint::TensorNames() const {

@@ -17,7 +17,7 @@
 // its offsets lie in the data section and hold exactly numel * element size bytes (no integer
 // overflow). Errors name the file and the tensor. Tensors stored as F32, F16 or BF16 are
 // supported; Get() on any other dtype (I8, F64, ...) returns Unimplemented naming the tensor and
-// dtype, so such files can still be opened and listed.
+// dtype, so such files can still be opened and listed. U8 tensors are read as bytes by GetU8().
 //
 // Immutable after Open(); thread-safe. Tensors from Get() borrow the mapping and keep it alive.
 #pragma once
@@ -61,6 +61,8 @@ class SafetensorsFile : public TensorSource {
 
   bool Has(std::string_view name) const override { return FindTensor(name) != nullptr; }
   StatusOr<Tensor> Get(std::string_view name) const override;
+  // The bytes of a "U8" tensor, borrowed from the mapping (no copy, no alignment needed).
+  StatusOr<U8View> GetU8(std::string_view name) const override;
   std::vector<std::string> TensorNames() const override;
   std::string Describe() const override { return file_->path(); }
 
@@ -87,6 +89,7 @@ class SafetensorsCheckpoint : public TensorSource {
 
   bool Has(std::string_view name) const override;
   StatusOr<Tensor> Get(std::string_view name) const override;
+  StatusOr<U8View> GetU8(std::string_view name) const override;
   std::vector<std::string> TensorNames() const override;
   std::string Describe() const override { return description_; }
 

@@ -310,6 +310,28 @@ TEST_F(SafetensorsBadFileTest, UnsupportedDtypeFailsOnlyWhenRequested) {
               StatusCode::kInvalidArgument, {"tensor 'pos'", "F64 [1] needs 8"}));
 }
 
+// U8 tensors (MXFP4 blocks and scales) are read as bytes by GetU8, at any offset; GetU8 on
+// another dtype names it, and Get on U8 is Unimplemented as before.
+TEST_F(SafetensorsBadFileTest, U8TensorsAreReadAsBytes) {
+  const std::string header =
+      R"({"b": {"dtype": "U8", "shape": [2, 3], "data_offsets": [1, 7]},
+          "w": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})";
+  ASSERT_TRUE(
+      OpenWithHeader(header, std::string("x\x01\x02\x03\xfd\xfe\xff", 7) + "y" + Floats({2.5f}))
+          .ok());
+  auto file = SafetensorsFile::Open(path_);
+  ASSERT_TRUE(file.ok());
+  StatusOr<U8View> b = (*file)->GetU8("b");
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->shape, (Shape{2, 3}));
+  EXPECT_EQ(std::vector<uint8_t>(b->bytes.begin(), b->bytes.end()),
+            (std::vector<uint8_t>{1, 2, 3, 0xfd, 0xfe, 0xff}));
+  EXPECT_TRUE(IsError((*file)->GetU8("w").status(), StatusCode::kInvalidArgument,
+                      {path_, "tensor 'w'", "F32", "expected U8"}));
+  EXPECT_TRUE(IsError((*file)->GetU8("none").status(), StatusCode::kNotFound, {"'none'"}));
+  EXPECT_TRUE(IsError((*file)->Get("b").status(), StatusCode::kUnimplemented, {"U8"}));
+}
+
 TEST_F(SafetensorsBadFileTest, MisalignedDataIsCopied) {
   // The data section starts 8-byte aligned; a tensor at data offset 1 is misaligned.
   std::string header = R"({"w": {"dtype": "F32", "shape": [2], "data_offsets": [1, 9]}})";
