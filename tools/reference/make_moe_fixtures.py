@@ -55,6 +55,21 @@ Cases:
              transformers' fused layout ("mlp.experts.gate_up_proj" [E, H, 2I] with gate/up
              interleaved, "down_proj" [E, I, H], their "_bias"es, "mlp.router", "sinks").
              router_margin is the gap between the k-th and (k+1)-th router logit.
+  gptoss_mxfp4
+             gpt-oss as the published checkpoints store it: the experts in MXFP4. 2 layers
+             (sliding window 8, full), hidden 64, 4 experts top-2, intermediate 32 (blocks of 32
+             along both expert inputs), otherwise as gptoss. After init_weights each expert
+             matrix W [out, in] (gate_up_proj[e].T, down_proj[e].T) is quantized per 32 inputs
+             with gguf-py's MXFP4 quantizer and the model's experts set to gguf-py's
+             dequantization of those blocks. model.safetensors then holds
+             "mlp.experts.gate_up_proj_blocks" [E, 2I, H/32, 16] uint8 and "_scales"
+             [E, 2I, H/32] uint8 (down_proj likewise, [E, H, I/32, 16] / [E, H, I/32]) instead of
+             the F32 experts: the E8M0 scale byte as is, the FP4 codes two a byte with element
+             2b in the low nibble of byte b and 2b + 1 in the high one (transformers'
+             convert_moe_packed_tensors; ggml's blocks put elements 0..15 in the low nibbles),
+             and config.json has quantization_config {"quant_method": "mxfp4"}. The reference
+             model is that directory reloaded by transformers with Mxfp4Config(dequantize=True)
+             (its own dequantizer), whose experts must equal gguf-py's values exactly.
 
 Weights: N(0, std) per tensor drawn with torch.Generator(seed) in named_parameters order (the
 experts as transformers holds them in memory, fused [num_experts, 2 * I, H] gate_up_proj and
@@ -212,6 +227,36 @@ CASES = [
             ),
         ),
     ),
+    dict(
+        name="gptoss_mxfp4",
+        cls="GptOssForCausalLM",
+        base_seed=5600,
+        renormalize=True,
+        softmax_over_chosen=True,
+        mxfp4=True,
+        config=dict(
+            COMMON,
+            num_hidden_layers=2,
+            num_key_value_heads=2,
+            head_dim=16,
+            intermediate_size=32,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            attention_bias=True,
+            swiglu_limit=2.0,
+            rope_parameters=dict(
+                rope_type="yarn",
+                rope_theta=150000.0,
+                factor=4.0,
+                beta_fast=32.0,
+                beta_slow=1.0,
+                truncate=False,
+                original_max_position_embeddings=32,
+            ),
+        ),
+    ),
 ]
 
 # (name fragment, c) for matrices: std = c / sqrt(fan_in), the first fragment that matches.
@@ -253,6 +298,65 @@ def init_weights(model, seed):
             else:
                 c = next(c for k, c in MATRIX_C if k in name + ".")
                 p.copy_((c / math.sqrt(p.shape[-1]) * z).to(p.dtype))
+
+
+def mxfp4_quantize(w):
+    """W [..., out, in] float32 -> (blocks [..., out, in/32, 16], scales [..., out, in/32], the
+    dequantized W) in transformers' packing (see the header), by gguf-py's MXFP4 code."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    lead = w.shape[:-1]
+    ggml = gguf.quants.quantize(np.ascontiguousarray(w, dtype=np.float32), T.MXFP4)
+    ggml = ggml.reshape(*lead, w.shape[-1] // 32, 17)
+    values = gguf.quants.dequantize(ggml.reshape(-1, 17), T.MXFP4).reshape(w.shape)
+    scales = ggml[..., 0].copy()
+    qs = ggml[..., 1:]
+    nibbles = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # ggml: element j < 16 low, j + 16 high
+    blocks = (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).astype(np.uint8)
+    return blocks, scales, values.astype(np.float32)
+
+
+def quantize_experts(model):
+    """Sets every expert matrix of `model` to its MXFP4 values; returns {file name: uint8 array}
+    for the blocks and scales that replace the F32 experts in model.safetensors."""
+    import torch
+
+    packed = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+                continue
+            w = p.detach().numpy().transpose(0, 2, 1)  # [E, in, out] -> [E, out, in]
+            blocks, scales, values = mxfp4_quantize(w)
+            p.copy_(torch.from_numpy(np.ascontiguousarray(values.transpose(0, 2, 1))))
+            packed[name + "_blocks"] = blocks
+            packed[name + "_scales"] = scales
+    return packed
+
+
+def write_mxfp4(d, packed):
+    """model.safetensors with the F32 experts replaced by `packed`; config.json's
+    quantization_config."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(d, "model.safetensors")
+    sd = load_file(path)
+    for name in packed:
+        sd.pop(name.rsplit("_", 1)[0], None)  # "..._blocks" / "..._scales" -> the F32 tensor
+    for name, a in packed.items():
+        sd[name] = torch.from_numpy(np.ascontiguousarray(a))
+    save_file(dict(sorted(sd.items())), path, metadata={"format": "pt"})
+    cfg_path = os.path.join(d, "config.json")
+    with open(cfg_path, encoding="utf-8") as f:
+        c = json.load(f)
+    c["quantization_config"] = {"quant_method": "mxfp4"}
+    c = dict(sorted(c.items()))
+    with open(cfg_path, "w", encoding="utf-8", newline="\n") as f:
+        json.dump(c, f, indent=2)
+        f.write("\n")
+    return c
 
 
 def top_k(case):
@@ -420,6 +524,7 @@ def make_case(case, index, out_root):
             cls.config_class(**case["config"]), attn_implementation="eager", dtype=torch.float32
         )
         init_weights(model, seed)
+        packed = quantize_experts(model) if case.get("mxfp4") else None
         model = model.eval()
         g = greedy(model, ids, 0)
         margin = min(router_margin(case, model, ids), router_margin(case, model, ids + g["new_ids"]))
@@ -434,11 +539,17 @@ def make_case(case, index, out_root):
     os.makedirs(d)
     model.save_pretrained(d, safe_serialization=True)
     cfg_hub = to_hub_layout(case, os.path.join(d, "config.json"))
+    load_args = {}
+    if packed is not None:
+        cfg_hub = write_mxfp4(d, packed)
+        load_args["quantization_config"] = transformers.Mxfp4Config(dequantize=True)
     tok = train_tokenizer(os.path.join(d, "tokenizer.json"))
     for f in os.listdir(d):
         os.chmod(os.path.join(d, f), 0o644)
 
-    ref_model = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    ref_model = cls.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager", **load_args
+    ).eval()
     for k, v in model.state_dict().items():
         assert torch.equal(ref_model.state_dict()[k], v), k
     names = ("model.layers", "self_attn", "mlp", "model.norm")
@@ -460,7 +571,7 @@ def make_case(case, index, out_root):
         "script": "tools/reference/make_moe_fixtures.py",
         "case": case["name"],
         "architecture": case["cls"],
-        "storage_dtype": "float32",
+        "storage_dtype": "float32, experts mxfp4" if packed is not None else "float32",
         "compute_dtype": "float32",
         "seed": seed,
         "input_ids": "numpy default_rng(%d): %d ids uniform in [1, %d)" % (4521 + index, N_IDS, VOCAB),

@@ -10,8 +10,17 @@
 // columns, up the odd), "gate_up_proj_bias" [E, 2 * I], "down_proj" [E, I, hidden] and
 // "down_proj_bias" [E, hidden]. They are presented under the decoder's per-expert names
 // ("mlp.experts.E.{gate,up,down}_proj.{weight,bias}", router "mlp.gate.{weight,bias}") as F32
-// copies. The published checkpoints' MXFP4 experts ("gate_up_proj_blocks" / "_scales") are
-// refused with an error naming the tensor.
+// copies. The published checkpoints store the expert matrices as MXFP4 instead (transformers'
+// Mxfp4GptOssExperts, quantization_config.quant_method "mxfp4"): "gate_up_proj_blocks"
+// [E, 2 * I, hidden / 32, 16] and "gate_up_proj_scales" [E, 2 * I, hidden / 32], uint8, the rows
+// the output features (gate the even rows, up the odd), blocks of 32 along the input, each with
+// its E8M0 scale byte and 16 bytes of FP4 codes, element 2b of a block in the low nibble of byte
+// b and 2b + 1 in the high one; "down_proj_blocks" [E, hidden, I / 32, 16] / "_scales" likewise.
+// Those experts are presented as DType::kMXFP4 tensors, the bytes repacked into ggml's nibble
+// order (elements 0..15 in the low nibbles), so they stay 4.25 bits a weight and MatMul reads
+// them directly.
+#include <cstdint>
+
 #include "models/architecture.h"
 
 namespace uc::models {
@@ -76,13 +85,8 @@ bool SplitExpertName(std::string_view rest, int& expert, std::string_view& proje
          (kind == "weight" || kind == "bias");
 }
 
-// The fused tensor `name` of the file, or an error naming it (MXFP4 blocks refused).
+// The fused tensor `name` of the file, or an error naming it.
 StatusOr<Tensor> Fused(const io::TensorSource& f, const std::string& name) {
-  if (!f.Has(name) && f.Has(name + "_blocks")) {
-    return UnimplementedError(f.Describe() + ": tensor '" + name +
-                              "_blocks' holds MXFP4 expert weights, which are not supported yet "
-                              "(load a BF16 or F32 copy of the checkpoint)");
-  }
   UC_ASSIGN_OR_RETURN(Tensor t, f.Get(name));
   if (DTypeIsQuantized(t.dtype()) || t.dtype() == DType::kI32) {
     return InvalidArgumentError(f.Describe() + ": tensor '" + name + "' has dtype " +
@@ -91,12 +95,56 @@ StatusOr<Tensor> Fused(const io::TensorSource& f, const std::string& name) {
   return t;
 }
 
+// The 4-bit code of element i of a block in transformers' packing (element 2b in the low nibble
+// of byte b, 2b + 1 in the high one).
+uint8_t HfNibble(const uint8_t* block, int i) {
+  return i % 2 == 0 ? block[i / 2] & 0xF : block[i / 2] >> 4;
+}
+
+// Rows first, first + step, ... of expert `expert` of the MXFP4 matrix "<name>_blocks" /
+// "<name>_scales" (see the file comment) as a [rows, in] kMXFP4 tensor in ggml's layout.
+StatusOr<Tensor> Mxfp4Expert(const io::TensorSource& f, const std::string& name, int expert,
+                             int64_t first, int64_t step) {
+  UC_ASSIGN_OR_RETURN(io::U8View blocks, f.GetU8(name + "_blocks"));
+  UC_ASSIGN_OR_RETURN(io::U8View scales, f.GetU8(name + "_scales"));
+  const Shape& b = blocks.shape;
+  if (b.size() != 4 || b[3] != 16 || scales.shape != Shape{b[0], b[1], b[2]} || expert >= b[0] ||
+      b[1] % step != 0 || b[1] == 0) {
+    return InvalidArgumentError(f.Describe() + ": tensors '" + name + "_blocks' " +
+                                ShapeToString(b) + " and '" + name + "_scales' " +
+                                ShapeToString(scales.shape) +
+                                " are not MXFP4 experts [num_experts, rows, in / 32, 16] and "
+                                "[num_experts, rows, in / 32] holding expert " +
+                                std::to_string(expert));
+  }
+  const int64_t rows = b[1], groups = b[2];
+  Tensor out = Tensor::Empty({rows / step, groups * 32}, DType::kMXFP4);
+  for (int64_t r = 0; r < rows / step; ++r) {
+    const int64_t src = int64_t{expert} * rows + first + r * step;
+    const uint8_t* codes = blocks.bytes.data() + src * groups * 16;
+    const uint8_t* e = scales.bytes.data() + src * groups;
+    auto* dst = reinterpret_cast<BlockMXFP4*>(out.row(r));
+    for (int64_t g = 0; g < groups; ++g) {
+      dst[g].e = e[g];
+      for (int j = 0; j < 16; ++j) {
+        dst[g].qs[j] = static_cast<uint8_t>(HfNibble(codes + 16 * g, j) |
+                                            HfNibble(codes + 16 * g, j + 16) << 4);
+      }
+    }
+  }
+  return out;
+}
+
 // One expert's tensor, converted from the fused layout.
 StatusOr<Tensor> ExpertTensor(const io::TensorSource& f, const std::string& prefix, int expert,
                               std::string_view projection, std::string_view kind) {
   const bool down = projection == "down_proj";
   const bool bias = kind == "bias";
   const std::string name = prefix + (down ? "down_proj" : "gate_up_proj") + (bias ? "_bias" : "");
+  if (!bias && !f.Has(name) && f.Has(name + "_blocks")) {
+    // Down: every row; gate / up: the even / odd rows of gate_up.
+    return Mxfp4Expert(f, name, expert, projection == "up_proj" ? 1 : 0, down ? 1 : 2);
+  }
   UC_ASSIGN_OR_RETURN(Tensor fused, Fused(f, name));
   const int64_t want_rank = bias ? 2 : 3;
   if (fused.rank() != want_rank || expert >= fused.dim(0) ||
