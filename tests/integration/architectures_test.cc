@@ -320,14 +320,15 @@ TEST(GptOssTest, Mxfp4ExpertsStayMxfp4AndBadBlocksAreRefused) {
       << model.status().message();
 }
 
-// LoadOptions::matmul_precision reaches every quantized matmul: on the Q4_0 file the int8 path
-// gives other bits than the exact one (8-bit activations), within a few percent of the
+// LoadOptions::matmul_precision reaches every quantized matmul: on a quantized checkpoint the
+// int8 path gives other bits than the exact one (8-bit activations), within a few percent of the
 // transformers logits' scale, and the same argmax wherever transformers' top-2 margin exceeds
 // twice that deviation. (Gemma 3's test holds the int8 path to llama.cpp's own deviation.)
-TEST(MatMulPrecisionTest, Int8ModelRunsTheIntegerPathCloseToTransformers) {
-  const nlohmann::json reference = testing::LoadJson(TestData("gguf/q4_0/reference.json"));
+void ExpectInt8CloseToTransformers(const std::string& checkpoint, const std::string& reference_path,
+                                   const std::string& what) {
+  const nlohmann::json reference = testing::LoadJson(TestData(reference_path));
   ASSERT_FALSE(reference.is_null());
-  auto ckpt = models::OpenCheckpoint(TestData("gguf/q4_0/tiny-gqa2-Q4_0.gguf"));
+  auto ckpt = models::OpenCheckpoint(TestData(checkpoint));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   auto exact = models::CausalLM::Load(*ckpt);
   models::LoadOptions int8_options;
@@ -372,9 +373,20 @@ TEST(MatMulPrecisionTest, Int8ModelRunsTheIntegerPathCloseToTransformers) {
     ++checked;
   }
   EXPECT_GE(checked, static_cast<int>(ids.size()) / 2);
-  std::cout << "int8 vs transformers on tiny-gqa2 Q4_0: max |dlogit| " << worst << " (logits up to "
+  std::cout << "int8 vs transformers on " << what << ": max |dlogit| " << worst << " (logits up to "
             << scale << "); argmax checked at " << checked << " of " << ids.size()
             << " positions\n";
+}
+
+TEST(MatMulPrecisionTest, Int8ModelRunsTheIntegerPathCloseToTransformers) {
+  ExpectInt8CloseToTransformers("gguf/q4_0/tiny-gqa2-Q4_0.gguf", "gguf/q4_0/reference.json",
+                                "tiny-gqa2 Q4_0");
+}
+
+// The same for gpt-oss's MXFP4 experts (the AVX2 integer kernel on every x86 CPU).
+TEST(MatMulPrecisionTest, Int8Mxfp4ExpertsRunTheIntegerPathCloseToTransformers) {
+  ExpectInt8CloseToTransformers("arch/gptoss_mxfp4", "arch/gptoss_mxfp4/reference.json",
+                                "gptoss_mxfp4");
 }
 
 // The serving engine on Mistral with an 8-token window, three copies of a 24-token prompt each
