@@ -125,6 +125,17 @@ COMMON = dict(
     tie_word_embeddings=False,
 )
 
+# gpt-oss's YaRN RoPE, scaled down to the fixtures' 32-position window.
+GPT_OSS_YARN = dict(
+    rope_type="yarn",
+    rope_theta=150000.0,
+    factor=4.0,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    truncate=False,
+    original_max_position_embeddings=32,
+)
+
 CASES = [
     dict(
         name="qwen3moe",
@@ -216,15 +227,7 @@ CASES = [
             layer_types=["sliding_attention", "full_attention"] * 2,
             attention_bias=True,
             swiglu_limit=2.0,
-            rope_parameters=dict(
-                rope_type="yarn",
-                rope_theta=150000.0,
-                factor=4.0,
-                beta_fast=32.0,
-                beta_slow=1.0,
-                truncate=False,
-                original_max_position_embeddings=32,
-            ),
+            rope_parameters=GPT_OSS_YARN,
         ),
     ),
     dict(
@@ -246,15 +249,7 @@ CASES = [
             layer_types=["sliding_attention", "full_attention"],
             attention_bias=True,
             swiglu_limit=2.0,
-            rope_parameters=dict(
-                rope_type="yarn",
-                rope_theta=150000.0,
-                factor=4.0,
-                beta_fast=32.0,
-                beta_slow=1.0,
-                truncate=False,
-                original_max_position_embeddings=32,
-            ),
+            rope_parameters=GPT_OSS_YARN,
         ),
     ),
 ]
