@@ -218,7 +218,8 @@ StatusOr<Checkpoint> OpenHfDirectory(const fs::path& dir) {
 
 // One expert's projection inside llama.cpp's stacked expert tensor: "model.layers.N.mlp.experts.E.
 // gate_proj.weight" is row E of "blk.N.ffn_gate_exps.weight" ([num_experts, rows, cols]); files
-// from before the stacking name it "blk.N.ffn_gate.E.weight".
+// from before the stacking name it "blk.N.ffn_gate.E.weight". Biases (gpt-oss) likewise: "...E.
+// gate_proj.bias" is row E of "blk.N.ffn_gate_exps.bias" ([num_experts, rows]).
 struct GgufExpertName {
   std::string stacked;
   std::string legacy;
@@ -241,13 +242,14 @@ std::optional<GgufExpertName> HfToGgufExpertName(std::string_view hf_name) {
   }
   const std::string_view projection = rest.substr(dot + 1);
   const std::pair<std::string_view, std::string_view> kProjections[] = {
-      {"gate_proj.weight", "ffn_gate"},
-      {"up_proj.weight", "ffn_up"},
-      {"down_proj.weight", "ffn_down"}};
+      {"gate_proj.", "ffn_gate"}, {"up_proj.", "ffn_up"}, {"down_proj.", "ffn_down"}};
   for (const auto& [hf, gguf] : kProjections) {
-    if (projection != hf) continue;
+    if (projection.substr(0, hf.size()) != hf) continue;
+    const std::string_view kind = projection.substr(hf.size());
+    if (kind != "weight" && kind != "bias") return std::nullopt;
     const std::string block = "blk." + std::to_string(layer) + "." + std::string(gguf);
-    return GgufExpertName{block + "_exps.weight", block + "." + std::to_string(expert) + ".weight",
+    const std::string suffix = "." + std::string(kind);
+    return GgufExpertName{block + "_exps" + suffix, block + "." + std::to_string(expert) + suffix,
                           expert};
   }
   return std::nullopt;
@@ -261,9 +263,8 @@ class GgufHfNames : public io::TensorSource {
       : file_(std::move(file)), arch_(arch) {}
   bool Has(std::string_view name) const override {
     if (std::optional<GgufExpertName> expert = HfToGgufExpertName(name)) {
-      const io::GgufTensorInfo* info = file_->FindTensor(expert->stacked);
-      if (info != nullptr) return info->shape.size() == 3 && expert->expert < info->shape[0];
-      return file_->Has(expert->legacy);
+      // A stacked tensor of the wrong shape "has" the expert: Get() then says what is wrong.
+      return file_->Has(expert->stacked) || file_->Has(expert->legacy);
     }
     const std::string gguf = HfToGgufTensorName(name, arch_);
     return !gguf.empty() && file_->Has(gguf);
@@ -284,16 +285,25 @@ class GgufHfNames : public io::TensorSource {
   std::string Describe() const override { return file_->Describe(); }
 
  private:
+  // A stacked weight is [num_experts, rows, cols], a stacked bias [num_experts, rows].
+  static size_t StackedRank(const GgufExpertName& expert) {
+    constexpr std::string_view kBias = ".bias";
+    const std::string_view name = expert.stacked;
+    return name.size() > kBias.size() && name.substr(name.size() - kBias.size()) == kBias ? 2 : 3;
+  }
+
   StatusOr<Tensor> GetExpert(const GgufExpertName& expert) const {
     if (!file_->Has(expert.stacked) && file_->Has(expert.legacy)) return file_->Get(expert.legacy);
     UC_ASSIGN_OR_RETURN(Tensor all, file_->Get(expert.stacked));
-    if (all.rank() != 3 || expert.expert >= all.dim(0)) {
-      return InvalidArgumentError(file_->path() + ": tensor '" + expert.stacked + "' has shape " +
-                                  ShapeToString(all.shape()) + ", which holds no expert " +
-                                  std::to_string(expert.expert) +
-                                  " (expected [num_experts, rows, cols])");
+    const size_t rank = StackedRank(expert);
+    if (static_cast<size_t>(all.rank()) != rank || expert.expert >= all.dim(0)) {
+      return InvalidArgumentError(
+          file_->path() + ": tensor '" + expert.stacked + "' has shape " +
+          ShapeToString(all.shape()) + ", which holds no expert " + std::to_string(expert.expert) +
+          " (expected " + (rank == 3 ? "[num_experts, rows, cols])" : "[num_experts, rows])"));
     }
-    return all.Slice(expert.expert, expert.expert + 1).Reshape({all.dim(1), all.dim(2)});
+    Tensor one = all.Slice(expert.expert, expert.expert + 1);
+    return rank == 3 ? one.Reshape({all.dim(1), all.dim(2)}) : one.Reshape({all.dim(1)});
   }
 
   std::shared_ptr<const io::GgufFile> file_;
@@ -309,17 +319,31 @@ StatusOr<int> GgufInt(const io::GgufFile& file, const std::string& key) {
   return static_cast<int>(value);
 }
 
+// llama.cpp's rope.scaling keys: "linear" (factor) or "yarn" (factor, original_context_length,
+// and the optional yarn_beta_fast / yarn_beta_slow / yarn_attn_factor; llama.cpp always
+// floors/ceils the correction range, the RopeScaling default, which an architecture may undo).
 Status ReadGgufRopeScaling(const io::GgufFile& file, const std::string& arch, ModelConfig& c) {
-  if (file.Find(arch + ".rope.scaling.type") == nullptr) return OkStatus();
-  UC_ASSIGN_OR_RETURN(std::string type, file.GetString(arch + ".rope.scaling.type"));
+  const std::string key = arch + ".rope.scaling.";
+  if (file.Find(key + "type") == nullptr) return OkStatus();
+  UC_ASSIGN_OR_RETURN(std::string type, file.GetString(key + "type"));
   if (type == "none") return OkStatus();
-  if (type != "linear") {
-    return UnimplementedError(file.path() + ": " + arch + ".rope.scaling.type '" + type +
-                              "' is not supported (supported: none, linear)");
+  if (type != "linear" && type != "yarn") {
+    return UnimplementedError(file.path() + ": " + key + "type '" + type +
+                              "' is not supported (supported: none, linear, yarn)");
   }
-  c.rope_scaling.type = "linear";
-  UC_ASSIGN_OR_RETURN(double factor, file.GetFloat(arch + ".rope.scaling.factor"));
+  c.rope_scaling.type = type;
+  UC_ASSIGN_OR_RETURN(double factor, file.GetFloat(key + "factor"));
   c.rope_scaling.factor = static_cast<float>(factor);
+  if (type == "yarn") {
+    UC_ASSIGN_OR_RETURN(c.rope_scaling.original_max_position_embeddings,
+                        GgufInt(file, key + "original_context_length"));
+    UC_RETURN_IF_ERROR(
+        ReadOptionalGgufFloat(file, key + "yarn_beta_fast", c.rope_scaling.beta_fast));
+    UC_RETURN_IF_ERROR(
+        ReadOptionalGgufFloat(file, key + "yarn_beta_slow", c.rope_scaling.beta_slow));
+    UC_RETURN_IF_ERROR(
+        ReadOptionalGgufFloat(file, key + "yarn_attn_factor", c.rope_scaling.attention_factor));
+  }
   return OkStatus();
 }
 
@@ -501,6 +525,8 @@ std::string HfToGgufTensorName(std::string_view hf_name, bool sandwich_names) {
       {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
       {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
       {"mlp.gate.weight", "ffn_gate_inp.weight"},
+      {"mlp.gate.bias", "ffn_gate_inp.bias"},
+      {"self_attn.sinks", "attn_sinks.weight"},
       {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
       {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
       {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},

@@ -19,6 +19,8 @@
 #include "common/test_util.h"
 #include "engine/generator.h"
 #include "engine/llm.h"
+#include "io/gguf/gguf.h"
+#include "io/gguf/gguf_writer.h"
 #include "io/safetensors/safetensors_writer.h"
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
@@ -320,6 +322,64 @@ TEST(GptOssTest, Mxfp4ExpertsStayMxfp4AndBadBlocksAreRefused) {
       << model.status().message();
 }
 
+// llama.cpp's gpt-oss GGUF (the gptoss_mxfp4 fixture's model.gguf): the stacked MXFP4 experts
+// stay MXFP4, the config matches config.json's (sliding layers, YaRN untruncated, the clamped
+// SwiGLU); a stacked expert bias of the wrong rank is refused with an error naming the tensor.
+TEST(GptOssTest, GgufReadsTheSameModelAndRefusesABadExpertBias) {
+  auto gguf = models::OpenCheckpoint(TestData("arch/gptoss_mxfp4/model.gguf"));
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  auto hf = models::OpenCheckpoint(TestData("arch/gptoss_mxfp4"));
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  const models::ModelConfig& g = gguf->config;
+  const models::ModelConfig& h = hf->config;
+  EXPECT_EQ(g.architecture, "GptOssForCausalLM");
+  EXPECT_EQ(g.sliding_window, h.sliding_window);
+  EXPECT_EQ(g.sliding_layers, h.sliding_layers);
+  EXPECT_EQ(g.rope_scaling.type, "yarn");
+  EXPECT_FALSE(g.rope_scaling.truncate);
+  EXPECT_EQ(g.RopeInvFreq(), h.RopeInvFreq());
+  EXPECT_EQ(g.RopeAttentionFactor(), h.RopeAttentionFactor());
+  EXPECT_EQ(g.swiglu_limit, h.swiglu_limit);
+  EXPECT_EQ(g.swiglu_alpha, h.swiglu_alpha);
+  EXPECT_EQ(g.num_experts, h.num_experts);
+  EXPECT_EQ(g.num_experts_per_tok, h.num_experts_per_tok);
+  EXPECT_EQ(g.moe_intermediate_size, h.moe_intermediate_size);
+  EXPECT_TRUE(g.attention_sinks && g.router_bias && g.expert_bias && g.router_topk_then_softmax);
+  auto w = gguf->tensors->Get("model.layers.1.mlp.experts.3.down_proj.weight");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(w->dtype(), DType::kMXFP4);
+  EXPECT_EQ(w->shape(), (Shape{64, 32}));
+  auto bias = gguf->tensors->Get("model.layers.1.mlp.experts.3.up_proj.bias");
+  ASSERT_TRUE(bias.ok()) << bias.status().ToString();
+  auto want = hf->tensors->Get("model.layers.1.mlp.experts.3.up_proj.bias");
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  EXPECT_EQ(bias->ToFloatVector(), want->ToFloatVector());
+
+  // The same file with blk.1.ffn_up_exps.bias flattened to one dimension.
+  auto file = io::GgufFile::Open(TestData("arch/gptoss_mxfp4/model.gguf"));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  io::GgufWriter writer;
+  for (const std::string& key : (*file)->Keys()) writer.SetValue(key, *(*file)->Find(key));
+  const std::string broken = "blk.1.ffn_up_exps.bias";
+  for (const std::string& name : (*file)->TensorNames()) {
+    auto t = (*file)->Get(name);
+    ASSERT_TRUE(t.ok()) << name;
+    ASSERT_TRUE(writer.Add(name, name == broken ? t->Reshape({t->numel()}) : *t).ok()) << name;
+  }
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() /
+      ("uc_gptoss_bad_bias_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+       "_" + std::to_string(reinterpret_cast<uintptr_t>(&writer)) + ".gguf");
+  ASSERT_TRUE(writer.WriteFile(path).ok());
+  auto copy = models::OpenCheckpoint(path);
+  ASSERT_TRUE(copy.ok()) << copy.status().ToString();
+  auto model = models::CausalLM::Load(*copy);
+  std::filesystem::remove(path);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument) << model.status().ToString();
+  EXPECT_NE(model.status().message().find(broken), std::string::npos) << model.status().message();
+}
+
 // LoadOptions::matmul_precision reaches every quantized matmul: on a quantized checkpoint the
 // int8 path gives other bits than the exact one (8-bit activations), within a few percent of the
 // transformers logits' scale, and the same argmax wherever transformers' top-2 margin exceeds
@@ -473,6 +533,8 @@ const FixtureCase kMoeCases[] = {
     FixtureCase{"qwen2moe_gguf", "arch/qwen2moe/model.gguf", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe_gguf", "arch/olmoe/model.gguf", "arch/olmoe/reference.json"},
     FixtureCase{"mixtral_gguf", "arch/mixtral/model.gguf", "arch/mixtral/reference.json"},
+    FixtureCase{"gptoss_mxfp4_gguf", "arch/gptoss_mxfp4/model.gguf",
+                "arch/gptoss_mxfp4/reference.json"},
 };
 
 // The interpretability families, from safetensors and from llama.cpp's GGUF layout.
@@ -509,6 +571,8 @@ const FixtureCase kArchGgufCases[] = {
     FixtureCase{"qwen2moe_gguf", "arch/qwen2moe/model.gguf", "arch/qwen2moe/reference.json"},
     FixtureCase{"olmoe_gguf", "arch/olmoe/model.gguf", "arch/olmoe/reference.json"},
     FixtureCase{"mixtral_gguf", "arch/mixtral/model.gguf", "arch/mixtral/reference.json"},
+    FixtureCase{"gptoss_mxfp4_gguf", "arch/gptoss_mxfp4/model.gguf",
+                "arch/gptoss_mxfp4/reference.json"},
 };
 
 const FixtureCase kGgufCases[] = {

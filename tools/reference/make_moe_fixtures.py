@@ -11,7 +11,7 @@ Produces tests/testdata/arch/<case>/ (or --out/<case>/) for each case below:
                      "block_sparse_moe.experts.E.w1/w2/w3", "block_sparse_moe.gate"; Qwen2-MoE
                      "mlp.shared_expert.*" and "mlp.shared_expert_gate").
   tokenizer.json     the byte-level BPE of make_interp_arch_fixtures.py (same training, same ids).
-  model.gguf         (not gpt-oss) the same weights, F32, the way llama.cpp's convert_hf_to_gguf.py writes the
+  model.gguf         (not gptoss) the same weights, F32, the way llama.cpp's convert_hf_to_gguf.py writes the
                      family: general.architecture qwen3moe / qwen2moe / olmoe, Mixtral as "llama"
                      with q/k rows permuted to interleaved pairs; "<arch>.expert_count",
                      ".expert_used_count", ".expert_feed_forward_length",
@@ -19,7 +19,9 @@ Produces tests/testdata/arch/<case>/ (or --out/<case>/) for each case below:
                      experts stacked as blk.N.ffn_{gate,up,down}_exps [experts, rows, cols], the
                      shared expert as ffn_*_shexp and its gate as 1-D ffn_gate_inp_shexp; the
                      tokenizer as GGUF "gpt2" BPE metadata. Read from model.safetensors, so it
-                     holds exactly the checkpoint's values.
+                     holds exactly the checkpoint's values. gptoss_mxfp4's is llama.cpp's
+                     "gpt-oss" layout with the MXFP4 experts repacked byte for byte
+                     (write_gpt_oss_gguf).
   reference.json     input ids, float32 logits at every position, argmax, a 16-token greedy
                      continuation (EOS not a stop) with its top-1/top-2 margins, and "taps" per
                      layer and position:
@@ -58,7 +60,9 @@ Cases:
   gptoss_mxfp4
              gpt-oss as the published checkpoints store it: the experts in MXFP4. 2 layers
              (sliding window 8, full), hidden 64, 4 experts top-2, intermediate 32 (blocks of 32
-             along both expert inputs), otherwise as gptoss. After init_weights each expert
+             along both expert inputs), swiglu_limit 7.0 (the published value, which llama.cpp
+             hard-codes, so that llama.cpp computes the same model from model.gguf), YaRN with
+             its correction range clamped (GPT_OSS_YARN_CLAMPED), otherwise as gptoss. After init_weights each expert
              matrix W [out, in] (gate_up_proj[e].T, down_proj[e].T) is quantized per 32 inputs
              with gguf-py's MXFP4 quantizer and the model's experts set to gguf-py's
              dequantization of those blocks. model.safetensors then holds
@@ -78,7 +82,7 @@ c=1.5, v 1.0, o_proj 2.6, MLP and expert inputs 1.0, outputs 3.9, router 2.0, sh
 1.0; gpt-oss's transposed experts use fan_in = dim -2), embeddings and head 0.65, biases 0.3,
 attention sinks N(0, 1), norm weights 1 + 0.1 N(0,1). The seed is the first of
 base_seed, base_seed+1, ... whose greedy continuation keeps every top-1/top-2 margin >= 0.02 and
-whose router_margin >= 1e-3.
+whose router_margin >= 1e-3 (gptoss_mxfp4: >= 0.25 and >= 0.05, see its case).
 Input ids: numpy default_rng(4521 + case index), 24 ids uniform in [1, VOCAB).
 Compute: float32, torch.set_num_threads(2), attn_implementation="eager".
 
@@ -135,6 +139,13 @@ GPT_OSS_YARN = dict(
     truncate=False,
     original_max_position_embeddings=32,
 )
+
+# The same with the correction range clamped to [0, head_dim - 1] at both ends (beta_slow tiny):
+# llama.cpp floors/ceils the range where transformers' gpt-oss does not (truncate false), a
+# deviation of llama.cpp's own; clamped, the two compute the same rotation, so llama.cpp can be
+# held to the GGUF file's greedy tokens. Still a YaRN blend: pair j keeps 1 - j/15 of its
+# extrapolated frequency.
+GPT_OSS_YARN_CLAMPED = dict(GPT_OSS_YARN, beta_slow=1e-9)
 
 CASES = [
     dict(
@@ -233,7 +244,13 @@ CASES = [
     dict(
         name="gptoss_mxfp4",
         cls="GptOssForCausalLM",
+        gguf="gpt-oss",
         base_seed=5600,
+        # llama.cpp runs MXFP4 against int8-quantized activations (about 0.2 of a logit off
+        # here): margins that its rounding does not flip.
+        min_margin=0.25,
+        min_router_margin=0.05,
+        max_seeds=5000,
         renormalize=True,
         softmax_over_chosen=True,
         mxfp4=True,
@@ -248,8 +265,8 @@ CASES = [
             sliding_window=8,
             layer_types=["sliding_attention", "full_attention"],
             attention_bias=True,
-            swiglu_limit=2.0,
-            rope_parameters=GPT_OSS_YARN,
+            swiglu_limit=7.0,
+            rope_parameters=GPT_OSS_YARN_CLAMPED,
         ),
     ),
 ]
@@ -439,6 +456,8 @@ def write_gguf(case, d):
     with open(os.path.join(d, "config.json"), encoding="utf-8") as f:
         cfg = json.load(f)
     arch = case["gguf"]
+    if arch == "gpt-oss":
+        return write_gpt_oss_gguf(case, d, cfg)
     sd = load_file(os.path.join(d, "model.safetensors"))
     if arch == "llama":
         renamed = {}
@@ -505,6 +524,99 @@ def write_gguf(case, d):
     print(f"{case['name']}: model.gguf ({arch}), {os.path.getsize(path)} bytes")
 
 
+def ggml_mxfp4(blocks, scales):
+    """transformers' MXFP4 experts (blocks [E, rows, G, 16], scales [E, rows, G]; element 2b of a
+    block in the low nibble of byte b) -> ggml's block_mxfp4 bytes [E, rows, G * 17] (the scale
+    byte, then qs[j] = element j | element j + 16 << 4), as convert_hf_to_gguf.py repacks them."""
+    elems = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    qs = (elems[..., :16] | (elems[..., 16:] << 4)).astype(np.uint8)
+    out = np.concatenate([scales[..., None], qs], axis=-1)
+    return np.ascontiguousarray(out.reshape(*blocks.shape[:-2], -1), dtype=np.uint8)
+
+
+def write_gpt_oss_gguf(case, d, cfg):
+    """model.gguf of a gpt-oss case folder, as llama.cpp's converter writes gpt-oss (arch
+    "gpt-oss"): the post-attention norm as blk.N.post_attention_norm, the sinks as
+    blk.N.attn_sinks.weight, the router as ffn_gate_inp.{weight,bias}, the experts stacked as
+    ffn_{gate,up,down}_exps.weight in MXFP4 (gate the even rows of gate_up, up the odd) with
+    their biases ffn_{gate,up,down}_exps.bias [E, n]; YaRN as rope.scaling.{type,factor,
+    original_context_length,yarn_beta_fast,yarn_beta_slow}; attention.sliding_window with
+    llama.cpp's fixed pattern (even layers slide); everything else F32. llama.cpp hard-codes
+    the clamped SwiGLU's alpha 1.702 and limit 7.0, so the case must use those."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    assert cfg.get("swiglu_limit", 7.0) == 7.0, "llama.cpp's gpt-oss clamps at 7.0"
+    sd = load_file(os.path.join(d, "model.safetensors"))
+    n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    head_dim = cfg["head_dim"]
+    rs = cfg["rope_scaling"]
+    path = os.path.join(d, "model.gguf")
+    w = gguf.GGUFWriter(path, "gpt-oss")
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rs["factor"])
+    w.add_rope_scaling_orig_ctx_len(rs["original_max_position_embeddings"])
+    w.add_rope_scaling_yarn_beta_fast(rs["beta_fast"])
+    w.add_rope_scaling_yarn_beta_slow(rs["beta_slow"])
+    w.add_expert_count(cfg["num_local_experts"])
+    w.add_expert_used_count(cfg["num_experts_per_tok"])
+    w.add_sliding_window(cfg["sliding_window"])
+    w.add_expert_feed_forward_length(cfg["intermediate_size"])
+    add_bpe_tokenizer(w, os.path.join(d, "tokenizer.json"))
+    f32 = [
+        ("token_embd.weight", sd["model.embed_tokens.weight"]),
+        ("output_norm.weight", sd["model.norm.weight"]),
+        ("output.weight", sd["lm_head.weight"]),
+    ]
+    raw = []
+    for L in range(n_layer):
+        p, b = f"model.layers.{L}.", f"blk.{L}."
+        f32 += [
+            (b + "attn_norm.weight", sd[p + "input_layernorm.weight"]),
+            (b + "post_attention_norm.weight", sd[p + "post_attention_layernorm.weight"]),
+            (b + "attn_sinks.weight", sd[p + "self_attn.sinks"]),
+            (b + "ffn_gate_inp.weight", sd[p + "mlp.router.weight"]),
+            (b + "ffn_gate_inp.bias", sd[p + "mlp.router.bias"]),
+        ]
+        for hf, gg in (("q_proj", "attn_q"), ("k_proj", "attn_k"), ("v_proj", "attn_v"),
+                       ("o_proj", "attn_output")):
+            f32.append((f"{b}{gg}.weight", sd[f"{p}self_attn.{hf}.weight"]))
+            f32.append((f"{b}{gg}.bias", sd[f"{p}self_attn.{hf}.bias"]))
+        e = p + "mlp.experts."
+        gate_up = ggml_mxfp4(sd[e + "gate_up_proj_blocks"], sd[e + "gate_up_proj_scales"])
+        raw += [
+            (b + "ffn_gate_exps.weight", gate_up[:, 0::2]),
+            (b + "ffn_up_exps.weight", gate_up[:, 1::2]),
+            (b + "ffn_down_exps.weight",
+             ggml_mxfp4(sd[e + "down_proj_blocks"], sd[e + "down_proj_scales"])),
+        ]
+        f32 += [
+            (b + "ffn_gate_exps.bias", sd[e + "gate_up_proj_bias"][:, 0::2]),
+            (b + "ffn_up_exps.bias", sd[e + "gate_up_proj_bias"][:, 1::2]),
+            (b + "ffn_down_exps.bias", sd[e + "down_proj_bias"]),
+        ]
+    for name, t in f32:
+        w.add_tensor(name, np.ascontiguousarray(t, dtype=np.float32))
+    for name, t in raw:
+        w.add_tensor(name, np.ascontiguousarray(t), raw_dtype=gguf.GGMLQuantizationType.MXFP4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.chmod(path, 0o644)
+    print(f"{case['name']}: model.gguf (gpt-oss, MXFP4 experts), {os.path.getsize(path)} bytes")
+
+
 def make_case(case, index, out_root):
     import torch
     import transformers
@@ -521,12 +633,19 @@ def make_case(case, index, out_root):
         init_weights(model, seed)
         packed = quantize_experts(model) if case.get("mxfp4") else None
         model = model.eval()
-        g = greedy(model, ids, 0)
+        try:
+            g = greedy(model, ids, 0)
+        except AssertionError:  # generation ended early: this seed's continuation emits EOS
+            seed += 1
+            assert seed < case["base_seed"] + case.get("max_seeds", 200), case["name"]
+            continue
         margin = min(router_margin(case, model, ids), router_margin(case, model, ids + g["new_ids"]))
-        if g["min_margin"] >= MIN_MARGIN and margin >= MIN_ROUTER_MARGIN:
+        if g["min_margin"] >= case.get("min_margin", MIN_MARGIN) and margin >= case.get(
+            "min_router_margin", MIN_ROUTER_MARGIN
+        ):
             break
         seed += 1
-        assert seed < case["base_seed"] + 200, case["name"]
+        assert seed < case["base_seed"] + case.get("max_seeds", 200), case["name"]
 
     d = os.path.join(out_root, case["name"])
     if os.path.isdir(d):

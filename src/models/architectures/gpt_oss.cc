@@ -19,12 +19,60 @@
 // Those experts are presented as DType::kMXFP4 tensors, the bytes repacked into ggml's nibble
 // order (elements 0..15 in the low nibbles), so they stay 4.25 bits a weight and MatMul reads
 // them directly.
+//
+// GGUF (llama.cpp's "gpt-oss", convert_hf_to_gguf.py's layout): the post-attention norm as
+// blk.N.post_attention_norm, the sinks as blk.N.attn_sinks.weight, the router as
+// ffn_gate_inp.{weight,bias}, the experts stacked as ffn_{gate,up,down}_exps.{weight,bias} (MXFP4
+// in the published files); YaRN from rope.scaling.*, attention.sliding_window with every other
+// layer sliding from layer 0 (attention.sliding_window_pattern overrides it); llama.cpp
+// hard-codes swiglu_alpha 1.702 and swiglu_limit 7.0, and so does this reader. The YaRN
+// correction range is not truncated, as in the published config (llama.cpp truncates it, a small
+// deviation from the model that this engine does not copy).
 #include <cstdint>
 
 #include "models/architecture.h"
 
 namespace uc::models {
 namespace {
+
+// What every gpt-oss layer has, whatever the file: biased attention, sinks, a biased router whose
+// top-k logits are softmaxed, biased experts.
+void SetGptOssFixedFields(ModelConfig& config) {
+  config.attention_sinks = true;
+  config.router_bias = true;
+  config.router_topk_then_softmax = true;
+  config.expert_bias = true;
+  config.swiglu_limit = 7.0f;
+  config.swiglu_alpha = 1.702f;
+}
+
+Status ReadGptOssGguf(const io::GgufFile& file, const std::string& arch, ModelConfig& config) {
+  SetGptOssFixedFields(config);
+  config.rope_scaling.truncate = false;
+  const std::string window_key = arch + ".attention.sliding_window";
+  if (file.Find(window_key) != nullptr) {
+    UC_ASSIGN_OR_RETURN(int64_t window, file.GetInt(window_key));
+    if (window <= 0 || window > kMaxPositionEmbeddings) {
+      return InvalidArgumentError(file.path() + ": " + window_key +
+                                  " is out of range: " + std::to_string(window));
+    }
+    config.sliding_window = static_cast<int>(window);
+    int64_t pattern = 2;  // llama.cpp's default for gpt-oss: layers 0, 2, 4, ... slide
+    const std::string pattern_key = arch + ".attention.sliding_window_pattern";
+    if (file.Find(pattern_key) != nullptr) {
+      UC_ASSIGN_OR_RETURN(pattern, file.GetInt(pattern_key));
+      if (pattern <= 0) {
+        return InvalidArgumentError(file.path() + ": " + pattern_key + " must be positive, got " +
+                                    std::to_string(pattern) + " (a per-layer array is not read)");
+      }
+    }
+    config.sliding_layers.assign(static_cast<size_t>(config.num_hidden_layers), false);
+    for (int i = 0; i < config.num_hidden_layers; ++i) {
+      config.sliding_layers[i] = (i + 1) % pattern != 0;
+    }
+  }
+  return ReadMoeGgufExtras(file, arch, /*renormalize=*/false, config);
+}
 
 Status ReadGptOssExtras(const nlohmann::json& json, const std::string& source,
                         ModelConfig& config) {
@@ -33,12 +81,7 @@ Status ReadGptOssExtras(const nlohmann::json& json, const std::string& source,
     config.attention_bias = json["attention_bias"].get<bool>();
   }
   config.o_proj_bias = config.attention_bias;
-  config.attention_sinks = true;
-  config.router_bias = true;
-  config.router_topk_then_softmax = true;
-  config.expert_bias = true;
-  config.swiglu_limit = 7.0f;
-  config.swiglu_alpha = 1.702f;
+  SetGptOssFixedFields(config);
   UC_RETURN_IF_ERROR(ReadOptionalFloat(json, source, "swiglu_limit", config.swiglu_limit));
   UC_RETURN_IF_ERROR(ReadOptionalFloat(json, source, "swiglu_alpha", config.swiglu_alpha));
   if (json.contains("sliding_window") && json["sliding_window"].is_number_integer()) {
@@ -205,9 +248,11 @@ std::shared_ptr<const io::TensorSource> GptOssTensors(std::shared_ptr<const io::
 
 const Architecture kGptOssArchitecture = {
     .hf_class = "GptOssForCausalLM",
-    .gguf_arch = "",
+    .gguf_arch = "gpt-oss",
     .gguf_rope_style = kernels::RopeStyle::kHalf,
     .read_hf_extras = ReadGptOssExtras,
+    .read_gguf_extras = ReadGptOssGguf,
+    .gguf_sandwich_names = true,
     .hf_tensors = GptOssTensors,
 };
 
