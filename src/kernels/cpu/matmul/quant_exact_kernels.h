@@ -505,11 +505,17 @@ struct Tuning {
   int panels_per_group;
   int panel_mr;
   int64_t prefetch_bytes;
+  // Rows per decode call when x has one row (0: decode_rows): more rows are more independent
+  // chains and fewer passes over a pair, where one x row leaves the registers for them.
+  int single_decode_rows = 0;
 };
 
 template <typename B, typename T, Tuning kT>
 struct Driver {
   static constexpr int kDecodeV = kT.decode_rows / B::kLanes;
+  static constexpr int kSingleRows =
+      kT.single_decode_rows > 0 ? kT.single_decode_rows : kT.decode_rows;
+  static_assert(kSingleRows % B::kLanes == 0 && kPairRows % kSingleRows == 0);
   using StreamFn = void (*)(const float*, int64_t, const float*, int64_t, const uint8_t*, int,
                             int64_t, float*, int64_t, int);
   using PanelFn = void (*)(const float*, const float*, int64_t, const Panel<kT.panel_rows>&,
@@ -532,12 +538,18 @@ struct Driver {
     static constexpr auto kKernels = StreamTable(std::make_integer_sequence<int, kT.stream_rows>());
     const int64_t groups = a.k / T::kGroup;
     const auto* packed = reinterpret_cast<const uint8_t*>(a.w_packed);
+    const int span = a.m == 1 ? kSingleRows : kT.decode_rows;
     for (int64_t p = p_begin; p < p_end; ++p) {
       const uint8_t* rec = packed + p * PairBytes<T>(a.k);
-      for (int r0 = 0; r0 < kPairRows; r0 += kT.decode_rows) {
+      for (int r0 = 0; r0 < kPairRows; r0 += span) {
         const int64_t j0 = p * kPairRows + r0;
         if (j0 >= a.n) break;
-        const int cols = static_cast<int>(std::min<int64_t>(kT.decode_rows, a.n - j0));
+        const int cols = static_cast<int>(std::min<int64_t>(span, a.n - j0));
+        if (a.m == 1) {
+          StreamKernel<B, T, kSingleRows / B::kLanes, 1, true, kT.prefetch_bytes>(
+              a.x, a.k, xs, groups, rec, r0, a.k / T::kRecordElems, a.y + j0, a.n, cols);
+          continue;
+        }
         for (int64_t i0 = 0; i0 < a.m; i0 += kT.stream_rows) {
           const int rows = static_cast<int>(std::min<int64_t>(kT.stream_rows, a.m - i0));
           kKernels[rows](a.x + i0 * a.k, a.k, xs + i0 * groups, groups, rec, r0,
