@@ -24,13 +24,13 @@
 // lanes (x is read as broadcasts), so nothing is summed across lanes.
 //
 // Kernels. Decode (m <= kStreamRows): each thread streams its pairs, kDecodeRows rows of a pair
-// at a time (all 64 with 16 lanes: four chains per x row; 16 with 8 lanes, the other spans of the
-// pair from L2), prefetching kPrefetchBytes ahead into L2 (1024 bytes ran Q4_K decode at half the
-// read bandwidth on a Sapphire Rapids-class Xeon; 4096 at three quarters). Prefill: per k block of
-// kPanelKc, each span of kPanelRows rows is converted once into an F32 panel of codes and scales,
-// then every block of kPanelMr x rows runs a register-blocked micro-kernel over the group's panels
-// (the conversions amortized over m), x read from a copy packed once per call with each block's
-// rows interleaved (PackX).
+// at a time (all 64 with 16 lanes: four chains per x row; 16 with 8 lanes, 32 when x is one row
+// (Tuning::single_decode_rows), the other spans of the pair from L2), prefetching kPrefetchBytes
+// ahead into L2 (1024 bytes ran Q4_K decode at half the read bandwidth on a Sapphire Rapids-class
+// Xeon; 4096 at three quarters). Prefill: per k block of kPanelKc, each span of kPanelRows rows is
+// converted once into an F32 panel of codes and scales, then every block of kPanelMr x rows runs a
+// register-blocked micro-kernel over the group's panels (the conversions amortized over m), x read
+// from a copy packed once per call with each block's rows interleaved (PackX).
 //
 // Include only from those two translation units, after <immintrin.h>: everything is in an
 // anonymous namespace (see quant_exact_layout.h).
