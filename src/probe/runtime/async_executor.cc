@@ -100,6 +100,15 @@ PushResult AsyncExecutor::Push(const std::shared_ptr<Queue>& queue, ActivationRe
       ++q.counts.refused_closed;
       return PushResult::kClosed;
     }
+  } else if (full() && q.last_call <= limits_.serves_up_to) {
+    // A worker holds the queue but its handler is fast: the queue filled because that worker
+    // is off the CPU (a busy machine), not because the probe is slow. Park for up to
+    // waits_up_to for it to take the next record; parking hands this thread's core to it.
+    space_cv_.wait_for(lock, limits_.waits_up_to, [&] { return stopping_ || q.closed || !full(); });
+    if (stopping_ || q.closed) {
+      ++q.counts.refused_closed;
+      return PushResult::kClosed;
+    }
   }
   PushResult result = PushResult::kAccepted;
   if (static_cast<int>(q.items.size()) >= q.counts.capacity) {

@@ -16,8 +16,11 @@
 //     took at most 100 us (the pusher is delayed by about that much);
 //   - else, when some worker is not in a handler, parks for up to 1 ms for a worker to take a
 //     record (its CPU goes to the workers; the pusher waits for a worker, never for a probe);
-// and only then applies the policy. A queue a worker is running when it fills, or whose slow
-// handler finds every worker busy, loses records at once: drops then measure the probes' speed.
+// and only then applies the policy. A queue a worker is running when it fills parks the pusher
+// for up to 1 ms for that worker to take the next record while the handler's last call took at
+// most 100 us (the worker is off the CPU, the probe is not slow). A queue whose slow handler a
+// worker is running, or finds every worker busy, loses records at once: drops then measure the
+// probes' speed.
 // The workers serve queues round-robin: a worker takes one record from the queue at the head of
 // the ready list, runs the handler, and puts the queue back at the tail if it still has work.
 // No thread is held by an idle queue and no queue starves however many are live; at most one
