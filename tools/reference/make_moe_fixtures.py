@@ -448,6 +448,20 @@ MIXTRAL_NAMES = {"block_sparse_moe.gate.": "mlp.gate.", "block_sparse_moe.expert
                  ".w1.": ".gate_proj.", ".w3.": ".up_proj.", ".w2.": ".down_proj."}
 
 
+def add_decoder_keys(w, cfg, head_dim):
+    """The "<arch>.*" keys every decoder's GGUF carries, from config.json, in the converter's order."""
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_freq_base(cfg["rope_theta"])
+
+
 def write_gguf(case, d):
     """model.gguf of the case folder `d` from its model.safetensors (see the header)."""
     import gguf
@@ -471,16 +485,7 @@ def write_gguf(case, d):
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_head
     path = os.path.join(d, "model.gguf")
     w = gguf.GGUFWriter(path, arch)
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(n_head)
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_freq_base(cfg["rope_theta"])
+    add_decoder_keys(w, cfg, head_dim)
     w.add_rope_dimension_count(head_dim)
     w.add_expert_count(n_experts)
     w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -553,16 +558,7 @@ def write_gpt_oss_gguf(case, d, cfg):
     rs = cfg["rope_scaling"]
     path = os.path.join(d, "model.gguf")
     w = gguf.GGUFWriter(path, "gpt-oss")
-    w.add_context_length(cfg["max_position_embeddings"])
-    w.add_embedding_length(cfg["hidden_size"])
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(cfg["intermediate_size"])
-    w.add_head_count(n_head)
-    w.add_head_count_kv(cfg["num_key_value_heads"])
-    w.add_key_length(head_dim)
-    w.add_value_length(head_dim)
-    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_freq_base(cfg["rope_theta"])
+    add_decoder_keys(w, cfg, head_dim)
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(rs["factor"])
     w.add_rope_scaling_orig_ctx_len(rs["original_max_position_embeddings"])
