@@ -37,12 +37,14 @@ StatusOr<ExpertLayers> LoadExpert(const std::string& name, const ExpertWeights& 
     return InvalidArgumentError(name + ": gate, up and down biases must all be given, down's [" +
                                 std::to_string(hidden_size) + "]");
   }
+  // The intermediate dimension splits in whole blocks of down's type (gate/up take the same rows).
+  const int64_t unit = DTypeBlockSize(w.down.dtype());
   auto merged = MergedColumnParallelLinear::Load(
-      gate_up, has_bias ? std::span<const Tensor>(biases) : std::span<const Tensor>(), tp);
+      gate_up, has_bias ? std::span<const Tensor>(biases) : std::span<const Tensor>(), tp, unit);
   UC_RETURN_IF_ERROR(Annotated(merged.status(), name + " gate/up (intermediate size)"));
   layers.gate_up = std::move(merged).value();
   auto down =
-      RowParallelLinear::Load(w.down, Tensor(), tp, RowParallelOptions{.reduce_results = false});
+      RowParallelLinear::Load(w.down, Tensor(), tp, {.reduce_results = false, .split_unit = unit});
   UC_RETURN_IF_ERROR(Annotated(down.status(), name + " down"));
   layers.down = std::move(down).value();
   return layers;
@@ -107,7 +109,8 @@ StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
     if (e > 0 && layers.gate_up.output_size_per_partition(0) !=
                      moe.gate_up_[0].output_size_per_partition(0)) {
       return InvalidArgumentError(name + ": expert " + std::to_string(e) +
-                                  " has another intermediate size than expert 0");
+                                  " has another share of the intermediate size than expert 0 " +
+                                  "(another size, or a down type with other blocks)");
     }
     moe.gate_up_.push_back(std::move(layers.gate_up));
     moe.down_.push_back(std::move(layers.down));

@@ -166,6 +166,38 @@ TEST_P(FusedMoeTest, MatchesTheBlockTokenByToken) {
   });
 }
 
+// Q8_0 experts whose intermediate size is three blocks (96): TP 2 gives rank 0 two blocks and
+// rank 1 one (gate/up rows and down columns alike), and the all-reduced block equals one
+// process's.
+TEST(FusedMoeUnevenTest, OddBlockCountSplitsUnevenlyAndEqualsOneProcess) {
+  constexpr int64_t kOddInter = 96;
+  Weights w;
+  w.router = RandomF32({kExperts, kHidden}, 400);
+  for (int e = 0; e < kExperts; ++e) {
+    const uint32_t s = 500 + 3 * e;
+    w.experts.push_back({RandomWeight(kOddInter, kHidden, DType::kQ8_0, s),
+                         RandomWeight(kOddInter, kHidden, DType::kQ8_0, s + 1),
+                         RandomWeight(kHidden, kOddInter, DType::kQ8_0, s + 2),
+                         {},
+                         {},
+                         {}});
+  }
+  const Tensor x = RandomF32({7, kHidden}, 8);
+  std::vector<float> want;
+  RunWithThreadGroup(1, [&](GroupCoordinator& g) {
+    auto moe = LoadMoe(w, true, false, g);
+    ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+    want = RunBlock(*moe, x);
+  });
+  ASSERT_EQ(want.size(), static_cast<size_t>(x.numel()));
+  RunWithThreadGroup(2, [&](GroupCoordinator& g) {
+    auto moe = LoadMoe(w, true, false, g);
+    ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+    EXPECT_EQ(moe->intermediate_size_per_partition(), g.rank_in_group() == 0 ? 64 : 32);
+    ExpectClose(RunBlock(*moe, x), want);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Tp, FusedMoeTest,
                          ::testing::Values(Case{1, true, false}, Case{2, true, false},
                                            Case{2, false, true}, Case{4, false, true}),
@@ -241,12 +273,14 @@ TEST(FusedMoeBlockTest, BadShapesAndSizesAreErrorsNamingTheExpert) {
     ASSERT_FALSE(k.ok());
     EXPECT_NE(k.status().message().find("num_experts_per_tok"), std::string::npos);
   });
+  // Three Q8_0 blocks of intermediate size cannot be shared by four ranks (F32 experts of any
+  // size can: their unit is one element).
   RunWithThreadGroup(4, [&](GroupCoordinator& g) {
     Weights odd = w;
     for (ExpertWeights& e : odd.experts) {
-      e = {RandomF32({30, kHidden}, 1),
-           RandomF32({30, kHidden}, 2),
-           RandomF32({kHidden, 30}, 3),
+      e = {RandomWeight(96, kHidden, DType::kQ8_0, 1),
+           RandomWeight(96, kHidden, DType::kQ8_0, 2),
+           RandomWeight(kHidden, 96, DType::kQ8_0, 3),
            {},
            {},
            {}};
@@ -254,6 +288,10 @@ TEST(FusedMoeBlockTest, BadShapesAndSizesAreErrorsNamingTheExpert) {
     auto moe = LoadMoe(odd, true, false, g);
     ASSERT_FALSE(moe.ok());
     EXPECT_NE(moe.status().message().find("expert 0"), std::string::npos) << moe.status().message();
+    EXPECT_NE(moe.status().message().find("3 block(s) of 32 elements, fewer than "
+                                          "tensor_parallel_size 4"),
+              std::string::npos)
+        << moe.status().message();
   });
 }
 

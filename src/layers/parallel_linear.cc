@@ -1,5 +1,6 @@
 #include "layers/parallel_linear.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -43,14 +44,45 @@ Status CheckDivisible(int64_t size, int tp, std::string_view layer, std::string_
   return OkStatus();
 }
 
-// Rows [r·n/tp, (r+1)·n/tp) of a full [n, ...] tensor (undefined stays undefined): a view.
-Tensor RowShard(const Tensor& full, int rank_in_group, int tp) {
+// This rank's share of `size`: the even split (split_unit 0), else SplitInUnits.
+StatusOr<Partition> ShareOf(int64_t size, const GroupCoordinator& tp_group, int64_t split_unit,
+                            std::string_view layer, std::string_view dim) {
+  const int tp = tp_group.world_size();
+  const int r = tp_group.rank_in_group();
+  if (split_unit == 0) {
+    UC_RETURN_IF_ERROR(CheckDivisible(size, tp, layer, dim));
+    return Partition{r * (size / tp), (r + 1) * (size / tp)};
+  }
+  return SplitInUnits(size, tp, r, split_unit, std::string(layer) + ": " + std::string(dim));
+}
+
+// Rows `part` of a full [n, ...] tensor (undefined stays undefined): a view.
+Tensor RowShard(const Tensor& full, Partition part) {
   if (!Defined(full)) return Tensor();
-  const int64_t rows = full.dim(0) / tp;
-  return full.Slice(rank_in_group * rows, (rank_in_group + 1) * rows);
+  return full.Slice(part.begin, part.end);
 }
 
 }  // namespace
+
+StatusOr<Partition> SplitInUnits(int64_t size, int tp, int rank, int64_t unit,
+                                 std::string_view what) {
+  UC_CHECK(tp >= 1 && 0 <= rank && rank < tp, "SplitInUnits: rank %d of %d", rank, tp);
+  if (unit < 1 || size % unit != 0) {
+    return InvalidArgumentError(std::string(what) + " " + Str(size) + " is not a whole number of " +
+                                Str(unit) + "-element blocks");
+  }
+  const int64_t units = size / unit;
+  if (units < tp) {
+    return InvalidArgumentError(std::string(what) + " " + Str(size) + " is " + Str(units) +
+                                " block(s) of " + Str(unit) + " elements, fewer than " +
+                                "tensor_parallel_size " + Str(tp) +
+                                ": run with a smaller --tp (or --pp instead)");
+  }
+  const int64_t q = units / tp, s = units % tp;
+  const int64_t begin = rank * q + std::min<int64_t>(rank, s);
+  const int64_t count = q + (rank < s ? 1 : 0);
+  return Partition{begin * unit, (begin + count) * unit};
+}
 
 StatusOr<Tensor> CopyColumns(const Tensor& weight, int64_t begin, int64_t end,
                              std::string_view what) {
@@ -81,12 +113,11 @@ StatusOr<ColumnParallelLinear> ColumnParallelLinear::Load(const Tensor& weight, 
                                                           bool gather_output) {
   constexpr std::string_view kLayer = "ColumnParallelLinear";
   UC_RETURN_IF_ERROR(CheckMatrix(weight, kLayer));
-  const int tp = tp_group.world_size();
-  UC_RETURN_IF_ERROR(CheckDivisible(weight.dim(0), tp, kLayer, "weight dim 0 (output_size)"));
+  UC_ASSIGN_OR_RETURN(const Partition part,
+                      ShareOf(weight.dim(0), tp_group, 0, kLayer, "weight dim 0 (output_size)"));
   UC_RETURN_IF_ERROR(CheckBias(bias, weight.dim(0), kLayer));
   ColumnParallelLinear layer;
-  const int r = tp_group.rank_in_group();
-  layer.linear_ = Linear(RowShard(weight, r, tp), RowShard(bias, r, tp));
+  layer.linear_ = Linear(RowShard(weight, part), RowShard(bias, part));
   layer.output_size_ = weight.dim(0);
   layer.gather_output_ = gather_output;
   layer.tp_group_ = &tp_group;
@@ -106,15 +137,14 @@ void ColumnParallelLinear::Forward(const Tensor& x, Tensor& y, ThreadPool* pool)
 // ----------------------------------------------------------------------------- Merged
 
 StatusOr<MergedColumnParallelLinear> MergedColumnParallelLinear::Load(
-    std::span<const Tensor> weights, std::span<const Tensor> biases, GroupCoordinator& tp_group) {
+    std::span<const Tensor> weights, std::span<const Tensor> biases, GroupCoordinator& tp_group,
+    int64_t split_unit) {
   constexpr std::string_view kLayer = "MergedColumnParallelLinear";
   if (weights.empty()) return InvalidArgumentError(std::string(kLayer) + ": no weights");
   if (!biases.empty() && biases.size() != weights.size()) {
     return InvalidArgumentError(std::string(kLayer) + ": " + Str(biases.size()) + " biases for " +
                                 Str(weights.size()) + " weights");
   }
-  const int tp = tp_group.world_size();
-  const int r = tp_group.rank_in_group();
   MergedColumnParallelLinear layer;
   for (size_t i = 0; i < weights.size(); ++i) {
     const std::string name = std::string(kLayer) + " output " + Str(i);
@@ -123,10 +153,11 @@ StatusOr<MergedColumnParallelLinear> MergedColumnParallelLinear::Load(
       return InvalidArgumentError(name + ": weight dim 1 (input_size) " + Str(weights[i].dim(1)) +
                                   " differs from output 0's " + Str(weights[0].dim(1)));
     }
-    UC_RETURN_IF_ERROR(CheckDivisible(weights[i].dim(0), tp, name, "weight dim 0 (output_size)"));
+    UC_ASSIGN_OR_RETURN(const Partition part, ShareOf(weights[i].dim(0), tp_group, split_unit, name,
+                                                      "weight dim 0 (output_size)"));
     const Tensor bias = biases.empty() ? Tensor() : biases[i];
     UC_RETURN_IF_ERROR(CheckBias(bias, weights[i].dim(0), name));
-    layer.segments_.emplace_back(RowShard(weights[i], r, tp), RowShard(bias, r, tp));
+    layer.segments_.emplace_back(RowShard(weights[i], part), RowShard(bias, part));
   }
   return layer;
 }
@@ -269,22 +300,22 @@ StatusOr<RowParallelLinear> RowParallelLinear::Load(const Tensor& weight, const 
                                                     RowParallelOptions options) {
   constexpr std::string_view kLayer = "RowParallelLinear";
   UC_RETURN_IF_ERROR(CheckMatrix(weight, kLayer));
-  const int tp = tp_group.world_size();
-  UC_RETURN_IF_ERROR(CheckDivisible(weight.dim(1), tp, kLayer, "weight dim 1 (input_size)"));
+  UC_ASSIGN_OR_RETURN(const Partition part, ShareOf(weight.dim(1), tp_group, options.split_unit,
+                                                    kLayer, "weight dim 1 (input_size)"));
   UC_RETURN_IF_ERROR(CheckBias(bias, weight.dim(0), kLayer));
   if (Defined(bias) && !options.reduce_results) {
     return InvalidArgumentError(std::string(kLayer) +
                                 ": a bias needs reduce_results=true (each rank would add it)");
   }
-  const int64_t part = weight.dim(1) / tp;
   const int r = tp_group.rank_in_group();
   Tensor shard = weight;
-  if (tp > 1) {
-    UC_ASSIGN_OR_RETURN(shard, CopyColumns(weight, r * part, (r + 1) * part, kLayer));
+  if (tp_group.world_size() > 1) {
+    UC_ASSIGN_OR_RETURN(shard, CopyColumns(weight, part.begin, part.end, kLayer));
   }
   RowParallelLinear layer;
   layer.linear_ = Linear(std::move(shard), r == 0 ? bias : Tensor());
   layer.input_size_ = weight.dim(1);
+  layer.input_begin_ = part.begin;
   layer.options_ = options;
   layer.tp_group_ = &tp_group;
   return layer;
@@ -300,7 +331,7 @@ void RowParallelLinear::Forward(const Tensor& x, Tensor& y, ThreadPool* pool) co
              ShapeToString(x.shape()).c_str(), static_cast<long long>(input_size_));
     const int64_t part = input_size_per_partition();
     Tensor x_part = Tensor::Empty({x.dim(0), part}, DType::kF32);
-    const float* src = x.data<float>() + tp_group_->rank_in_group() * part;
+    const float* src = x.data<float>() + input_begin_;
     for (int64_t i = 0; i < x.dim(0); ++i) {
       std::memcpy(x_part.data<float>() + i * part, src + i * input_size_,
                   static_cast<size_t>(part) * sizeof(float));

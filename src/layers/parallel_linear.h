@@ -37,6 +37,21 @@
 
 namespace uc::layers {
 
+// One rank's share [begin, end) of a dimension split over a TP group.
+struct Partition {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// Rank `rank`'s share of `size` elements split over `tp` ranks in whole units of `unit` elements,
+// as evenly as the units allow: with q, s = divmod(size / unit, tp), ranks [0, s) take q + 1
+// units and the others q. Where unit divides size / tp that is the even split
+// [rank·size/tp, (rank+1)·size/tp). InvalidArgument naming `what` unless unit >= 1 divides size
+// and there are at least tp units (no rank is left without any).
+StatusOr<Partition> SplitInUnits(int64_t size, int tp, int rank, int64_t unit,
+                                 std::string_view what);
+
 class ColumnParallelLinear {
  public:
   ColumnParallelLinear() = default;
@@ -78,15 +93,17 @@ class MergedColumnParallelLinear {
   MergedColumnParallelLinear() = default;
 
   // weights[i]: [output_sizes[i], input_size] full; biases: empty, or one per weight ([output
-  // sizes[i]] or undefined). InvalidArgument unless every output_sizes[i] % tp == 0, all
-  // input sizes agree and there is at least one weight.
+  // sizes[i]] or undefined). split_unit 0: each output splits evenly; >= 1: SplitInUnits with
+  // that unit (an MLP's gate/up, given the down projection's unit). InvalidArgument unless every
+  // output size splits so, all input sizes agree and there is at least one weight.
   static StatusOr<MergedColumnParallelLinear> Load(std::span<const Tensor> weights,
                                                    std::span<const Tensor> biases,
-                                                   distributed::GroupCoordinator& tp_group);
+                                                   distributed::GroupCoordinator& tp_group,
+                                                   int64_t split_unit = 0);
 
   int num_outputs() const { return static_cast<int>(segments_.size()); }
   int64_t input_size() const { return segments_.front().input_size(); }
-  // output_sizes[i] / tp.
+  // This rank's share of output_sizes[i] (output_sizes[i] / tp unless split in units).
   int64_t output_size_per_partition(int i) const { return segments_[i].output_size(); }
   // [output_size_per_partition(i), input_size], a view of the checkpoint.
   const Tensor& weight(int i) const { return segments_[i].weight(); }
@@ -181,6 +198,9 @@ struct RowParallelOptions {
   // true: Forward all-reduces, so y is the full result on every rank; false: y is this rank's
   // partial sum (no bias allowed: it would be added once per rank).
   bool reduce_results = true;
+  // 0: input_size splits evenly over the ranks; >= 1: in whole units of that many columns, as
+  // SplitInUnits says (an MLP's down projection: its quantization block, DTypeBlockSize).
+  int64_t split_unit = 0;
 };
 
 class RowParallelLinear {
@@ -188,9 +208,9 @@ class RowParallelLinear {
   RowParallelLinear() = default;
 
   // weight: [output_size, input_size] full; bias: [output_size] or undefined. Copies this rank's
-  // columns [r·input_size_per_partition, (r+1)·input_size_per_partition) into owned storage;
-  // for a block-quantized dtype input_size_per_partition must be a whole number of blocks.
-  // InvalidArgument unless input_size % tp == 0, the split is on block boundaries, shapes agree,
+  // columns (the even split [r·input_size/tp, (r+1)·input_size/tp), or SplitInUnits with
+  // options.split_unit) into owned storage; for a block-quantized dtype they must be whole
+  // blocks. InvalidArgument unless the input size splits so, on block boundaries, shapes agree,
   // and not (bias && !reduce_results).
   static StatusOr<RowParallelLinear> Load(const Tensor& weight, const Tensor& bias,
                                           distributed::GroupCoordinator& tp_group,
@@ -214,6 +234,7 @@ class RowParallelLinear {
  private:
   Linear linear_;  // weight [output_size, input_size_per_partition], bias only on TP rank 0
   int64_t input_size_ = 0;
+  int64_t input_begin_ = 0;  // this rank's first column of the full input
   RowParallelOptions options_;
   distributed::GroupCoordinator* tp_group_ = nullptr;
 };

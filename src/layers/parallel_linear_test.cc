@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/thread_process_group.h"
@@ -134,6 +136,88 @@ TEST_P(ParallelLinearTest, RowParallelMatchesLinear) {
     partial->Forward(x_part, y3, nullptr);
     g.AllReduce(y3);
     ExpectClose(y3.ToFloatVector(), ref_no_bias.ToFloatVector());
+  });
+}
+
+// Odd numbers of blocks split as evenly as whole blocks allow; the even split where it exists.
+TEST(SplitInUnitsTest, SharesWholeUnitsAsEvenlyAsTheyAllow) {
+  using Range = std::pair<int64_t, int64_t>;
+  auto share = [](int64_t size, int tp, int rank, int64_t unit) {
+    auto p = SplitInUnits(size, tp, rank, unit, "intermediate_size");
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+    return p.ok() ? Range{p->begin, p->end} : Range{};
+  };
+  // Three Q4_K super-blocks (Qwen3-30B-A3B's expert intermediate 768) over two ranks.
+  EXPECT_EQ(share(768, 2, 0, 256), (Range{0, 512}));
+  EXPECT_EQ(share(768, 2, 1, 256), (Range{512, 768}));
+  // 90 MXFP4 blocks (gpt-oss-20b's 2880) over four ranks: 23, 23, 22, 22.
+  EXPECT_EQ(share(2880, 4, 1, 32), (Range{736, 1472}));
+  EXPECT_EQ(share(2880, 4, 3, 32), (Range{2176, 2880}));
+  // Where the unit divides size / tp: the even split.
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(share(5632 * 2, 4, r, 256), (Range{r * 2816, (r + 1) * 2816}));
+  }
+  // F32 (unit 1) takes any size.
+  EXPECT_EQ(share(33, 2, 1, 1), (Range{17, 33}));
+
+  auto too_few = SplitInUnits(32, 2, 0, 32, "model.layers.0.mlp expert 0 down");
+  ASSERT_FALSE(too_few.ok());
+  EXPECT_EQ(too_few.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_few.status().message().find("model.layers.0.mlp expert 0 down 32 is 1 block"),
+            std::string::npos)
+      << too_few.status().ToString();
+  EXPECT_NE(too_few.status().message().find("tensor_parallel_size 2"), std::string::npos);
+  auto ragged = SplitInUnits(100, 2, 0, 32, "intermediate_size");
+  ASSERT_FALSE(ragged.ok());
+  EXPECT_NE(ragged.status().message().find("not a whole number of 32-element blocks"),
+            std::string::npos);
+}
+
+// A gated MLP whose Q8_0 down projection has an odd number of blocks along the intermediate
+// size (3 x 32 over 2 ranks: 64 and 32 columns): gate/up and down take the same uneven rows and
+// columns, and the all-reduced output equals one process's.
+TEST(SplitInUnitsTest, UnevenGatedMlpEqualsOneProcess) {
+  constexpr int64_t kM = 3, kHidden = 64, kIntermediate = 96;
+  const Tensor gate = RandomWeight(kIntermediate, kHidden, DType::kQ8_0, 21);
+  const Tensor up = RandomWeight(kIntermediate, kHidden, DType::kQ8_0, 22);
+  const Tensor down = RandomWeight(kHidden, kIntermediate, DType::kQ8_0, 23);
+  const Tensor x = RandomF32({kM, kHidden}, 24);
+  const Tensor gate_ref = Reference(x, gate, Tensor());
+  const Tensor up_ref = Reference(x, up, Tensor());
+  std::vector<float> act(static_cast<size_t>(kM * kIntermediate));
+  for (size_t i = 0; i < act.size(); ++i) {
+    const float g = gate_ref.data<float>()[i];
+    act[i] = g / (1.0f + std::exp(-g)) * up_ref.data<float>()[i];
+  }
+  const Tensor ref = Reference(Tensor::FromVector(act, {kM, kIntermediate}), down, Tensor());
+  RunWithThreadGroup(2, [&](GroupCoordinator& g) {
+    const int r = g.rank_in_group();
+    const int64_t begin = r == 0 ? 0 : 64, end = r == 0 ? 64 : 96;
+    const Tensor weights[] = {gate, up};
+    auto gate_up = MergedColumnParallelLinear::Load(weights, {}, g, /*split_unit=*/32);
+    ASSERT_TRUE(gate_up.ok()) << gate_up.status().ToString();
+    ASSERT_EQ(gate_up->output_size_per_partition(0), end - begin);
+    EXPECT_EQ(gate_up->weight(0).raw(), gate.row(begin));
+    auto down_proj = RowParallelLinear::Load(down, Tensor(), g, {.split_unit = 32});
+    ASSERT_TRUE(down_proj.ok()) << down_proj.status().ToString();
+    ASSERT_EQ(down_proj->input_size_per_partition(), end - begin);
+    Tensor g_out = Tensor::Empty({kM, end - begin}, DType::kF32);
+    Tensor u_out = Tensor::Empty({kM, end - begin}, DType::kF32);
+    gate_up->Forward(x, g_out, u_out, nullptr);
+    for (int64_t i = 0; i < g_out.numel(); ++i) {
+      const float v = g_out.data<float>()[i];
+      g_out.data<float>()[i] = v / (1.0f + std::exp(-v)) * u_out.data<float>()[i];
+    }
+    Tensor y = Tensor::Empty({kM, kHidden}, DType::kF32);
+    down_proj->Forward(g_out, y, nullptr);
+    ExpectClose(y.ToFloatVector(), ref.ToFloatVector());
+    // The full input, split by the layer itself at the same columns.
+    auto splitting =
+        RowParallelLinear::Load(down, Tensor(), g, {.input_is_parallel = false, .split_unit = 32});
+    ASSERT_TRUE(splitting.ok());
+    Tensor y2 = Tensor::Empty({kM, kHidden}, DType::kF32);
+    splitting->Forward(Tensor::FromVector(act, {kM, kIntermediate}), y2, nullptr);
+    ExpectClose(y2.ToFloatVector(), ref.ToFloatVector());
   });
 }
 

@@ -182,24 +182,28 @@ StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const io::T
     UC_ASSIGN_OR_RETURN(parts.moe, LoadMoeBlock(c, index, source, tp));
     return parts;
   }
+  // The checkpoint's tensors (gate/up first, so that a shape error names the first one), then
+  // the TP layers: the intermediate dimension splits in whole blocks of down_proj's type, as
+  // evenly as they allow (gate/up take the same rows).
+  std::vector<Tensor> weights, biases;
+  std::string what = p + "mlp.gate_proj/up_proj (intermediate_size)";
   if (c.gated_mlp) {
     UC_ASSIGN_OR_RETURN(auto gate_and_up, LoadGateUp(c, p, w));
-    const Tensor gate_up[] = {gate_and_up.first, gate_and_up.second};
-    auto merged = layers::MergedColumnParallelLinear::Load(gate_up, {}, tp);
-    UC_RETURN_IF_ERROR(Annotated(merged.status(), p + "mlp.gate_proj/up_proj (intermediate_size)"));
-    parts.gate_up = std::move(merged).value();
+    weights = {gate_and_up.first, gate_and_up.second};
   } else {
     UC_ASSIGN_OR_RETURN(Tensor up, w.Matrix(p + "mlp.up_proj.weight", inter, h));
     UC_ASSIGN_OR_RETURN(Tensor up_bias, w.Vector(p + "mlp.up_proj.bias", inter, c.mlp_bias));
-    const Tensor weights[] = {up};
-    const Tensor biases[] = {up_bias};
-    auto merged = layers::MergedColumnParallelLinear::Load(weights, biases, tp);
-    UC_RETURN_IF_ERROR(Annotated(merged.status(), p + "mlp.up_proj (intermediate_size)"));
-    parts.gate_up = std::move(merged).value();
+    weights = {up};
+    biases = {up_bias};
+    what = p + "mlp.up_proj (intermediate_size)";
   }
   UC_ASSIGN_OR_RETURN(Tensor down, w.Matrix(p + "mlp.down_proj.weight", h, inter));
   UC_ASSIGN_OR_RETURN(Tensor down_bias, w.Vector(p + "mlp.down_proj.bias", h, c.mlp_bias));
-  auto down_proj = layers::RowParallelLinear::Load(down, down_bias, tp);
+  const int64_t unit = DTypeBlockSize(down.dtype());
+  auto merged = layers::MergedColumnParallelLinear::Load(weights, biases, tp, unit);
+  UC_RETURN_IF_ERROR(Annotated(merged.status(), what));
+  parts.gate_up = std::move(merged).value();
+  auto down_proj = layers::RowParallelLinear::Load(down, down_bias, tp, {.split_unit = unit});
   UC_RETURN_IF_ERROR(Annotated(down_proj.status(), p + "mlp.down_proj.weight"));
   parts.down = std::move(down_proj).value();
   return parts;
@@ -357,13 +361,6 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
   std::unique_ptr<CausalLM> model(new CausalLM());
   model->config_ = c;
   model->parallel_ = parallel;
-  bool any_dense = false;
-  for (int i = parallel.layer_start; i < parallel.layer_end; ++i) any_dense |= !c.IsMoeLayer(i);
-  if (any_dense && c.intermediate_size % tp.world_size() != 0) {
-    return InvalidArgumentError(
-        checkpoint.path.string() + ": intermediate_size " + std::to_string(c.intermediate_size) +
-        " is not divisible by tensor_parallel_size " + std::to_string(tp.world_size()));
-  }
   LayerVectors steering;
   if (!options.steering.empty()) {
     UC_ASSIGN_OR_RETURN(
@@ -392,7 +389,9 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
     } else {
       parts.gate_up.set_matmul(options.matmul());
       parts.down.set_matmul(options.matmul());
-      model->intermediate_per_partition_ = parts.gate_up.output_size_per_partition(0);
+      // The largest share: layers whose down_proj types differ may split differently.
+      model->intermediate_per_partition_ =
+          std::max(model->intermediate_per_partition_, parts.gate_up.output_size_per_partition(0));
     }
     const kernels::AttentionShape shape{
         .num_heads = static_cast<int>(parts.qkv.num_heads_per_rank()),

@@ -26,22 +26,12 @@ StatusOr<layers::ExpertWeights> LoadExpert(const io::TensorSource& source, const
   return w;
 }
 
-Status CheckDivides(const char* field, int size, int tp) {
-  if (size % tp == 0) return OkStatus();
-  return InvalidArgumentError(std::string(field) + " " + std::to_string(size) +
-                              " is not divisible by tensor_parallel_size " + std::to_string(tp));
-}
-
 }  // namespace
 
 StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& c, int layer,
                                         const io::TensorSource& source,
                                         distributed::GroupCoordinator& tp) {
   UC_CHECK(c.IsMoeLayer(layer), "layer %d is not a mixture of experts", layer);
-  UC_RETURN_IF_ERROR(
-      CheckDivides("moe_intermediate_size", c.moe_intermediate_size, tp.world_size()));
-  UC_RETURN_IF_ERROR(CheckDivides("shared_expert_intermediate_size",
-                                  c.shared_expert_intermediate_size, tp.world_size()));
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   const int64_t h = c.hidden_size;
   UC_ASSIGN_OR_RETURN(Tensor router,
