@@ -288,7 +288,7 @@ TEST(GptOssTest, Mxfp4ExpertsStayMxfp4AndBadBlocksAreRefused) {
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     EXPECT_EQ(w->dtype(), DType::kMXFP4) << projection;
     EXPECT_EQ(w->shape(),
-              std::string_view(projection) == "down_proj" ? (Shape{64, 32}) : (Shape{32, 64}))
+              std::string_view(projection) == "down_proj" ? (Shape{64, 96}) : (Shape{96, 64}))
         << projection;
   }
 
@@ -348,7 +348,7 @@ TEST(GptOssTest, GgufReadsTheSameModelAndRefusesABadExpertBias) {
   auto w = gguf->tensors->Get("model.layers.1.mlp.experts.3.down_proj.weight");
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->dtype(), DType::kMXFP4);
-  EXPECT_EQ(w->shape(), (Shape{64, 32}));
+  EXPECT_EQ(w->shape(), (Shape{64, 96}));
   auto bias = gguf->tensors->Get("model.layers.1.mlp.experts.3.up_proj.bias");
   ASSERT_TRUE(bias.ok()) << bias.status().ToString();
   auto want = hf->tensors->Get("model.layers.1.mlp.experts.3.up_proj.bias");

@@ -59,10 +59,11 @@ Cases:
              router_margin is the gap between the k-th and (k+1)-th router logit.
   gptoss_mxfp4
              gpt-oss as the published checkpoints store it: the experts in MXFP4. 2 layers
-             (sliding window 8, full), hidden 64, 4 experts top-2, intermediate 32 (blocks of 32
-             along both expert inputs), swiglu_limit 7.0 (the published value, which llama.cpp
-             hard-codes, so that llama.cpp computes the same model from model.gguf), YaRN with
-             its correction range clamped (GPT_OSS_YARN_CLAMPED), otherwise as gptoss. After init_weights each expert
+             (sliding window 8, full), hidden 64, 4 experts top-2, intermediate 96 (blocks of 32
+             along both expert inputs: three along down_proj's, which TP 2 splits 2 + 1),
+             swiglu_limit 7.0 (the published value, which llama.cpp hard-codes, so that
+             llama.cpp computes the same model from model.gguf), YaRN with its correction range
+             clamped (GPT_OSS_YARN_CLAMPED), otherwise as gptoss. After init_weights each expert
              matrix W [out, in] (gate_up_proj[e].T, down_proj[e].T) is quantized per 32 inputs
              with gguf-py's MXFP4 quantizer and the model's experts set to gguf-py's
              dequantization of those blocks. model.safetensors then holds
@@ -259,7 +260,7 @@ CASES = [
             num_hidden_layers=2,
             num_key_value_heads=2,
             head_dim=16,
-            intermediate_size=32,
+            intermediate_size=96,
             num_local_experts=4,
             num_experts_per_tok=2,
             sliding_window=8,
