@@ -186,9 +186,9 @@ MatMulArgs ArgsOf(const Tensor& x, const Tensor& w, Tensor& y) {
                     w.dtype(),       w.dim(0), w.row_bytes(), y.data<float>()};
 }
 
-// MatMul, reading `packed` (PackedWeight::packed(), or null) where its kernel is in use.
+// MatMul, reading `packed_weight`'s copy (or none: null) where its kernel is in use.
 void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
-                const MatMulOptions& options, const std::byte* packed) {
+                const MatMulOptions& options, const PackedWeight* packed_weight) {
   CheckMatMulShapes(x, w, y);
   if (y.numel() == 0) return;
   if (x.dim(1) == 0) {
@@ -196,6 +196,8 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     return;
   }
   MatMulArgs args = ArgsOf(x, w, y);
+  [[maybe_unused]] const std::byte* const packed =
+      packed_weight != nullptr ? packed_weight->packed() : nullptr;
   if (options.precision == MatMulPrecision::kInt8 && DTypeIsQuantized(w.dtype())) {
 #if defined(__x86_64__)
     if (UseAvx512Int8(w.dtype())) {
@@ -212,8 +214,13 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     avx512::MatMulBf16(args, pool);
   } else if (IsHalfDType(w.dtype()) && internal::UseAvx512Vnni()) {
     // F16, and BF16 multiplied exactly: one order for every m (batch invariant).
-    args.w_packed = packed;
+    args.w_packed = packed != nullptr && packed_weight->avx512_layout() ? packed : nullptr;
     avx512::MatMulHalf(args, pool);
+  } else if (IsHalfDType(w.dtype()) && internal::UseAvx2()) {
+    // The same order on 8 lanes, so the same bits; BF16 at kInt8 too (no vdpbf16ps here). The
+    // two levels pack differently: a copy packed for the other reads as the stored rows.
+    args.w_packed = packed != nullptr && !packed_weight->avx512_layout() ? packed : nullptr;
+    avx2::MatMulHalf(args, pool);
   } else if (packed != nullptr && DTypeIsQuantized(w.dtype()) && internal::UseAvx2()) {
     // Packed at kExact: the grouped order, one for every m (batch invariant), the same bits at
     // both levels.
@@ -255,8 +262,12 @@ void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
   MatMulImpl(x, w, y, pool, options, nullptr);
 }
 
-PackedWeight::PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes)
-    : source_(std::move(source)), options_(options), data_(static_cast<size_t>(bytes)) {}
+PackedWeight::PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes,
+                           bool avx512_layout)
+    : source_(std::move(source)),
+      options_(options),
+      avx512_layout_(avx512_layout),
+      data_(static_cast<size_t>(bytes)) {}
 
 std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
                                                        const MatMulOptions& options,
@@ -274,8 +285,8 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
     layout = Layout::kInt8;
   } else if (int8 && w.dtype() == DType::kBF16 && internal::UseAvx512Bf16()) {
     layout = Layout::kBf16;
-  } else if (avx512 && IsHalfDType(w.dtype())) {
-    layout = Layout::kHalf;
+  } else if (IsHalfDType(w.dtype())) {
+    layout = Layout::kHalf;  // avx512::PackHalf's, or below AVX-512 avx2::PackHalf's
   } else if (!int8 && DTypeIsQuantized(w.dtype())) {
     layout = Layout::kQuantExact;  // AVX2 or AVX-512
   }
@@ -283,12 +294,16 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   const int64_t k = w.dim(1);
   const int64_t bytes = layout == Layout::kInt8   ? avx512::PackedInt8Bytes(w.dtype(), n, k)
                         : layout == Layout::kBf16 ? avx512::PackedBf16Bytes(n, k)
-                        : layout == Layout::kHalf ? avx512::PackedHalfBytes(n, k)
+                        : layout == Layout::kHalf
+                            ? (avx512 ? avx512::PackedHalfBytes(n, k) : avx2::PackedHalfBytes(n, k))
                         : layout == Layout::kQuantExact
                             ? avx2::PackedQuantExactBytes(w.dtype(), n, k)
                             : 0;
   if (bytes == 0) return nullptr;
-  std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes));
+  // Every layout but the AVX2 one for F16 and BF16 is read by an AVX-512 kernel (the exact
+  // quantized one by both levels alike).
+  std::shared_ptr<PackedWeight> packed(
+      new PackedWeight(w, options, bytes, avx512 || layout != Layout::kHalf));
   const MatMulArgs args{nullptr, 0, k, w.row(0), w.dtype(), n, w.row_bytes(), nullptr};
   std::byte* const out = packed->data_.data();
   if (layout == Layout::kInt8) {
@@ -301,8 +316,10 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
     } else {
       avx2::PackQuantExact(args, out, pool);
     }
-  } else {
+  } else if (avx512) {
     avx512::PackHalf(args, out, pool);
+  } else {
+    avx2::PackHalf(args, out, pool);
   }
   return packed;
 #else
@@ -314,7 +331,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
 }
 
 void MatMul(const Tensor& x, const PackedWeight& w, Tensor& y, ThreadPool* pool) {
-  MatMulImpl(x, w.source(), y, pool, w.options(), w.packed());
+  MatMulImpl(x, w.source(), y, pool, w.options(), &w);
 }
 
 void MatMulMany(const Tensor& x, std::span<const MatMulOperand> operands, ThreadPool* pool) {
@@ -346,8 +363,7 @@ void MatMulMany(const Tensor& x, std::span<const MatMulOperand> operands, Thread
   }
 #endif
   for (const MatMulOperand& op : operands) {
-    MatMulImpl(x, *op.w, *op.y, pool, op.options,
-               op.packed != nullptr ? op.packed->packed() : nullptr);
+    MatMulImpl(x, *op.w, *op.y, pool, op.options, op.packed);
   }
 }
 

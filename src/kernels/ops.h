@@ -53,11 +53,11 @@ struct MatMulOptions {
   MatMulPrecision precision = MatMulPrecision::kExact;
   // Every row of y is summed in one order whatever m is, so a row's bits never depend on the
   // rows beside it (the other requests of a batch, the prefill chunk it falls in). kInt8 (for
-  // quantized w, and BF16 w with AVX512_BF16), F16 and BF16 w on CPUs with AVX-512 VNNI (one FMA
-  // chain over k per output at every m), Q8_0 / Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K w packed at kExact
-  // on AVX-512 VNNI (the grouped order), and the portable kernels always are; otherwise with AVX2
-  // kExact costs prefill speed, since the tiled GEMM's order differs from the decode path's (see
-  // the README's numbers).
+  // quantized w, and BF16 w with AVX512_BF16), F16 and BF16 w on CPUs with AVX2 or AVX-512 VNNI
+  // (one FMA chain over k per output at every m, the same bits at both levels), Q8_0 / Q4_0 /
+  // Q4_1 / Q4_K / Q5_K / Q6_K w packed at kExact on AVX-512 VNNI (the grouped order), and the
+  // portable kernels always are; otherwise with AVX2 kExact costs prefill speed, since the tiled
+  // GEMM's order differs from the decode path's (see the README's numbers).
   bool batch_invariant = false;
 };
 
@@ -84,10 +84,11 @@ inline void MatMul(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool
 // AVX512_BF16 for BF16: tiles of 32 rows with k in pairs, pair p of the 32 rows one 128-byte run
 // (matmul_bf16_avx512.cc); and on AVX-512 VNNI, F16 at any precision and BF16 otherwise: tiles of
 // 32 rows, element kk of the 32 rows one 64-byte line (matmul_half_avx512.cc; decode streams it
-// at the read bandwidth, where the stored rows' dot products lost L1 to F32 x); and on AVX-512
-// VNNI, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K at kExact: pairs of 32-row tiles, each record's
-// scale fields and then 64-byte lines of the rows' codes (matmul_quant_exact_avx512.cc; decode
-// 1.5-2.5x faster than from the stored rows). As many bytes as the stored weights, or a few
+// at the read bandwidth, where the stored rows' dot products lost L1 to F32 x), on AVX2 without
+// it panels of 16 rows, element kk of the 16 rows one 32-byte line (matmul_half_avx2.cc); and on
+// AVX-512 VNNI, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K at kExact: pairs of 32-row tiles, each
+// record's scale fields and then 64-byte lines of the rows' codes (matmul_quant_exact_avx512.cc;
+// decode 1.5-2.5x faster than from the stored rows). As many bytes as the stored weights, or a few
 // percent more (n rounded up to the tile). Results are bit-identical to MatMul on the stored
 // weights, except kExact for those quantized types: their packed kernel sums in the order
 // reference::MatMulExactGrouped defines (within 1e-5 of the stored rows' result, and the same for
@@ -104,12 +105,16 @@ class PackedWeight {
   const MatMulOptions& options() const { return options_; }
   int64_t packed_bytes() const { return static_cast<int64_t>(data_.size()); }
   const std::byte* packed() const { return data_.data(); }
+  // Whether packed() is in a layout of the AVX-512 kernels. F16 and BF16 are packed differently
+  // below that level (avx2::PackHalf); a MatMul at the other level reads the stored rows.
+  bool avx512_layout() const { return avx512_layout_; }
 
  private:
-  PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes);
+  PackedWeight(Tensor source, const MatMulOptions& options, int64_t bytes, bool avx512_layout);
 
   Tensor source_;
   MatMulOptions options_;
+  bool avx512_layout_;
   HugePageBuffer data_;  // decode streams it: 2 MiB pages where the OS grants them
 };
 

@@ -174,7 +174,7 @@ struct LoadOptions {
   // Every row's activations and logits independent of the batch it runs in (its bits equal
   // alone, in any batch, at any prefill chunking); see kernels::MatMulOptions::batch_invariant.
   // On by default: the packed kernels of the common weight types are invariant at no cost; off
-  // buys prefill speed only for F32 weights, F16 / BF16 without AVX-512 and Q2_K, Q3_K, IQ4_NL.
+  // buys prefill speed only for F32 weights and Q2_K, Q3_K, IQ4_NL.
   bool batch_invariant = true;
   kernels::MatMulOptions matmul() const { return {matmul_precision, batch_invariant}; }
   // Control vectors added to every token's residual stream after their blocks (steering.h).

@@ -97,8 +97,8 @@ inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
       ->trigger_on_parse();
   cmd->add_flag_callback(
          "--no-batch-invariant", [load] { load->batch_invariant = false; },
-         "Let a row's bits depend on the batch: faster prefill of F32 weights, of F16 / BF16 "
-         "without AVX-512 and of Q2_K / Q3_K / IQ4_NL")
+         "Let a row's bits depend on the batch: faster prefill of F32 weights and of Q2_K / "
+         "Q3_K / IQ4_NL")
       ->trigger_on_parse();
   cmd->add_option_function<std::vector<std::string>>(
          "--control-vector",

@@ -35,8 +35,9 @@ struct MatMulArgs {
   int64_t n;
   int64_t w_row_bytes;
   float* y;
-  // avx512::MatMulInt8, avx512::MatMulBf16 and avx512::MatMulHalf only: w as avx512::PackInt8,
-  // avx512::PackBf16 or avx512::PackHalf wrote it (w still names the stored rows), or null.
+  // avx512::MatMulInt8, avx512::MatMulBf16, avx512::MatMulHalf, avx2::MatMulHalf and the
+  // MatMulQuantExact kernels only: w as the matching packer (avx512::PackInt8, ...) wrote it (w
+  // still names the stored rows), or null.
   const std::byte* w_packed = nullptr;
 };
 
@@ -195,6 +196,20 @@ int64_t PackedQuantExactBytes(DType dtype, int64_t n, int64_t k);
 // (PackedQuantExactBytes bytes, 64-byte aligned). REQUIRES: PackedQuantExactBytes(...) > 0. The
 // avx512:: version writes the same bytes.
 void PackQuantExact(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
+// F16 weights (any precision) and BF16 weights (any precision: no AVX512_BF16 at this level) on
+// CPUs without the AVX-512 kernels: every output one F32 FMA chain over k in order from zero,
+// MatMulTiled's order, so the bits are MatMulTiled's (and avx512::MatMulHalf's) for every m and
+// thread count (batch invariant), packed or not. Reads args.w_packed (PackHalf's layout) when
+// set: a 6x16 micro-kernel for prefill, decode streams the panels at the read bandwidth; else
+// MatMulTiled. See matmul_half_avx2.cc.
+void MatMulHalf(const MatMulArgs& args, ThreadPool* pool);
+// Bytes of F16 or BF16 w[n, k] in MatMulHalf's packed layout: panels of 16 rows (n rounded up to
+// 16), element kk of a panel's rows one 32-byte line, lines in k order, panels back to back. Not
+// avx512::PackHalf's layout.
+int64_t PackedHalfBytes(int64_t n, int64_t k);
+// Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out (PackedHalfBytes
+// bytes, 32-byte aligned).
+void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 void CausalAttention(const AttentionArgs& args, ThreadPool* pool);
 // The inner loops of CausalAttention for one token and the `heads` query heads of one KV head
 // (q and out: heads rows of hd floats; keys / values: `rows` cache rows `stride` floats apart):
