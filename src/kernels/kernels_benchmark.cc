@@ -220,6 +220,47 @@ void MatMulArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_MatMulDecode)->Apply(MatMulArgs);
 BENCHMARK(BM_MatMulPrefill)->Apply(MatMulArgs);
 
+// MatMul with MatMulOptions::batch_invariant (a model's default) as its layers run it: w packed
+// where PackedWeight::Pack has a layout for those options on this CPU, else the stored rows.
+// Args: dtype index, tokens (1: decode, the weights cold as in BM_MatMulDecode; more: prefill,
+// the weights warm), threads.
+void BM_MatMulInvariant(benchmark::State& state) {
+  const DType dtype = kDTypes[state.range(0)];
+  const int64_t tokens = state.range(1);
+  const int threads = static_cast<int>(state.range(2));
+  SetPath(false, state);
+  const MatMulOptions options{.batch_invariant = true};
+  std::vector<Tensor> copies = {BenchWeights(kIntermediate, kHidden, dtype, 1)};
+  const int64_t copies_needed =
+      tokens == 1 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
+  while (static_cast<int64_t>(copies.size()) < copies_needed) copies.push_back(copies[0].Clone());
+  std::vector<std::shared_ptr<const PackedWeight>> packed;
+  for (const Tensor& w : copies) packed.push_back(PackedWeight::Pack(w, options, Pool(threads)));
+  const Tensor x = RandomF32({tokens, kHidden}, 2);
+  Tensor y = Tensor::Empty({tokens, kIntermediate}, DType::kF32);
+  size_t next = 0;
+  for (auto _ : state) {
+    if (packed[next] != nullptr) {
+      MatMul(x, *packed[next], y, Pool(threads));
+    } else {
+      MatMul(x, copies[next], y, Pool(threads), options);
+    }
+    next = (next + 1) % copies.size();
+    benchmark::DoNotOptimize(y.raw());
+  }
+  state.counters["weight_B/s"] = benchmark::Counter(
+      static_cast<double>(copies[0].nbytes()) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * tokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(DTypeName(dtype)) + (packed[0] != nullptr ? " packed" : ""));
+}
+// F32, F16 and BF16 at one token (decode), 64 (BM_MatMulPrefill's) and 512.
+BENCHMARK(BM_MatMulInvariant)
+    ->ArgNames({"dtype", "tokens", "threads"})
+    ->ArgsProduct({{0, 1, 2}, {1, 64, 512}, {1, 2}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 // kExact against kInt8 on TinyLlama's MLP shape (w: [5632, 2048]). Args: dtype (index into
 // kPrecisionDTypes), tokens (1: decode; 16: the batched decode of sixteen sequences; both with the
 // weights cold as in BM_MatMulDecode; 128: prefill, weights warm), precision (0: kExact, 1: kInt8),
