@@ -268,9 +268,9 @@ BENCHMARK(BM_MatMulInvariant)
 // has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight: kInt8, and kExact
 // for the dtypes with the packed exact layout). BF16 at kInt8 is the vdpbf16ps MatMul at levels 2
 // and 3 (AVX512_BF16), whatever the CPU table prefers.
-constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
-                                      DType::kQ8_0, DType::kQ5_K, DType::kQ4_1,
-                                      DType::kQ5_0, DType::kQ3_K, DType::kBF16};
+constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K,  DType::kQ6_K,  DType::kQ8_0,
+                                      DType::kQ5_K, DType::kQ4_1,  DType::kQ5_0,  DType::kQ3_K,
+                                      DType::kBF16, DType::kMXFP4, DType::kIQ4_NL};
 void BM_MatMulPrecision(benchmark::State& state) {
   const DType dtype = kPrecisionDTypes[state.range(0)];
   const int64_t tokens = state.range(1);
