@@ -326,17 +326,25 @@ struct SignedBlocks {
     alignas(32) float d[kTileRows];
   };
 
+  // Block b of rows 2 pair and 2 pair + 1 of a table type, its codes looked up in `table`: lo =
+  // elements 0-15 of both rows (row 2 pair in the low half), hi = elements 16-31.
+  [[gnu::always_inline]] static void LookUpPair(__m256i table, const std::byte* const* rows,
+                                                int pair, int64_t b, __m256i& lo,
+                                                __m256i& hi) requires kTable {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i bytes = LoadPair(reinterpret_cast<const Block*>(rows[2 * pair])[b].qs,
+                                   reinterpret_cast<const Block*>(rows[2 * pair + 1])[b].qs);
+    lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, low4));
+    hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
+  }
+
   static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
     for (int pair = 0; pair < kTileRows / 2; ++pair) {
       const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
       const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
       __m256i lo, hi;
       if constexpr (kTable) {
-        const __m256i table = Broadcast16(kMxfp4 ? kMxfp4Values : kIq4NlValues);
-        const __m256i low4 = _mm256_set1_epi8(0x0F);
-        const __m256i bytes = LoadPair(x0.qs, x1.qs);
-        lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, low4));
-        hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
+        LookUpPair(Broadcast16(kMxfp4 ? kMxfp4Values : kIq4NlValues), rows, pair, b, lo, hi);
       } else {
         lo = LoadPair(x0.qs, x1.qs);
         hi = LoadPair(x0.qs + 16, x1.qs + 16);
@@ -383,18 +391,13 @@ struct SignedBlocks {
     __m256i sumi;
     if constexpr (kMxfp4) {
       const __m256i table = Broadcast16(kMxfp4Unsigned.data());
-      const __m256i low4 = _mm256_set1_epi8(0x0F);
       const __m256i y_lo = Broadcast16(x.qs);
       const __m256i y_hi = Broadcast16(x.qs + 16);
       __m256i v[kTileRows / 2];
 #pragma GCC unroll 4
       for (int pair = 0; pair < kTileRows / 2; ++pair) {
-        const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
-        const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
-        const __m256i bytes = LoadPair(x0.qs, x1.qs);
-        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, low4));
-        const __m256i hi =
-            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
+        __m256i lo, hi;
+        LookUpPair(table, rows, pair, b, lo, hi);
         // Each int16 lane at most 2 * 24 * 127 per product pair: the two halves add in int16.
         v[pair] = _mm256_madd_epi16(
             _mm256_add_epi16(_mm256_maddubs_epi16(lo, y_lo), _mm256_maddubs_epi16(hi, y_hi)),
@@ -404,18 +407,13 @@ struct SignedBlocks {
       _mm256_store_ps(d, E8M0HalfToF32x8(rows, b));
     } else if constexpr (kTable) {
       const __m256i table = Broadcast16(kIq4NlValues);
-      const __m256i low4 = _mm256_set1_epi8(0x0F);
       const __m256i y_lo = Broadcast16(x.qs);
       const __m256i y_hi = Broadcast16(x.qs + 16);
       __m256i v[kTileRows / 2];
 #pragma GCC unroll 4
       for (int pair = 0; pair < kTileRows / 2; ++pair) {
-        const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
-        const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
-        const __m256i bytes = LoadPair(x0.qs, x1.qs);
-        const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, low4));
-        const __m256i hi =
-            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
+        __m256i lo, hi;
+        LookUpPair(table, rows, pair, b, lo, hi);
         v[pair] = _mm256_add_epi32(DotI8I8(_mm256_sign_epi8(lo, lo), lo, y_lo),
                                    DotI8I8(_mm256_sign_epi8(hi, hi), hi, y_hi));
       }
