@@ -417,18 +417,18 @@ TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
 }
 
 // Pack makes a copy exactly where a kernel reads one (kInt8, AVX-512 VNNI; every quantized type
-// but Q2_K, Q3_K, Q8_K and MXFP4; kExact only for the types of quant_exact_matmul_test), MatMul
-// reads that copy (the stored bytes may change after packing), and a lower kernel level forced
-// after packing multiplies the stored rows.
+// but Q2_K, Q3_K, Q8_K and MXFP4, which the next test takes; kExact only for the types of
+// quant_exact_matmul_test), MatMul reads that copy (the stored bytes may change after packing),
+// and a lower kernel level forced after packing multiplies the stored rows.
 TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
   ThreadPool pool(2);
   const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
   const int64_t m = 5, k = 512, n = 21;
   const Tensor x = RandomX(m, k, 41);
   for (DType dtype : kQuantizedDTypes) {
+    if (dtype == DType::kMXFP4) continue;  // packed for the AVX2 kernel: the next test
     const std::string name(DTypeName(dtype));
-    const bool packs = dtype != DType::kQ2_K && dtype != DType::kQ3_K && dtype != DType::kQ8_K &&
-                       dtype != DType::kMXFP4;  // MXFP4 takes the AVX2 kernel there
+    const bool packs = dtype != DType::kQ2_K && dtype != DType::kQ3_K && dtype != DType::kQ8_K;
     Tensor w = RandomWeights(n, k, dtype, 42);
     EXPECT_EQ(PackedWeight::Pack(w, MatMulOptions{}, &pool) != nullptr,
               internal::CpuSupportsAvx2() && reference::HasExactGrouped(dtype))
@@ -459,6 +459,48 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
     MatMul(x, *packed, got, &pool);
     ExpectBitExact(got, want, name + " packed, stored bytes zeroed");
   }
+}
+
+// MXFP4 at kInt8 is packed for avx2::MatMulInt8 at the AVX2 and AVX-512 levels alike (tiles of
+// eight rows, Mxfp4Tile: n = 21 rounds up to 24, 23 blocks' scales pad 184 bytes to 192): MatMul
+// reads that copy alone at every m the kernel splits differently (a lone row's fused term, the
+// prepared tile for several), and the portable level forced after packing reads the stored rows.
+TEST(PackedWeightTest, PacksMxfp4ForTheAvx2Kernel) {
+  ThreadPool pool(2);
+  const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
+  const int64_t k = 736, n = 21;
+  for (Path path : {Path::kAvx2, Path::kAvx512}) {
+    ScopedPath scoped(path);
+    if (!scoped.ok()) continue;
+    const std::string name = PathName(path);
+    Tensor w = RandomWeights(n, k, DType::kMXFP4, 43);
+    const auto packed = PackedWeight::Pack(w, int8, &pool);
+    ASSERT_NE(packed, nullptr) << name;
+    EXPECT_EQ(packed->packed_bytes(), 3 * (192 + 128 * 23)) << name;
+    EXPECT_FALSE(packed->avx512_layout()) << name;
+    std::vector<Tensor> xs, wants;
+    for (int64_t m : {1, 2, 9, 70}) {
+      xs.push_back(RandomX(m, k, 44 + static_cast<uint32_t>(m)));
+      wants.push_back(Tensor::Empty({m, n}, DType::kF32));
+      reference::MatMulInt8(xs.back(), w, wants.back());
+    }
+    {
+      ScopedPath portable(Path::kPortable);
+      Tensor got = Tensor::Empty(wants[1].shape(), DType::kF32);
+      MatMul(xs[1], *packed, got, &pool);
+      ExpectBitExact(got, wants[1], name + " packed, portable forced");
+    }
+    const ScopedPath restored(path);  // ~ScopedPath leaves the top level
+    std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      Tensor got = Tensor::Empty(wants[i].shape(), DType::kF32);
+      MatMul(xs[i], *packed, got, &pool);
+      ExpectBitExact(got, wants[i],
+                     name + " packed, stored bytes zeroed, m=" + std::to_string(xs[i].dim(0)));
+    }
+  }
+  ScopedPath portable(Path::kPortable);
+  EXPECT_EQ(PackedWeight::Pack(RandomWeights(n, k, DType::kMXFP4, 43), int8, &pool), nullptr);
 }
 
 // MatMulMany gives each operand MatMul's bits: one x by three weights of a dtype (the q/k/v

@@ -206,7 +206,15 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
       return;
     }
 #endif
-    UC_DISPATCH(MatMulInt8, args, pool);
+#if defined(__x86_64__)
+    if (internal::UseAvx2()) {
+      // avx2::PackInt8's layout (MXFP4's, at either level: AVX-512 leaves MXFP4 to this kernel).
+      if (w.dtype() == DType::kMXFP4) args.w_packed = packed;
+      avx2::MatMulInt8(args, pool);
+      return;
+    }
+#endif
+    cpu::MatMulInt8(args, pool);
 #if defined(__x86_64__)
   } else if (options.precision == MatMulPrecision::kInt8 && w.dtype() == DType::kBF16 &&
              internal::UseAvx512Bf16()) {
@@ -225,7 +233,7 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     // Packed at kExact: the grouped order, one for every m (batch invariant), the same bits at
     // both levels.
     args.w_packed = packed;
-    if (internal::UseAvx512Vnni()) {
+    if (internal::UseAvx512Vnni() && w.dtype() != DType::kMXFP4) {  // MXFP4: AVX2's alone
       avx512::MatMulQuantExact(args, pool);
     } else {
       avx2::MatMulQuantExact(args, pool);
@@ -277,12 +285,14 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
     return nullptr;
   }
   // The layout of the kernel MatMulImpl picks for (dtype, precision) on this CPU.
-  enum class Layout { kNone, kInt8, kBf16, kHalf, kQuantExact };
+  enum class Layout { kNone, kInt8, kInt8Avx2, kBf16, kHalf, kQuantExact };
   const bool int8 = options.precision == MatMulPrecision::kInt8;
   const bool avx512 = internal::UseAvx512Vnni();
   Layout layout = Layout::kNone;
   if (int8 && UseAvx512Int8(w.dtype())) {
     layout = Layout::kInt8;
+  } else if (int8 && avx2::PackedInt8Bytes(w.dtype(), w.dim(0), w.dim(1)) > 0) {
+    layout = Layout::kInt8Avx2;  // MXFP4, at either level
   } else if (int8 && w.dtype() == DType::kBF16 && internal::UseAvx512Bf16()) {
     layout = Layout::kBf16;
   } else if (IsHalfDType(w.dtype())) {
@@ -292,26 +302,29 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   }
   const int64_t n = w.dim(0);
   const int64_t k = w.dim(1);
-  const int64_t bytes = layout == Layout::kInt8   ? avx512::PackedInt8Bytes(w.dtype(), n, k)
-                        : layout == Layout::kBf16 ? avx512::PackedBf16Bytes(n, k)
+  const int64_t bytes = layout == Layout::kInt8       ? avx512::PackedInt8Bytes(w.dtype(), n, k)
+                        : layout == Layout::kInt8Avx2 ? avx2::PackedInt8Bytes(w.dtype(), n, k)
+                        : layout == Layout::kBf16     ? avx512::PackedBf16Bytes(n, k)
                         : layout == Layout::kHalf
                             ? (avx512 ? avx512::PackedHalfBytes(n, k) : avx2::PackedHalfBytes(n, k))
                         : layout == Layout::kQuantExact
                             ? avx2::PackedQuantExactBytes(w.dtype(), n, k)
                             : 0;
   if (bytes == 0) return nullptr;
-  // Every layout but the AVX2 one for F16 and BF16 is read by an AVX-512 kernel (the exact
-  // quantized one by both levels alike).
-  std::shared_ptr<PackedWeight> packed(
-      new PackedWeight(w, options, bytes, avx512 || layout != Layout::kHalf));
+  // Every layout but the AVX2 ones for F16 and BF16 and for MXFP4 at kInt8 is read by an AVX-512
+  // kernel (the exact quantized one by both levels alike).
+  const bool avx512_layout = layout != Layout::kInt8Avx2 && (avx512 || layout != Layout::kHalf);
+  std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes, avx512_layout));
   const MatMulArgs args{nullptr, 0, k, w.row(0), w.dtype(), n, w.row_bytes(), nullptr};
   std::byte* const out = packed->data_.data();
   if (layout == Layout::kInt8) {
     avx512::PackInt8(args, out, pool);
+  } else if (layout == Layout::kInt8Avx2) {
+    avx2::PackInt8(args, out, pool);
   } else if (layout == Layout::kBf16) {
     avx512::PackBf16(args, out, pool);
   } else if (layout == Layout::kQuantExact) {
-    if (avx512) {
+    if (avx512 && w.dtype() != DType::kMXFP4) {
       avx512::PackQuantExact(args, out, pool);
     } else {
       avx2::PackQuantExact(args, out, pool);

@@ -27,8 +27,9 @@ using testing::NoteIfUntested;
 using testing::RandomWeights;
 using testing::RandomX;
 
-const DType kGroupedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                                DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kGroupedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                DType::kQ5_0, DType::kQ5_1, DType::kQ4_K,
+                                DType::kQ5_K, DType::kQ6_K, DType::kMXFP4};
 
 constexpr MatMulOptions kExact{};
 
@@ -109,7 +110,8 @@ TEST(QuantExactMatMulTest, ShortLastKBlockMatchesTheGroupedOrderBitForBit) {
   uint32_t seed = 101;
   for (internal::KernelLevel level : Levels()) {
     ScopedLevel scoped(level);
-    for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1}) {
+    for (DType dtype :
+         {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kMXFP4}) {
       for (const Shape& s : shapes) {
         const Tensor x = RandomX(s.m, s.k, seed++);
         const Tensor w = RandomWeights(s.n, s.k, dtype, seed++);
@@ -125,6 +127,30 @@ TEST(QuantExactMatMulTest, ShortLastKBlockMatchesTheGroupedOrderBitForBit) {
         MatMul(x, *packed, got, &pool);
         ExpectBitExact(got, want, what);
       }
+    }
+  }
+}
+
+// MXFP4's E8M0 scales across their range, subnormal ones included (e 0 and 1: 2^-128 and 2^-127
+// as E8M0HalfToF32 gives them), one kernel for both levels: the grouped order's bits.
+TEST(QuantExactMatMulTest, Mxfp4ScalesAcrossTheirRange) {
+  const uint8_t scales[] = {0, 1, 2, 3, 100, 127, 128, 129, 140};
+  for (internal::KernelLevel level : Levels()) {
+    ScopedLevel scoped(level);
+    Tensor w = RandomWeights(70, 288, DType::kMXFP4, 61);
+    for (int64_t j = 0; j < 70; ++j) {
+      auto* blocks = reinterpret_cast<BlockMXFP4*>(w.row(j));
+      for (int64_t b = 0; b < 9; ++b) blocks[b].e = scales[(j + b) % 9];
+    }
+    for (int64_t m : {1, 2, 7}) {
+      const Tensor x = RandomX(m, 288, 62 + static_cast<uint32_t>(m));
+      Tensor want = Tensor::Empty({m, 70}, DType::kF32);
+      reference::MatMulExactGrouped(x, w, want);
+      const auto packed = PackedWeight::Pack(w, kExact);
+      ASSERT_NE(packed, nullptr);
+      Tensor got = Tensor::Empty({m, 70}, DType::kF32);
+      MatMul(x, *packed, got, nullptr);
+      ExpectBitExact(got, want, std::string(LevelName(level)) + " m " + std::to_string(m));
     }
   }
 }

@@ -293,6 +293,16 @@ int ExactGroup(DType dtype, const std::byte* row, int64_t g, float* q, float* dl
       *nml = *dl * -32.0f;
       return 16;
     }
+    case DType::kMXFP4: {
+      const auto* b = reinterpret_cast<const BlockMXFP4*>(row) + g;
+      for (int l = 0; l < 16; ++l) {
+        q[l] = static_cast<float>(kMxfp4Values[b->qs[l] & 15] + 12);
+        q[l + 16] = static_cast<float>(kMxfp4Values[b->qs[l] >> 4] + 12);
+      }
+      *dl = E8M0HalfToF32(b->e);
+      *nml = *dl * -12.0f;
+      return 32;
+    }
     default:
       UC_CHECK(false, "reference::MatMulExactGrouped: no grouped form for %s",
                std::string(DTypeName(dtype)).c_str());
@@ -312,6 +322,7 @@ bool HasExactGrouped(DType dtype) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kMXFP4:
       return true;
     default:
       return false;

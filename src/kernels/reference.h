@@ -42,16 +42,17 @@ void MatMulInt8(const Tensor& x, const Tensor& w, Tensor& y);
 // denormals to zero).
 void MatMulBf16(const Tensor& x, const Tensor& w, Tensor& y);
 // True for the weight dtypes MatMulExactGrouped defines: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
-// Q6_K.
+// Q6_K, MXFP4.
 bool HasExactGrouped(DType dtype);
-// MatMul(..., MatMulPrecision::kExact) for those dtypes on CPUs with AVX-512 VNNI, packed
+// MatMul(..., MatMulPrecision::kExact) for those dtypes on CPUs with AVX2, packed
 // (PackedWeight), and the definition of its bits. A weight of group g (the elements sharing a
 // scale: 32, or 16 for Q6_K) is q dl - ml, q its unsigned integer code (Q8_0: the signed one;
 // Q6_K: the stored 6 bits), dl and ml the dequantizer's F32 scale and offset (Q4_0: d and 8 d,
 // Q5_0: d and 16 d, Q4_1 / Q5_1: d and -m, Q4_K / Q5_K: d * scale and dmin * min, Q6_K: d * scale
-// and 32 dl, Q8_0: d, 0). With nml = -ml computed as (0 - dmin) * min (Q4_K, Q5_K), dl * -8 (Q4_0),
-// dl * -16 (Q5_0), m (Q4_1, Q5_1) or dl * -32 (Q6_K), and S_g the sum of x over the group from 0 in
-// element order, each output is
+// and 32 dl, Q8_0: d, 0; MXFP4: q = kMxfp4Values[code] + 12 (twice the FP4 value, made
+// unsigned), E8M0HalfToF32(e) and 12 dl). With nml = -ml computed as (0 - dmin) * min (Q4_K, Q5_K),
+// dl * -8 (Q4_0), dl * -16 (Q5_0), m (Q4_1, Q5_1), dl * -32 (Q6_K) or dl * -12 (MXFP4), and S_g the
+// sum of x over the group from 0 in element order, each output is
 //   acc = 0; for each group g in order: P = 0; for each element l of g in order:
 //   P = fma(x_l, q_l, P); then acc = fma(dl_g, P, acc) and acc = fma(nml_g, S_g, acc) (nml 0 for
 //   Q8_0) -- every fma one rounding. Within 1e-5 of MatMul (the same sum, rounded otherwise).

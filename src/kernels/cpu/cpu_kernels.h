@@ -35,9 +35,9 @@ struct MatMulArgs {
   int64_t n;
   int64_t w_row_bytes;
   float* y;
-  // avx512::MatMulInt8, avx512::MatMulBf16, avx512::MatMulHalf, avx2::MatMulHalf and the
-  // MatMulQuantExact kernels only: w as the matching packer (avx512::PackInt8, ...) wrote it (w
-  // still names the stored rows), or null.
+  // avx512::MatMulInt8, avx2::MatMulInt8, avx512::MatMulBf16, avx512::MatMulHalf,
+  // avx2::MatMulHalf and the MatMulQuantExact kernels only: w as the matching packer
+  // (avx512::PackInt8, ...) wrote it (w still names the stored rows), or null.
   const std::byte* w_packed = nullptr;
 };
 
@@ -176,8 +176,18 @@ void MatMulTiled(const MatMulArgs& args, ThreadPool* pool);
 void MatMulBatchInvariant(const MatMulArgs& args, ThreadPool* pool);
 // Integer MatMul, bit-identical to cpu::MatMulInt8 for every m: tiles of eight weight rows
 // against panels of eight interleaved x rows (prefill) or single x rows (decode, the m % 8
-// left over, and the types without a panel kernel). See matmul_int8_avx2.cc.
+// left over, and the types without a panel kernel). Reads args.w_packed (PackInt8's layout) when
+// set, else the stored rows; the same bits either way. See matmul_int8_avx2.cc.
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
+// Bytes of w[n, k] of `dtype` in this MatMulInt8's packed layout, or 0 for a dtype without one.
+// MXFP4 has one (the one type the AVX-512 integer kernel leaves to this one): tiles of eight
+// rows (n rounded up, rows past n zero), each the eight rows' E8M0 scales of every block side by
+// side, then every block's codes with rows 2p and 2p + 1 in one 32-byte line; 136 bytes a block
+// of eight rows like the stored ones, plus at most 24 bytes of padding a tile.
+int64_t PackedInt8Bytes(DType dtype, int64_t n, int64_t k);
+// Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out (PackedInt8Bytes
+// bytes, 32-byte aligned). REQUIRES: PackedInt8Bytes(...) > 0.
+void PackInt8(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 // Bit-identical to cpu::QuantizeActivations.
 void QuantizeActivations(ActivationFormat format, const float* x, int64_t k, std::byte* dst);
 // Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights multiplied exactly

@@ -302,9 +302,25 @@ struct UnsignedBlocks {
   }
 };
 
+// MXFP4's tile of eight rows as avx2::PackInt8 lays it out: block b's E8M0 bytes at 8 b + j
+// (row j), padded to 32 bytes, then block b's codes at 128 b from there, the 16 code bytes of row
+// 2p and then those of row 2p + 1 at 32 p. One stream a tile, in block order, with each block's
+// eight scales in one 8-byte load and each row pair's codes in one aligned 32-byte line.
+struct Mxfp4Tile {
+  static int64_t ScaleBytes(int64_t blocks) { return (8 * blocks + 31) / 32 * 32; }
+  static int64_t Bytes(int64_t blocks) { return ScaleBytes(blocks) + 128 * blocks; }
+  const std::byte* scales(int64_t b) const { return base + 8 * b; }
+  const std::byte* codes(int64_t b, int pair) const {
+    return base + ScaleBytes(blocks) + 128 * b + 32 * pair;
+  }
+  const std::byte* base;  // 32-byte aligned
+  int64_t blocks;
+};
+
 // Q8_0, IQ4_NL and MXFP4 (signed values, kTable: looked up from nibbles in the dtype's table);
 // Q8_0 activations. No panel: the sign trick would need a sign per broadcast group and an int32
-// sum per group.
+// sum per group. MXFP4 also reads its packed tile (kHasTile: PrepareTile, FusedTermTile), with
+// the same bits.
 template <typename Block, bool kTable>
 struct SignedBlocks {
   static constexpr bool kMxfp4 = std::is_same_v<Block, BlockMXFP4>;
@@ -313,6 +329,7 @@ struct SignedBlocks {
   static constexpr bool kNeedsSums = kMxfp4;
   static constexpr bool kHasPanel = false;
   static constexpr bool kHasFusedTerm = true;
+  static constexpr bool kHasTile = kMxfp4;
   static constexpr int kMxfp4Offset = 12;
   alignas(16) static constexpr auto kMxfp4Unsigned = [] {
     std::array<int8_t, 16> t{};
@@ -326,41 +343,60 @@ struct SignedBlocks {
     alignas(32) float d[kTileRows];
   };
 
-  // Block b of rows 2 pair and 2 pair + 1 of a table type, its codes looked up in `table`: lo =
-  // elements 0-15 of both rows (row 2 pair in the low half), hi = elements 16-31.
-  [[gnu::always_inline]] static void LookUpPair(__m256i table, const std::byte* const* rows,
-                                                int pair, int64_t b, __m256i& lo,
-                                                __m256i& hi) requires kTable {
+  // The code bytes of block b of rows 2 pair and 2 pair + 1 (row 2 pair in the low half).
+  [[gnu::always_inline]] static __m256i PairBytes(const std::byte* const* rows, int pair,
+                                                  int64_t b) {
+    return LoadPair(reinterpret_cast<const Block*>(rows[2 * pair])[b].qs,
+                    reinterpret_cast<const Block*>(rows[2 * pair + 1])[b].qs);
+  }
+
+  // A row pair's code bytes of a table type looked up in `table`: lo = elements 0-15 of both
+  // rows (row 2 pair in the low half), hi = elements 16-31.
+  [[gnu::always_inline]] static void LookUp(__m256i table, __m256i bytes, __m256i& lo,
+                                            __m256i& hi) requires kTable {
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i bytes = LoadPair(reinterpret_cast<const Block*>(rows[2 * pair])[b].qs,
-                                   reinterpret_cast<const Block*>(rows[2 * pair + 1])[b].qs);
     lo = _mm256_shuffle_epi8(table, _mm256_and_si256(bytes, low4));
     hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), low4));
   }
 
-  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
+  // Prepare's codes of a table type from each pair's code bytes (pair_bytes(pair): PairBytes'
+  // 32 bytes).
+  template <typename PairBytesFn>
+  [[gnu::always_inline]] static void PrepareCodes(PairBytesFn pair_bytes, Prep& p) requires kTable {
     for (int pair = 0; pair < kTileRows / 2; ++pair) {
-      const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
-      const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
       __m256i lo, hi;
-      if constexpr (kTable) {
-        LookUpPair(Broadcast16(kMxfp4 ? kMxfp4Values : kIq4NlValues), rows, pair, b, lo, hi);
-      } else {
-        lo = LoadPair(x0.qs, x1.qs);
-        hi = LoadPair(x0.qs + 16, x1.qs + 16);
-      }
+      LookUp(Broadcast16(kMxfp4 ? kMxfp4Values : kIq4NlValues), pair_bytes(pair), lo, hi);
       p.lo[pair] = lo;
       p.hi[pair] = hi;
       p.lo_abs[pair] = _mm256_sign_epi8(lo, lo);
       p.hi_abs[pair] = _mm256_sign_epi8(hi, hi);
     }
-    if constexpr (kMxfp4) {
-      for (int j = 0; j < kTileRows; ++j) {
-        p.d[j] = E8M0HalfToF32(reinterpret_cast<const Block*>(rows[j])[b].e);
+  }
+
+  static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
+    if constexpr (kTable) {
+      PrepareCodes([&](int pair) { return PairBytes(rows, pair, b); }, p);
+    } else {
+      for (int pair = 0; pair < kTileRows / 2; ++pair) {
+        const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
+        const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
+        p.lo[pair] = LoadPair(x0.qs, x1.qs);
+        p.hi[pair] = LoadPair(x0.qs + 16, x1.qs + 16);
+        p.lo_abs[pair] = _mm256_sign_epi8(p.lo[pair], p.lo[pair]);
+        p.hi_abs[pair] = _mm256_sign_epi8(p.hi[pair], p.hi[pair]);
       }
+    }
+    if constexpr (kMxfp4) {
+      _mm256_store_ps(p.d, E8M0HalfToF32x8(E8M0Bytes(rows, b)));
     } else {
       GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), p.d);
     }
+  }
+
+  // Prepare from MXFP4's packed tile.
+  static void PrepareTile(const Mxfp4Tile& tile, int64_t b, Prep& p) requires kMxfp4 {
+    PrepareCodes([&](int pair) { return Load(tile.codes(b, pair)); }, p);
+    _mm256_store_ps(p.d, E8M0HalfToF32x8(E8M0Bytes(tile, b)));
   }
 
   static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
@@ -387,24 +423,9 @@ struct SignedBlocks {
   static __m256 FusedTerm(const std::byte* const* rows, int64_t b, const std::byte* xb,
                           int32_t x_sum) {
     const BlockQ8_0& x = *reinterpret_cast<const BlockQ8_0*>(xb);
-    alignas(32) float d[kTileRows];
-    __m256i sumi;
     if constexpr (kMxfp4) {
-      const __m256i table = Broadcast16(kMxfp4Unsigned.data());
-      const __m256i y_lo = Broadcast16(x.qs);
-      const __m256i y_hi = Broadcast16(x.qs + 16);
-      __m256i v[kTileRows / 2];
-#pragma GCC unroll 4
-      for (int pair = 0; pair < kTileRows / 2; ++pair) {
-        __m256i lo, hi;
-        LookUpPair(table, rows, pair, b, lo, hi);
-        // Each int16 lane at most 2 * 24 * 127 per product pair: the two halves add in int16.
-        v[pair] = _mm256_madd_epi16(
-            _mm256_add_epi16(_mm256_maddubs_epi16(lo, y_lo), _mm256_maddubs_epi16(hi, y_hi)),
-            _mm256_set1_epi16(1));
-      }
-      sumi = _mm256_sub_epi32(SumPairedRows(v), _mm256_set1_epi32(kMxfp4Offset * x_sum));
-      _mm256_store_ps(d, E8M0HalfToF32x8(rows, b));
+      return Mxfp4Term([&](int pair) { return PairBytes(rows, pair, b); }, E8M0Bytes(rows, b), x,
+                       x_sum);
     } else if constexpr (kTable) {
       const __m256i table = Broadcast16(kIq4NlValues);
       const __m256i y_lo = Broadcast16(x.qs);
@@ -413,12 +434,11 @@ struct SignedBlocks {
 #pragma GCC unroll 4
       for (int pair = 0; pair < kTileRows / 2; ++pair) {
         __m256i lo, hi;
-        LookUpPair(table, rows, pair, b, lo, hi);
+        LookUp(table, PairBytes(rows, pair, b), lo, hi);
         v[pair] = _mm256_add_epi32(DotI8I8(_mm256_sign_epi8(lo, lo), lo, y_lo),
                                    DotI8I8(_mm256_sign_epi8(hi, hi), hi, y_hi));
       }
-      sumi = SumPairedRows(v);
-      GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), d);
+      return Scale(rows, b, x, SumPairedRows(v));
     } else {
       const __m256i y = Load(x.qs);
       __m256i v[kTileRows];
@@ -427,25 +447,74 @@ struct SignedBlocks {
         const __m256i w = Load(reinterpret_cast<const Block*>(rows[j])[b].qs);
         v[j] = DotI8I8(_mm256_sign_epi8(w, w), w, y);
       }
-      sumi = SumEach(v);
-      GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), d);
+      return Scale(rows, b, x, SumEach(v));
     }
+  }
+
+  // FusedTerm from MXFP4's packed tile: one aligned load a row pair and one for the eight scales
+  // where the stored rows take two loads and an insert a pair and eight byte loads and inserts.
+  static __m256 FusedTermTile(const Mxfp4Tile& tile, int64_t b, const std::byte* xb,
+                              int32_t x_sum) requires kMxfp4 {
+    return Mxfp4Term([&](int pair) { return Load(tile.codes(b, pair)); }, E8M0Bytes(tile, b),
+                     *reinterpret_cast<const BlockQ8_0*>(xb), x_sum);
+  }
+
+  static void PanelTerms(const Prep&, int, const PanelQ8&, __m256*) {}
+
+ private:
+  // (d_j * dx) * float(sumi_j), lane j = row j, d_j the f16 scales of block b.
+  [[gnu::always_inline]] static __m256 Scale(const std::byte* const* rows, int64_t b,
+                                             const BlockQ8_0& x, __m256i sumi) {
+    alignas(32) float d[kTileRows];
+    GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), d);
     const __m256 scale = _mm256_mul_ps(_mm256_load_ps(d), _mm256_set1_ps(_cvtsh_ss(x.d)));
     return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi));
   }
 
-  // E8M0HalfToF32 of block b's scale byte in each of the eight rows, lane j = row j.
-  static __m256 E8M0HalfToF32x8(const std::byte* const* rows, int64_t b) requires kMxfp4 {
+  // MXFP4's block term from each pair's code bytes (pair_bytes(pair)) and the eight E8M0 bytes
+  // as int32 lanes.
+  template <typename PairBytesFn>
+  [[gnu::always_inline]] static __m256 Mxfp4Term(PairBytesFn pair_bytes, __m256i e,
+                                                 const BlockQ8_0& x,
+                                                 int32_t x_sum) requires kMxfp4 {
+    const __m256i table = Broadcast16(kMxfp4Unsigned.data());
+    const __m256i y_lo = Broadcast16(x.qs);
+    const __m256i y_hi = Broadcast16(x.qs + 16);
+    __m256i v[kTileRows / 2];
+#pragma GCC unroll 4
+    for (int pair = 0; pair < kTileRows / 2; ++pair) {
+      __m256i lo, hi;
+      LookUp(table, pair_bytes(pair), lo, hi);
+      // Each int16 lane at most 2 * 24 * 127 per product pair: the two halves add in int16.
+      v[pair] = _mm256_madd_epi16(
+          _mm256_add_epi16(_mm256_maddubs_epi16(lo, y_lo), _mm256_maddubs_epi16(hi, y_hi)),
+          _mm256_set1_epi16(1));
+    }
+    const __m256i sumi =
+        _mm256_sub_epi32(SumPairedRows(v), _mm256_set1_epi32(kMxfp4Offset * x_sum));
+    const __m256 scale = _mm256_mul_ps(E8M0HalfToF32x8(e), _mm256_set1_ps(_cvtsh_ss(x.d)));
+    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi));
+  }
+
+  // Block b's E8M0 byte of each of the eight rows, lane j = row j.
+  [[gnu::always_inline]] static __m256i E8M0Bytes(const std::byte* const* rows,
+                                                  int64_t b) requires kMxfp4 {
     auto e = [&](int j) { return int{reinterpret_cast<const Block*>(rows[j])[b].e}; };
-    const __m256i v = _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
+    return _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
+  }
+  [[gnu::always_inline]] static __m256i E8M0Bytes(const Mxfp4Tile& tile,
+                                                  int64_t b) requires kMxfp4 {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile.scales(b))));
+  }
+
+  // E8M0HalfToF32 lane by lane.
+  [[gnu::always_inline]] static __m256 E8M0HalfToF32x8(__m256i v) requires kMxfp4 {
     // e >= 2: (e - 1) << 23, a normal float; e < 2: 0x00200000 << e, a subnormal.
     const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
     const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
     const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
     return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
   }
-
-  static void PanelTerms(const Prep&, int, const PanelQ8&, __m256*) {}
 };
 
 // Fills panel `out` from block b of the eight rows (Q8_0 or Q8_1, kQ8_1).

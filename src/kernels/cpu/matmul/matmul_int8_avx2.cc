@@ -13,12 +13,17 @@
 // count, or on the path (portable or AVX2).
 //
 // Activations, not weights, are rearranged: the weights need no repacking at load time and stay
-// shared with the exact path and EmbeddingLookup. The quantized rows and their panels (about
-// 2.5 bytes per element of x) live in thread-local buffers of the calling thread, kept between
-// calls.
+// shared with the exact path and EmbeddingLookup. MXFP4 is the exception where a model packs it
+// (PackInt8, at --matmul int8): each tile of eight rows in one stream, a block's eight scales
+// side by side and each row pair's codes in one aligned line (int8::Mxfp4Tile), which takes the
+// scale gather and the unaligned pair loads out of its decode (1.5x per matmul on a Zen EPYC,
+// kernels_benchmark's MatMulPrecision level 4 against 1). The quantized rows and their panels
+// (about 2.5 bytes per element of x) live in thread-local buffers of the calling thread, kept
+// between calls.
 #if defined(__x86_64__)
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "base/check.h"
@@ -107,6 +112,16 @@ void StorePanel(__m256* acc, int64_t cols, float* y, int64_t n) {
   }
 }
 
+// Whether K can read a packed tile (MXFP4's, written by PackInt8), and whether it does here.
+template <typename K>
+constexpr bool kReadsTile = requires {
+  requires K::kHasTile;
+};
+template <typename K>
+bool HasTile(const MatMulArgs& a) {
+  return kReadsTile<K> && a.w_packed != nullptr;
+}
+
 // Outputs of tiles [t_begin, t_end): columns [8 t, 8 t + 8) ∩ [0, n).
 template <typename K>
 void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
@@ -122,11 +137,20 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
     for (int c = 0; c < kTileRows; ++c) {
       rows[c] = a.w + std::min<int64_t>(j0 + c, a.n - 1) * a.w_row_bytes;
     }
+    // MXFP4's packed tile, where there is one (HasTile<K>()): then the kernel reads nothing else.
+    const int64_t tile_bytes = int8::Mxfp4Tile::Bytes(x.blocks);
+    const int8::Mxfp4Tile tile{a.w_packed != nullptr ? a.w_packed + t * tile_bytes : nullptr,
+                               x.blocks};
     // The tile reads eight rows side by side, a pattern the hardware prefetcher does not follow;
     // the next tile (the next eight rows, contiguous) is requested a share per block instead.
     const std::byte* next = a.w + std::min(j0 + kTileRows, a.n) * a.w_row_bytes;
     const std::byte* next_end = a.w + std::min(j0 + 2 * kTileRows, a.n) * a.w_row_bytes;
-    const int64_t share = kTileRows * a.w_row_bytes / x.blocks;
+    int64_t share = kTileRows * a.w_row_bytes / x.blocks;
+    if (HasTile<K>(a)) {
+      next = tile.base + tile_bytes;
+      next_end = j0 + kTileRows < a.n ? next + tile_bytes : next;
+      share = (tile_bytes + x.blocks - 1) / x.blocks;
+    }
     bool prefetched = false;
     auto prefetch = [&](int64_t b) {
       if (!prefetched && next < next_end) {
@@ -135,6 +159,9 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
     };
     auto prepare = [&](int64_t b) {
       prefetch(b);
+      if constexpr (kReadsTile<K>) {
+        if (HasTile<K>(a)) return K::PrepareTile(tile, b, prep);
+      }
       K::Prepare(rows, b, prep);
     };
     // x row i's outputs of the tile, through K::FusedTerm.
@@ -145,7 +172,14 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
         for (int64_t b = 0; b < x.blocks; ++b) {
           prefetch(b);
           const int32_t x_sum = K::kNeedsSums ? x.sums[i * x.blocks + b] : 0;
-          sum = _mm256_add_ps(sum, K::FusedTerm(rows, b, xr + b * x.block_bytes, x_sum));
+          const std::byte* xb = xr + b * x.block_bytes;
+          if constexpr (kReadsTile<K>) {
+            if (HasTile<K>(a)) {
+              sum = _mm256_add_ps(sum, K::FusedTermTile(tile, b, xb, x_sum));
+              continue;
+            }
+          }
+          sum = _mm256_add_ps(sum, K::FusedTerm(rows, b, xb, x_sum));
         }
       }
       return sum;
@@ -231,6 +265,40 @@ void BuildPanels(ActivationFormat format, const QuantizedX& x, int64_t begin, in
 }
 
 }  // namespace
+
+int64_t PackedInt8Bytes(DType dtype, int64_t n, int64_t k) {
+  if (dtype != DType::kMXFP4 || n <= 0 || k <= 0 || k % DTypeBlockSize(dtype) != 0) return 0;
+  return (n + kTileRows - 1) / kTileRows * int8::Mxfp4Tile::Bytes(k / DTypeBlockSize(dtype));
+}
+
+void PackInt8(const MatMulArgs& args, std::byte* out, ThreadPool* pool) {
+  const int64_t blocks = args.k / DTypeBlockSize(DType::kMXFP4);
+  const int64_t tile_bytes = int8::Mxfp4Tile::Bytes(blocks);
+  const int64_t tiles = (args.n + kTileRows - 1) / kTileRows;
+  UC_CHECK(PackedInt8Bytes(args.w_dtype, args.n, args.k) == tiles * tile_bytes,
+           "avx2::PackInt8: no packed layout for %s [%lld, %lld]", DTypeName(args.w_dtype).data(),
+           static_cast<long long>(args.n), static_cast<long long>(args.k));
+  ParallelFor(
+      pool, tiles,
+      [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+          std::byte* base = out + t * tile_bytes;
+          std::memset(base, 0, static_cast<size_t>(tile_bytes));
+          const int8::Mxfp4Tile tile{base, blocks};
+          const int rows = static_cast<int>(std::min<int64_t>(kTileRows, args.n - t * kTileRows));
+          for (int j = 0; j < rows; ++j) {
+            const auto* row = reinterpret_cast<const BlockMXFP4*>(args.w + (t * kTileRows + j) *
+                                                                               args.w_row_bytes);
+            for (int64_t b = 0; b < blocks; ++b) {
+              std::memcpy(const_cast<std::byte*>(tile.scales(b)) + j, &row[b].e, 1);
+              std::memcpy(const_cast<std::byte*>(tile.codes(b, j / 2)) + 16 * (j % 2), row[b].qs,
+                          sizeof(row[b].qs));
+            }
+          }
+        }
+      },
+      1);
+}
 
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool) {
   const ActivationFormat format = Int8ActivationFormat(args.w_dtype);

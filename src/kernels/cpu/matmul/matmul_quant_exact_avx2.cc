@@ -73,6 +73,21 @@ struct Avx2 {
   [[gnu::always_inline]] static I Chunk(Bytes v) {
     return _mm256_cvtepu8_epi32(c == 0 ? v : _mm_unpackhi_epi64(v, v));
   }
+  [[gnu::always_inline]] static I LookUp(I v) {
+    return _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(
+            _mm_load_si128(reinterpret_cast<const __m128i*>(quant_exact::kMxfp4Lookup.data()))),
+        v);
+  }
+  // E8M0HalfToF32 of the 8 bytes at p: (e - 1) << 23, a normal float, for e >= 2; 0x00200000 <<
+  // e, a subnormal, below.
+  [[gnu::always_inline]] static F E8M0s(const uint8_t* p) {
+    const I e = WidenU8(p);
+    const I normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const I subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    const I small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
+  }
   [[gnu::always_inline]] static F Zero() { return _mm256_setzero_ps(); }
   [[gnu::always_inline]] static F Set1(float v) { return _mm256_set1_ps(v); }
   [[gnu::always_inline]] static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }

@@ -1,9 +1,9 @@
 // File: quant_exact_kernels.h
 // -----------------------------------------------------------------------------
 // MatMul for quantized weights multiplied exactly (MatMulPrecision::kExact) from the packed layout
-// of quant_exact_layout.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K. Written once over a
-// vector backend B (16 F32 lanes in matmul_quant_exact_avx512.cc, 8 in matmul_quant_exact_avx2.cc);
-// both give the same bits.
+// of quant_exact_layout.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, and on the AVX2
+// backend MXFP4. Written once over a vector backend B (16 F32 lanes in
+// matmul_quant_exact_avx512.cc, 8 in matmul_quant_exact_avx2.cc); both give the same bits.
 //
 // Arithmetic (reference::MatMulExactGrouped, bit for bit). A weight of group g (the elements that
 // share a scale: 32, or 16 for Q6_K) is w = q dl - ml with q the unsigned integer code and dl, ml
@@ -198,6 +198,50 @@ struct Block32 : LayoutBlock32<kMin, kFifthBit> {
       } else {
         nml[h] = B::Mul(dl[h], B::Set1(kFifthBit ? -16.0f : -8.0f));
       }
+    }
+  }
+};
+
+// Backends with MXFP4 (the AVX2 one, which both levels run for it): LookUp(v) (each byte of v,
+// at most 15, replaced by that entry of kMxfp4Lookup: a byte shuffle) and E8M0s(p) (kLanes E8M0
+// bytes at p as E8M0HalfToF32 gives them).
+template <typename B>
+constexpr bool kHasMxfp4 = requires(typename B::I v, const uint8_t* p) {
+  B::LookUp(v);
+  B::E8M0s(p);
+};
+
+// MXFP4's q by stored nibble (the code XOR 15, LayoutMxfp4): entry i = kMxfp4Values[i ^ 15] + 12,
+// so entry 0 (code 15, -12) is 0, and a lane holding one nibble in its low byte (the others 0)
+// looks up to the int32 q in one byte shuffle.
+alignas(16) constexpr auto kMxfp4Lookup = [] {
+  std::array<uint8_t, 16> t{};
+  for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(kMxfp4Values[i ^ 15] + 12);
+  return t;
+}();
+
+// MXFP4: q = kMxfp4Values[code] + 12 (0 .. 24), dl = E8M0HalfToF32(e), ml = 12 dl: Q4_0's form,
+// with one byte shuffle a code for the table.
+template <typename B>
+struct Mxfp4 : LayoutMxfp4 {
+  template <int V>
+  [[gnu::always_inline]] static void Decode2(const uint8_t* rec, int /*g*/, int s, int r0,
+                                             typename B::F (&w)[2][V]) {
+    const uint8_t* line = rec + kLines + s * kLine + r0;
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      const typename B::I v = B::WidenU8(line + B::kLanes * h);
+      w[0][h] = B::ToF32(B::LookUp(B::And(v, 15)));
+      w[1][h] = B::ToF32(B::LookUp(B::template SrlI<4>(v)));
+    }
+  }
+  template <int V>
+  [[gnu::always_inline]] static void Scales(const uint8_t* rec, int /*g*/, int r0,
+                                            typename B::F* dl, typename B::F* nml) {
+#pragma GCC unroll 4
+    for (int h = 0; h < V; ++h) {
+      dl[h] = B::E8M0s(rec + kE + r0 + B::kLanes * h);
+      nml[h] = B::Mul(dl[h], B::Set1(-12.0f));
     }
   }
 };
@@ -640,6 +684,12 @@ bool VisitType(DType dtype, Fn&& f) {
     case DType::kQ6_K:
       f(Q6_K<B>{});
       return true;
+    case DType::kMXFP4:
+      if constexpr (kHasMxfp4<B>) {
+        f(Mxfp4<B>{});
+        return true;
+      }
+      return false;
     default:
       return false;
   }

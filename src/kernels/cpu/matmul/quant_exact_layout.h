@@ -7,7 +7,8 @@
 // Pairs of 32-row tiles (64 rows, n rounded up, rows past n zero); a pair's k range is a run of
 // records (256 elements for the K-quants, 32 for the others), each record the pair's scale
 // fields and then 64-byte lines with one byte per row: row c of the pair is byte c. Nibble lines
-// hold elements 2 s (low nibble) and 2 s + 1 (high) of a group; Q8_0 lines one element; Q6_K's
+// hold elements 2 s (low nibble) and 2 s + 1 (high) of a group (MXFP4's FP4 codes too); Q8_0 lines
+// one element; Q6_K's
 // high-bit lines the top two bits of elements 4 s .. 4 s + 3 (bits 2 p, 2 p + 1 for element
 // 4 s + p), Q5_0's, Q5_1's and Q5_K's the fifth bit of elements 8 s .. 8 s + 7 of a group. Every
 // record is a whole number of lines, so a pair is one 64-byte-aligned stream. Scale fields are
@@ -86,6 +87,26 @@ struct LayoutBlock32 {
     }
     if constexpr (kFifthBit) {
       for (int s = 0; s < 4; ++s) rec[kHigh + s * kLine + c] = qh[s];
+    }
+  }
+};
+
+// MXFP4: 32-element blocks of FP4 codes (element l < 16 the low nibble of qs[l], else the high
+// nibble of qs[l - 16]) in Q4_0's nibble lines, each code stored XOR 15 (so that the most
+// negative value, code 15, is the nibble 0: see quant_exact_kernels.h's kMxfp4Lookup), and the
+// E8M0 scale byte of each row.
+struct LayoutMxfp4 {
+  static constexpr int kRecordElems = 32;
+  static constexpr int kGroup = 32;
+  static constexpr int64_t kE = 0;  // [row] u8
+  static constexpr int64_t kLines = kE + kPairRows;
+  static constexpr int64_t kRecordBytes = kLines + 16 * kLine;
+  static void PackRow(const std::byte* block, int c, uint8_t* rec) {
+    const auto* b = reinterpret_cast<const BlockMXFP4*>(block);
+    rec[kE + c] = b->e;
+    auto code = [&](int e) { return (e < 16 ? b->qs[e] & 15 : b->qs[e - 16] >> 4) ^ 15; };
+    for (int s = 0; s < 16; ++s) {
+      rec[kLines + s * kLine + c] = static_cast<uint8_t>(code(2 * s) | (code(2 * s + 1) << 4));
     }
   }
 };
