@@ -417,7 +417,8 @@ TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
 }
 
 // Pack makes a copy exactly where a kernel reads one (kInt8, AVX-512 VNNI; every quantized type
-// but Q2_K, Q3_K, Q8_K and MXFP4, which the next test takes; kExact only for the types of
+// but Q2_K, Q3_K, Q8_K and MXFP4, which the next test takes with Q8_0 at AVX2; kExact only for the
+// types of
 // quant_exact_matmul_test), MatMul reads that copy (the stored bytes may change after packing),
 // and a lower kernel level forced after packing multiplies the stored rows.
 TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
@@ -434,12 +435,16 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
               internal::CpuSupportsAvx2() && reference::HasExactGrouped(dtype))
         << name << " kExact";
     {
+      // Q8_0 has avx2::MatMulInt8's own layout at that level (the next test).
       ScopedPath avx2(Path::kAvx2);
-      EXPECT_EQ(PackedWeight::Pack(w, int8, &pool), nullptr) << name << " AVX2";
+      EXPECT_EQ(PackedWeight::Pack(w, int8, &pool) != nullptr, dtype == DType::kQ8_0)
+          << name << " AVX2";
     }
     const auto packed = PackedWeight::Pack(w, int8, &pool);
     if (!internal::CpuSupportsAvx512Vnni() || !packs) {
-      EXPECT_EQ(packed, nullptr) << name;
+      if (internal::CpuSupportsAvx512Vnni() || dtype != DType::kQ8_0) {
+        EXPECT_EQ(packed, nullptr) << name;
+      }
       continue;
     }
     ASSERT_NE(packed, nullptr) << name;
@@ -461,22 +466,31 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
   }
 }
 
-// MXFP4 at kInt8 is packed for avx2::MatMulInt8 at the AVX2 and AVX-512 levels alike (tiles of
-// eight rows, Mxfp4Tile: n = 21 rounds up to 24, 23 blocks' scales pad 184 bytes to 192): MatMul
-// reads that copy alone at every m the kernel splits differently (a lone row's fused term, the
-// prepared tile for several), and the portable level forced after packing reads the stored rows.
-TEST(PackedWeightTest, PacksMxfp4ForTheAvx2Kernel) {
+// avx2::MatMulInt8's tiles (int8::PackedTile): MXFP4 at kInt8 at the AVX2 and AVX-512 levels
+// alike, Q8_0 at AVX2 (n = 21 rounds up to 24 rows; 23 blocks' scales pad to 32 bytes: MXFP4's
+// 184 to 192, Q8_0's 368 to 384). MatMul reads that copy alone at every m the kernel splits
+// differently (a lone row's fused term, the prepared tile for several), and the portable level
+// forced after packing reads the stored rows.
+TEST(PackedWeightTest, PacksTilesForTheAvx2Kernel) {
   ThreadPool pool(2);
   const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
   const int64_t k = 736, n = 21;
-  for (Path path : {Path::kAvx2, Path::kAvx512}) {
-    ScopedPath scoped(path);
+  struct Case {
+    DType dtype;
+    Path path;
+    int64_t tile_bytes;
+  };
+  const Case cases[] = {{DType::kMXFP4, Path::kAvx2, 192 + 128 * 23},
+                        {DType::kMXFP4, Path::kAvx512, 192 + 128 * 23},
+                        {DType::kQ8_0, Path::kAvx2, 384 + 256 * 23}};
+  for (const Case& c : cases) {
+    ScopedPath scoped(c.path);
     if (!scoped.ok()) continue;
-    const std::string name = PathName(path);
-    Tensor w = RandomWeights(n, k, DType::kMXFP4, 43);
+    const std::string name = PathName(c.path) + " " + std::string(DTypeName(c.dtype));
+    Tensor w = RandomWeights(n, k, c.dtype, 43);
     const auto packed = PackedWeight::Pack(w, int8, &pool);
     ASSERT_NE(packed, nullptr) << name;
-    EXPECT_EQ(packed->packed_bytes(), 3 * (192 + 128 * 23)) << name;
+    EXPECT_EQ(packed->packed_bytes(), 3 * c.tile_bytes) << name;
     EXPECT_FALSE(packed->avx512_layout()) << name;
     std::vector<Tensor> xs, wants;
     for (int64_t m : {1, 2, 9, 70}) {
@@ -490,7 +504,7 @@ TEST(PackedWeightTest, PacksMxfp4ForTheAvx2Kernel) {
       MatMul(xs[1], *packed, got, &pool);
       ExpectBitExact(got, wants[1], name + " packed, portable forced");
     }
-    const ScopedPath restored(path);  // ~ScopedPath leaves the top level
+    const ScopedPath restored(c.path);  // ~ScopedPath leaves the top level
     std::memset(w.row(0), 0, static_cast<size_t>(w.nbytes()));
     for (size_t i = 0; i < xs.size(); ++i) {
       Tensor got = Tensor::Empty(wants[i].shape(), DType::kF32);

@@ -266,8 +266,8 @@ BENCHMARK(BM_MatMulInvariant)
 // weights cold as in BM_MatMulDecode; 128: prefill, weights warm), precision (0: kExact, 1: kInt8),
 // threads, level (the highest kernel level allowed: 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul
 // has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight: kInt8, and kExact
-// for the dtypes with the packed exact layout; 4: AVX2 with the weights packed: kExact, and MXFP4's
-// tiles at kInt8). BF16 at kInt8 is the vdpbf16ps MatMul at levels 2
+// for the dtypes with the packed exact layout; 4: AVX2 with the weights packed: kExact, and Q8_0's
+// and MXFP4's tiles at kInt8). BF16 at kInt8 is the vdpbf16ps MatMul at levels 2
 // and 3 (AVX512_BF16), whatever the CPU table prefers.
 constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K,  DType::kQ6_K,  DType::kQ8_0,
                                       DType::kQ5_K, DType::kQ4_1,  DType::kQ5_0,  DType::kQ3_K,
@@ -344,7 +344,9 @@ void PrecisionArgs(benchmark::internal::Benchmark* b) {
         if (dtype != DType::kQ3_K) {  // the types with a packed layout
           b->Args({d, tokens, 1, threads, 3});
         }
-        if (dtype == DType::kMXFP4) b->Args({d, tokens, 1, threads, 4});  // AVX2's own
+        if (dtype == DType::kMXFP4 || dtype == DType::kQ8_0) {  // AVX2's own tiles
+          b->Args({d, tokens, 1, threads, 4});
+        }
       }
     }
   }

@@ -208,8 +208,9 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
 #endif
 #if defined(__x86_64__)
     if (internal::UseAvx2()) {
-      // avx2::PackInt8's layout (MXFP4's, at either level: AVX-512 leaves MXFP4 to this kernel).
-      if (w.dtype() == DType::kMXFP4) args.w_packed = packed;
+      // avx2::PackInt8's layout (Q8_0's below AVX-512, MXFP4's at either level: AVX-512 leaves
+      // MXFP4 to this kernel); a copy packed for avx512::MatMulInt8 reads as the stored rows.
+      if (packed != nullptr && !packed_weight->avx512_layout()) args.w_packed = packed;
       avx2::MatMulInt8(args, pool);
       return;
     }
@@ -292,7 +293,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   if (int8 && UseAvx512Int8(w.dtype())) {
     layout = Layout::kInt8;
   } else if (int8 && avx2::PackedInt8Bytes(w.dtype(), w.dim(0), w.dim(1)) > 0) {
-    layout = Layout::kInt8Avx2;  // MXFP4, at either level
+    layout = Layout::kInt8Avx2;  // Q8_0 below AVX-512, MXFP4 at either level
   } else if (int8 && w.dtype() == DType::kBF16 && internal::UseAvx512Bf16()) {
     layout = Layout::kBf16;
   } else if (IsHalfDType(w.dtype())) {
@@ -311,7 +312,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
                             ? avx2::PackedQuantExactBytes(w.dtype(), n, k)
                             : 0;
   if (bytes == 0) return nullptr;
-  // Every layout but the AVX2 ones for F16 and BF16 and for MXFP4 at kInt8 is read by an AVX-512
+  // Every layout but the AVX2 ones for F16 and BF16 and avx2::MatMulInt8's is read by an AVX-512
   // kernel (the exact quantized one by both levels alike).
   const bool avx512_layout = layout != Layout::kInt8Avx2 && (avx512 || layout != Layout::kHalf);
   std::shared_ptr<PackedWeight> packed(new PackedWeight(w, options, bytes, avx512_layout));

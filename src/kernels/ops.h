@@ -106,8 +106,8 @@ class PackedWeight {
   int64_t packed_bytes() const { return static_cast<int64_t>(data_.size()); }
   const std::byte* packed() const { return data_.data(); }
   // Whether packed() is in a layout of the AVX-512 kernels. F16 and BF16 are packed differently
-  // below that level (avx2::PackHalf); a MatMul at the other level reads the stored rows. MXFP4
-  // at kInt8 is packed for avx2::MatMulInt8, which multiplies it at both levels.
+  // below that level (avx2::PackHalf); a MatMul at the other level reads the stored rows. Q8_0
+  // at kInt8 below AVX-512, and MXFP4 at kInt8 at both levels, are packed for avx2::MatMulInt8.
   bool avx512_layout() const { return avx512_layout_; }
 
  private:

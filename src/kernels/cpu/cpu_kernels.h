@@ -180,10 +180,10 @@ void MatMulBatchInvariant(const MatMulArgs& args, ThreadPool* pool);
 // set, else the stored rows; the same bits either way. See matmul_int8_avx2.cc.
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
 // Bytes of w[n, k] of `dtype` in this MatMulInt8's packed layout, or 0 for a dtype without one.
-// MXFP4 has one (the one type the AVX-512 integer kernel leaves to this one): tiles of eight
-// rows (n rounded up, rows past n zero), each the eight rows' E8M0 scales of every block side by
-// side, then every block's codes with rows 2p and 2p + 1 in one 32-byte line; 136 bytes a block
-// of eight rows like the stored ones, plus at most 24 bytes of padding a tile.
+// Q8_0 and MXFP4 (the one type the AVX-512 integer kernel leaves to this one) have one: tiles of
+// eight rows (n rounded up, rows past n zero), each the eight rows' scale fields of every block
+// side by side (f16 d, E8M0 e), then every block's codes, row after row (int8::PackedTile); as
+// many bytes a block of eight rows as the stored ones, plus at most 24 bytes of padding a tile.
 int64_t PackedInt8Bytes(DType dtype, int64_t n, int64_t k);
 // Writes args' weights (w, w_dtype, n, k, w_row_bytes) in that layout to out (PackedInt8Bytes
 // bytes, 32-byte aligned). REQUIRES: PackedInt8Bytes(...) > 0.

@@ -302,16 +302,20 @@ struct UnsignedBlocks {
   }
 };
 
-// MXFP4's tile of eight rows as avx2::PackInt8 lays it out: block b's E8M0 bytes at 8 b + j
-// (row j), padded to 32 bytes, then block b's codes at 128 b from there, the 16 code bytes of row
-// 2p and then those of row 2p + 1 at 32 p. One stream a tile, in block order, with each block's
-// eight scales in one 8-byte load and each row pair's codes in one aligned 32-byte line.
-struct Mxfp4Tile {
-  static int64_t ScaleBytes(int64_t blocks) { return (8 * blocks + 31) / 32 * 32; }
-  static int64_t Bytes(int64_t blocks) { return ScaleBytes(blocks) + 128 * blocks; }
-  const std::byte* scales(int64_t b) const { return base + 8 * b; }
-  const std::byte* codes(int64_t b, int pair) const {
-    return base + ScaleBytes(blocks) + 128 * b + 32 * pair;
+// A tile of eight rows of Q8_0 or MXFP4 as avx2::PackInt8 lays it out: block b's scale field
+// (Q8_0's f16 d, MXFP4's E8M0 byte) of row j at (8 b + j) kScaleBytes, padded to 32 bytes, then
+// block b's code bytes (qs) of row j at (8 b + j) kCodeBytes from there. One stream a tile, in
+// block order: a block's eight scales are one load, each row's (Q8_0) or row pair's (MXFP4)
+// codes one aligned 32-byte line.
+template <typename Block>
+struct PackedTile {
+  static constexpr int64_t kScaleBytes = sizeof(Block) - sizeof(Block::qs);
+  static constexpr int64_t kCodeBytes = sizeof(Block::qs);
+  static int64_t ScaleBytes(int64_t blocks) { return (8 * kScaleBytes * blocks + 31) / 32 * 32; }
+  static int64_t Bytes(int64_t blocks) { return ScaleBytes(blocks) + 8 * kCodeBytes * blocks; }
+  const std::byte* scales(int64_t b) const { return base + 8 * kScaleBytes * b; }
+  const std::byte* codes(int64_t b, int row) const {
+    return base + ScaleBytes(blocks) + kCodeBytes * (8 * b + row);
   }
   const std::byte* base;  // 32-byte aligned
   int64_t blocks;
@@ -319,8 +323,8 @@ struct Mxfp4Tile {
 
 // Q8_0, IQ4_NL and MXFP4 (signed values, kTable: looked up from nibbles in the dtype's table);
 // Q8_0 activations. No panel: the sign trick would need a sign per broadcast group and an int32
-// sum per group. MXFP4 also reads its packed tile (kHasTile: PrepareTile, FusedTermTile), with
-// the same bits.
+// sum per group. Q8_0 and MXFP4 also read their packed tile (kHasTile: PrepareTile,
+// FusedTermTile), with the same bits.
 template <typename Block, bool kTable>
 struct SignedBlocks {
   static constexpr bool kMxfp4 = std::is_same_v<Block, BlockMXFP4>;
@@ -329,7 +333,8 @@ struct SignedBlocks {
   static constexpr bool kNeedsSums = kMxfp4;
   static constexpr bool kHasPanel = false;
   static constexpr bool kHasFusedTerm = true;
-  static constexpr bool kHasTile = kMxfp4;
+  static constexpr bool kHasTile = kMxfp4 || !kTable;
+  using Tile = PackedTile<Block>;
   static constexpr int kMxfp4Offset = 12;
   alignas(16) static constexpr auto kMxfp4Unsigned = [] {
     std::array<int8_t, 16> t{};
@@ -393,10 +398,22 @@ struct SignedBlocks {
     }
   }
 
-  // Prepare from MXFP4's packed tile.
-  static void PrepareTile(const Mxfp4Tile& tile, int64_t b, Prep& p) requires kMxfp4 {
-    PrepareCodes([&](int pair) { return Load(tile.codes(b, pair)); }, p);
-    _mm256_store_ps(p.d, E8M0HalfToF32x8(E8M0Bytes(tile, b)));
+  // Prepare from the packed tile.
+  static void PrepareTile(const Tile& tile, int64_t b, Prep& p) requires kHasTile {
+    if constexpr (kMxfp4) {
+      PrepareCodes([&](int pair) { return Load(tile.codes(b, 2 * pair)); }, p);
+      _mm256_store_ps(p.d, E8M0HalfToF32x8(E8M0Bytes(tile, b)));
+    } else {
+      for (int pair = 0; pair < kTileRows / 2; ++pair) {
+        const std::byte* q0 = tile.codes(b, 2 * pair);
+        const std::byte* q1 = tile.codes(b, 2 * pair + 1);
+        p.lo[pair] = LoadPair(q0, q1);
+        p.hi[pair] = LoadPair(q0 + 16, q1 + 16);
+        p.lo_abs[pair] = _mm256_sign_epi8(p.lo[pair], p.lo[pair]);
+        p.hi_abs[pair] = _mm256_sign_epi8(p.hi[pair], p.hi[pair]);
+      }
+      _mm256_store_ps(p.d, TileF16s(tile, b));
+    }
   }
 
   static __m256 Term(const Prep& p, const std::byte* xb, int32_t /*x_sum*/) {
@@ -451,12 +468,26 @@ struct SignedBlocks {
     }
   }
 
-  // FusedTerm from MXFP4's packed tile: one aligned load a row pair and one for the eight scales
-  // where the stored rows take two loads and an insert a pair and eight byte loads and inserts.
-  static __m256 FusedTermTile(const Mxfp4Tile& tile, int64_t b, const std::byte* xb,
-                              int32_t x_sum) requires kMxfp4 {
-    return Mxfp4Term([&](int pair) { return Load(tile.codes(b, pair)); }, E8M0Bytes(tile, b),
-                     *reinterpret_cast<const BlockQ8_0*>(xb), x_sum);
+  // FusedTerm from the packed tile: one aligned load a row (Q8_0) or row pair (MXFP4) and one
+  // for the eight scales, where the stored rows take eight two-byte or one-byte loads and inserts
+  // for the scales (and MXFP4 two loads and an insert a pair).
+  static __m256 FusedTermTile(const Tile& tile, int64_t b, const std::byte* xb,
+                              int32_t x_sum) requires kHasTile {
+    const BlockQ8_0& x = *reinterpret_cast<const BlockQ8_0*>(xb);
+    if constexpr (kMxfp4) {
+      return Mxfp4Term([&](int pair) { return Load(tile.codes(b, 2 * pair)); }, E8M0Bytes(tile, b),
+                       x, x_sum);
+    } else {
+      const __m256i y = Load(x.qs);
+      __m256i v[kTileRows];
+#pragma GCC unroll 8
+      for (int j = 0; j < kTileRows; ++j) {
+        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(tile.codes(b, j)));
+        v[j] = DotI8I8(_mm256_sign_epi8(w, w), w, y);
+      }
+      const __m256 scale = _mm256_mul_ps(TileF16s(tile, b), _mm256_set1_ps(_cvtsh_ss(x.d)));
+      return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(SumEach(v)));
+    }
   }
 
   static void PanelTerms(const Prep&, int, const PanelQ8&, __m256*) {}
@@ -502,8 +533,11 @@ struct SignedBlocks {
     auto e = [&](int j) { return int{reinterpret_cast<const Block*>(rows[j])[b].e}; };
     return _mm256_setr_epi32(e(0), e(1), e(2), e(3), e(4), e(5), e(6), e(7));
   }
-  [[gnu::always_inline]] static __m256i E8M0Bytes(const Mxfp4Tile& tile,
-                                                  int64_t b) requires kMxfp4 {
+  // A tile's eight f16 scales of block b as F32, lane j = row j (Q8_0).
+  [[gnu::always_inline]] static __m256 TileF16s(const Tile& tile, int64_t b) requires kHasTile {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile.scales(b))));
+  }
+  [[gnu::always_inline]] static __m256i E8M0Bytes(const Tile& tile, int64_t b) requires kMxfp4 {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile.scales(b))));
   }
 

@@ -13,11 +13,12 @@
 // count, or on the path (portable or AVX2).
 //
 // Activations, not weights, are rearranged: the weights need no repacking at load time and stay
-// shared with the exact path and EmbeddingLookup. MXFP4 is the exception where a model packs it
-// (PackInt8, at --matmul int8): each tile of eight rows in one stream, a block's eight scales
-// side by side and each row pair's codes in one aligned line (int8::Mxfp4Tile), which takes the
-// scale gather and the unaligned pair loads out of its decode (1.5x per matmul on a Zen EPYC,
-// kernels_benchmark's MatMulPrecision level 4 against 1). The quantized rows and their panels
+// shared with the exact path and EmbeddingLookup. Q8_0 and MXFP4 are the exceptions where a
+// model packs them (PackInt8, at --matmul int8): each tile of eight rows in one stream, a block's
+// eight scales side by side and each row's (row pair's) codes in one aligned line
+// (int8::PackedTile), which takes the scale gather (and MXFP4's unaligned pair loads) out of their
+// decode (MXFP4 1.5x per matmul on a Zen EPYC, kernels_benchmark's MatMulPrecision level 4
+// against 1). The quantized rows and their panels
 // (about 2.5 bytes per element of x) live in thread-local buffers of the calling thread, kept
 // between calls.
 #if defined(__x86_64__)
@@ -112,10 +113,20 @@ void StorePanel(__m256* acc, int64_t cols, float* y, int64_t n) {
   }
 }
 
-// Whether K can read a packed tile (MXFP4's, written by PackInt8), and whether it does here.
+// Whether K can read a packed tile (Q8_0's and MXFP4's, written by PackInt8), its type, and
+// whether it does here.
 template <typename K>
 constexpr bool kReadsTile = requires {
   requires K::kHasTile;
+};
+template <typename K>
+struct TileOf {
+  using type = int8::PackedTile<BlockQ8_0>;  // a stand-in: never read
+};
+template <typename K>
+requires kReadsTile<K>
+struct TileOf<K> {
+  using type = typename K::Tile;
 };
 template <typename K>
 bool HasTile(const MatMulArgs& a) {
@@ -137,10 +148,10 @@ void TileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_
     for (int c = 0; c < kTileRows; ++c) {
       rows[c] = a.w + std::min<int64_t>(j0 + c, a.n - 1) * a.w_row_bytes;
     }
-    // MXFP4's packed tile, where there is one (HasTile<K>()): then the kernel reads nothing else.
-    const int64_t tile_bytes = int8::Mxfp4Tile::Bytes(x.blocks);
-    const int8::Mxfp4Tile tile{a.w_packed != nullptr ? a.w_packed + t * tile_bytes : nullptr,
-                               x.blocks};
+    // The packed tile, where there is one (HasTile<K>()): then the kernel reads nothing else.
+    using Tile = typename TileOf<K>::type;
+    const int64_t tile_bytes = Tile::Bytes(x.blocks);
+    const Tile tile{a.w_packed != nullptr ? a.w_packed + t * tile_bytes : nullptr, x.blocks};
     // The tile reads eight rows side by side, a pattern the hardware prefetcher does not follow;
     // the next tile (the next eight rows, contiguous) is requested a share per block instead.
     const std::byte* next = a.w + std::min(j0 + kTileRows, a.n) * a.w_row_bytes;
@@ -266,38 +277,56 @@ void BuildPanels(ActivationFormat format, const QuantizedX& x, int64_t begin, in
 
 }  // namespace
 
+// Calls fn(PackedTile<Block>{}) for the dtypes with a packed tile; false for the others.
+template <typename Fn>
+bool VisitTile(DType dtype, Fn&& fn) {
+  if (dtype == DType::kQ8_0) return fn(int8::PackedTile<BlockQ8_0>{}), true;
+  if (dtype == DType::kMXFP4) return fn(int8::PackedTile<BlockMXFP4>{}), true;
+  return false;
+}
+
 int64_t PackedInt8Bytes(DType dtype, int64_t n, int64_t k) {
-  if (dtype != DType::kMXFP4 || n <= 0 || k <= 0 || k % DTypeBlockSize(dtype) != 0) return 0;
-  return (n + kTileRows - 1) / kTileRows * int8::Mxfp4Tile::Bytes(k / DTypeBlockSize(dtype));
+  if (n <= 0 || k <= 0 || k % DTypeBlockSize(dtype) != 0) return 0;
+  int64_t bytes = 0;
+  VisitTile(dtype, [&](auto tile) {
+    bytes = (n + kTileRows - 1) / kTileRows * decltype(tile)::Bytes(k / DTypeBlockSize(dtype));
+  });
+  return bytes;
 }
 
 void PackInt8(const MatMulArgs& args, std::byte* out, ThreadPool* pool) {
-  const int64_t blocks = args.k / DTypeBlockSize(DType::kMXFP4);
-  const int64_t tile_bytes = int8::Mxfp4Tile::Bytes(blocks);
-  const int64_t tiles = (args.n + kTileRows - 1) / kTileRows;
-  UC_CHECK(PackedInt8Bytes(args.w_dtype, args.n, args.k) == tiles * tile_bytes,
+  UC_CHECK(PackedInt8Bytes(args.w_dtype, args.n, args.k) > 0,
            "avx2::PackInt8: no packed layout for %s [%lld, %lld]", DTypeName(args.w_dtype).data(),
            static_cast<long long>(args.n), static_cast<long long>(args.k));
-  ParallelFor(
-      pool, tiles,
-      [&](int64_t begin, int64_t end) {
-        for (int64_t t = begin; t < end; ++t) {
-          std::byte* base = out + t * tile_bytes;
-          std::memset(base, 0, static_cast<size_t>(tile_bytes));
-          const int8::Mxfp4Tile tile{base, blocks};
-          const int rows = static_cast<int>(std::min<int64_t>(kTileRows, args.n - t * kTileRows));
-          for (int j = 0; j < rows; ++j) {
-            const auto* row = reinterpret_cast<const BlockMXFP4*>(args.w + (t * kTileRows + j) *
-                                                                               args.w_row_bytes);
-            for (int64_t b = 0; b < blocks; ++b) {
-              std::memcpy(const_cast<std::byte*>(tile.scales(b)) + j, &row[b].e, 1);
-              std::memcpy(const_cast<std::byte*>(tile.codes(b, j / 2)) + 16 * (j % 2), row[b].qs,
-                          sizeof(row[b].qs));
+  VisitTile(args.w_dtype, [&](auto stand_in) {
+    using Tile = decltype(stand_in);
+    const int64_t blocks = args.k / DTypeBlockSize(args.w_dtype);
+    const int64_t tile_bytes = Tile::Bytes(blocks);
+    const int64_t tiles = (args.n + kTileRows - 1) / kTileRows;
+    const int64_t block_bytes = Tile::kScaleBytes + Tile::kCodeBytes;
+    ParallelFor(
+        pool, tiles,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            std::byte* base = out + t * tile_bytes;
+            std::memset(base, 0, static_cast<size_t>(tile_bytes));
+            const Tile tile{base, blocks};
+            const int rows = static_cast<int>(std::min<int64_t>(kTileRows, args.n - t * kTileRows));
+            for (int j = 0; j < rows; ++j) {
+              const std::byte* row = args.w + (t * kTileRows + j) * args.w_row_bytes;
+              for (int64_t b = 0; b < blocks; ++b) {
+                // Both blocks are the scale field, then qs.
+                const std::byte* block = row + b * block_bytes;
+                std::memcpy(const_cast<std::byte*>(tile.scales(b)) + j * Tile::kScaleBytes, block,
+                            Tile::kScaleBytes);
+                std::memcpy(const_cast<std::byte*>(tile.codes(b, j)), block + Tile::kScaleBytes,
+                            Tile::kCodeBytes);
+              }
             }
           }
-        }
-      },
-      1);
+        },
+        1);
+  });
 }
 
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool) {
