@@ -9,12 +9,31 @@ Sampler::Sampler(const SamplingParams& params) : params_(params) {
   rng_.seed(params.seed.has_value() ? *params.seed : std::random_device{}());
 }
 
+// Two passes, each free of a loop-carried compare-and-branch: the largest value (eight running
+// maxima, which the compiler keeps in one vector), then the first index holding it. The same
+// answer as the one-pass scan `if (logits[i] > logits[best]) best = i` from best = 0: NaNs never
+// win (nor does anything over a NaN at 0), and -0 == +0 keeps the first of a tie. A vocabulary
+// of 262k (Gemma 3) took 4.6% of a two-thread decode as that scan.
 int32_t Sampler::Argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  const size_t n = logits.size();
+  if (n == 0 || std::isnan(logits[0])) return 0;
+  constexpr size_t kLanes = 8;
+  float lane_max[kLanes];
+  std::fill_n(lane_max, kLanes, logits[0]);
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) {
+      const float v = logits[i + j];
+      lane_max[j] = v > lane_max[j] ? v : lane_max[j];
+    }
   }
-  return best;
+  float best = lane_max[0];
+  for (size_t j = 1; j < kLanes; ++j) best = lane_max[j] > best ? lane_max[j] : best;
+  for (; i < n; ++i) best = logits[i] > best ? logits[i] : best;
+  for (size_t k = 0; k < n; ++k) {
+    if (logits[k] == best) return static_cast<int32_t>(k);
+  }
+  return 0;  // not reached: best is one of the logits
 }
 
 double Sampler::Uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }

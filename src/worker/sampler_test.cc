@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <map>
+#include <random>
 #include <vector>
 
 namespace uc::worker {
@@ -16,6 +18,53 @@ TEST(SamplerTest, GreedyTakesFirstMaximum) {
   Sampler s(p);
   EXPECT_EQ(s.Sample(Logits()), 1);
   EXPECT_EQ(Sampler::Argmax(std::vector<float>{-5.0f, -2.0f, -3.0f}), 1);
+}
+
+// The one-pass scan Argmax's two passes must equal: the first index whose logit beats every
+// earlier best.
+int32_t ScanArgmax(const std::vector<float>& logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+TEST(SamplerTest, ArgmaxIsTheFirstMaximumAtEveryLengthAndPosition) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  for (size_t n : {1u, 2u, 7u, 8u, 9u, 16u, 17u, 31u, 262144u}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> logits(n);
+      for (float& v : logits) v = u(rng);
+      // Ties, NaNs, signed zeros and infinities at random places (the first at 0 sometimes).
+      const size_t a = rng() % n, b = rng() % n;
+      switch (trial % 5) {
+        case 1:
+          logits[b] = logits[a] = 9.0f;
+          break;
+        case 2:
+          logits[a] = nan;
+          break;
+        case 3:
+          for (float& v : logits) v = -1.0f;
+          logits[a] = -0.0f;
+          logits[b] = 0.0f;
+          break;
+        case 4:
+          logits[a] = -inf;
+          logits[b] = trial % 2 ? inf : nan;
+          logits[0] = trial % 3 ? logits[0] : nan;
+          break;
+        default:
+          break;
+      }
+      EXPECT_EQ(Sampler::Argmax(logits), ScanArgmax(logits)) << "n " << n << " trial " << trial;
+    }
+  }
+  EXPECT_EQ(Sampler::Argmax(std::vector<float>{}), 0);
 }
 
 TEST(SamplerTest, SameSeedSameSequenceDifferentSeedDiffers) {
