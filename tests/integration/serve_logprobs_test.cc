@@ -7,9 +7,11 @@
 // engine's tokenizer and the chat endpoint; a repeated prompt reports its cached tokens
 // (usage.prompt_tokens_details, /metrics) unless --no-prefix-caching.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
+#include <string>
 
 #include "common/server_util.h"
 #include "common/test_util.h"
@@ -30,8 +32,11 @@ const char* kLpPrompt = "Once upon a time, there was a little girl named Lily. S
 class ServeLogprobsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = std::string(UC_BINARY_DIR) + "/test-scratch/serve_logprobs_test";
-    std::filesystem::create_directories(dir);
+    // ctest runs each test of the suite in a process of its own, two at a time: a directory per
+    // process, or one process's template write truncates the file another's server is reading
+    // (a chat request then renders an empty prompt).
+    const std::string dir =
+        testing::ScratchDir("serve_logprobs_test_" + std::to_string(getpid())).string();
     // stories260K has no chat template: a plain one, so chat requests run.
     template_path_ = new std::string(dir + "/chat.jinja");
     std::ofstream(*template_path_)
@@ -46,6 +51,7 @@ class ServeLogprobsTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete server_;
     delete solo_;
+    std::filesystem::remove_all(std::filesystem::path(*template_path_).parent_path());
     delete template_path_;
   }
   void SetUp() override { ASSERT_TRUE(server_->ok()) << server_->log(); }
