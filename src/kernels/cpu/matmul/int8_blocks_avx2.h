@@ -378,23 +378,29 @@ struct SignedBlocks {
     }
   }
 
+  // Prepare's codes of Q8_0 from each row's 32 code bytes (row_codes(j)).
+  template <typename RowCodesFn>
+  [[gnu::always_inline]] static void PrepareQ8(RowCodesFn row_codes, Prep& p) requires(!kTable) {
+    for (int pair = 0; pair < kTileRows / 2; ++pair) {
+      const std::byte* q0 = row_codes(2 * pair);
+      const std::byte* q1 = row_codes(2 * pair + 1);
+      p.lo[pair] = LoadPair(q0, q1);
+      p.hi[pair] = LoadPair(q0 + 16, q1 + 16);
+      p.lo_abs[pair] = _mm256_sign_epi8(p.lo[pair], p.lo[pair]);
+      p.hi_abs[pair] = _mm256_sign_epi8(p.hi[pair], p.hi[pair]);
+    }
+  }
+
   static void Prepare(const std::byte* const* rows, int64_t b, Prep& p) {
     if constexpr (kTable) {
       PrepareCodes([&](int pair) { return PairBytes(rows, pair, b); }, p);
     } else {
-      for (int pair = 0; pair < kTileRows / 2; ++pair) {
-        const Block& x0 = reinterpret_cast<const Block*>(rows[2 * pair])[b];
-        const Block& x1 = reinterpret_cast<const Block*>(rows[2 * pair + 1])[b];
-        p.lo[pair] = LoadPair(x0.qs, x1.qs);
-        p.hi[pair] = LoadPair(x0.qs + 16, x1.qs + 16);
-        p.lo_abs[pair] = _mm256_sign_epi8(p.lo[pair], p.lo[pair]);
-        p.hi_abs[pair] = _mm256_sign_epi8(p.hi[pair], p.hi[pair]);
-      }
+      PrepareQ8([&](int j) { return RowCodes(rows, j, b); }, p);
     }
     if constexpr (kMxfp4) {
       _mm256_store_ps(p.d, E8M0HalfToF32x8(E8M0Bytes(rows, b)));
     } else {
-      GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), p.d);
+      _mm256_store_ps(p.d, RowF16s(rows, b));
     }
   }
 
@@ -404,14 +410,7 @@ struct SignedBlocks {
       PrepareCodes([&](int pair) { return Load(tile.codes(b, 2 * pair)); }, p);
       _mm256_store_ps(p.d, E8M0HalfToF32x8(E8M0Bytes(tile, b)));
     } else {
-      for (int pair = 0; pair < kTileRows / 2; ++pair) {
-        const std::byte* q0 = tile.codes(b, 2 * pair);
-        const std::byte* q1 = tile.codes(b, 2 * pair + 1);
-        p.lo[pair] = LoadPair(q0, q1);
-        p.hi[pair] = LoadPair(q0 + 16, q1 + 16);
-        p.lo_abs[pair] = _mm256_sign_epi8(p.lo[pair], p.lo[pair]);
-        p.hi_abs[pair] = _mm256_sign_epi8(p.hi[pair], p.hi[pair]);
-      }
+      PrepareQ8([&](int j) { return tile.codes(b, j); }, p);
       _mm256_store_ps(p.d, TileF16s(tile, b));
     }
   }
@@ -426,8 +425,7 @@ struct SignedBlocks {
       v[pair] = _mm256_add_epi32(DotI8I8(p.lo_abs[pair], p.lo[pair], y_lo),
                                  DotI8I8(p.hi_abs[pair], p.hi[pair], y_hi));
     }
-    const __m256 scale = _mm256_mul_ps(_mm256_load_ps(p.d), _mm256_set1_ps(_cvtsh_ss(x.d)));
-    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(SumPairedRows(v)));
+    return ScaleSums(_mm256_load_ps(p.d), x, SumPairedRows(v));
   }
 
   // Term(Prepare(rows, b), xb) with the unpacked block kept in registers (the same integer sums,
@@ -455,16 +453,9 @@ struct SignedBlocks {
         v[pair] = _mm256_add_epi32(DotI8I8(_mm256_sign_epi8(lo, lo), lo, y_lo),
                                    DotI8I8(_mm256_sign_epi8(hi, hi), hi, y_hi));
       }
-      return Scale(rows, b, x, SumPairedRows(v));
+      return ScaleSums(RowF16s(rows, b), x, SumPairedRows(v));
     } else {
-      const __m256i y = Load(x.qs);
-      __m256i v[kTileRows];
-#pragma GCC unroll 8
-      for (int j = 0; j < kTileRows; ++j) {
-        const __m256i w = Load(reinterpret_cast<const Block*>(rows[j])[b].qs);
-        v[j] = DotI8I8(_mm256_sign_epi8(w, w), w, y);
-      }
-      return Scale(rows, b, x, SumEach(v));
+      return Q8Term([&](int j) { return RowCodes(rows, j, b); }, RowF16s(rows, b), x);
     }
   }
 
@@ -478,28 +469,44 @@ struct SignedBlocks {
       return Mxfp4Term([&](int pair) { return Load(tile.codes(b, 2 * pair)); }, E8M0Bytes(tile, b),
                        x, x_sum);
     } else {
-      const __m256i y = Load(x.qs);
-      __m256i v[kTileRows];
-#pragma GCC unroll 8
-      for (int j = 0; j < kTileRows; ++j) {
-        const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(tile.codes(b, j)));
-        v[j] = DotI8I8(_mm256_sign_epi8(w, w), w, y);
-      }
-      const __m256 scale = _mm256_mul_ps(TileF16s(tile, b), _mm256_set1_ps(_cvtsh_ss(x.d)));
-      return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(SumEach(v)));
+      return Q8Term([&](int j) { return tile.codes(b, j); }, TileF16s(tile, b), x);
     }
   }
 
   static void PanelTerms(const Prep&, int, const PanelQ8&, __m256*) {}
 
  private:
-  // (d_j * dx) * float(sumi_j), lane j = row j, d_j the f16 scales of block b.
-  [[gnu::always_inline]] static __m256 Scale(const std::byte* const* rows, int64_t b,
-                                             const BlockQ8_0& x, __m256i sumi) {
+  // (d_j * dx) * float(sumi_j), lane j = row j: every term's last two operations.
+  [[gnu::always_inline]] static __m256 ScaleSums(__m256 d, const BlockQ8_0& x, __m256i sumi) {
+    const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(_cvtsh_ss(x.d)));
+    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi));
+  }
+
+  // Block b's f16 scales of the eight stored rows as F32, lane j = row j (Q8_0, IQ4_NL).
+  [[gnu::always_inline]] static __m256 RowF16s(const std::byte* const* rows, int64_t b) {
     alignas(32) float d[kTileRows];
     GatherF16(rows, b * static_cast<int64_t>(sizeof(Block)) + offsetof(Block, d), d);
-    const __m256 scale = _mm256_mul_ps(_mm256_load_ps(d), _mm256_set1_ps(_cvtsh_ss(x.d)));
-    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi));
+    return _mm256_load_ps(d);
+  }
+
+  // Block b's code bytes of stored row j.
+  [[gnu::always_inline]] static const std::byte* RowCodes(const std::byte* const* rows, int j,
+                                                          int64_t b) {
+    return reinterpret_cast<const std::byte*>(reinterpret_cast<const Block*>(rows[j])[b].qs);
+  }
+
+  // Q8_0's block term from each row's 32 code bytes (row_codes(j)) and the eight scales d.
+  template <typename RowCodesFn>
+  [[gnu::always_inline]] static __m256 Q8Term(RowCodesFn row_codes, __m256 d,
+                                              const BlockQ8_0& x) requires(!kTable) {
+    const __m256i y = Load(x.qs);
+    __m256i v[kTileRows];
+#pragma GCC unroll 8
+    for (int j = 0; j < kTileRows; ++j) {
+      const __m256i w = Load(row_codes(j));
+      v[j] = DotI8I8(_mm256_sign_epi8(w, w), w, y);
+    }
+    return ScaleSums(d, x, SumEach(v));
   }
 
   // MXFP4's block term from each pair's code bytes (pair_bytes(pair)) and the eight E8M0 bytes
@@ -523,8 +530,7 @@ struct SignedBlocks {
     }
     const __m256i sumi =
         _mm256_sub_epi32(SumPairedRows(v), _mm256_set1_epi32(kMxfp4Offset * x_sum));
-    const __m256 scale = _mm256_mul_ps(E8M0HalfToF32x8(e), _mm256_set1_ps(_cvtsh_ss(x.d)));
-    return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi));
+    return ScaleSums(E8M0HalfToF32x8(e), x, sumi);
   }
 
   // Block b's E8M0 byte of each of the eight rows, lane j = row j.

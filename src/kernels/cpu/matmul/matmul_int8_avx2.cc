@@ -6,8 +6,8 @@
 //     row), which needs no horizontal sums: the prefill shape;
 //   - the other x rows (the m % 8 left over, every row of the decode shape, and all rows of
 //     Q8_0, IQ4_NL, MXFP4 and Q8_K) are dotted with the tile (lane = weight row); a lone such
-//     row (decode) takes K::FusedTerm where the format has one (all but Q8_K),
-//     which unpacks each block in registers instead of preparing the tile first.
+//     row (decode) takes K::FusedTerm where the format has one (all but Q8_K), which unpacks
+//     each block in registers instead of preparing the tile first.
 // Each output adds its block terms alone, in block order, with the reference's operations, so
 // the result does not depend on m, on which of the two shapes a row goes through, on the thread
 // count, or on the path (portable or AVX2).
