@@ -416,18 +416,16 @@ TEST(Int8MatMulApiTest, PathsGiveTheSameBits) {
   }
 }
 
-// Pack makes a copy exactly where a kernel reads one (kInt8, AVX-512 VNNI; every quantized type
-// but Q2_K, Q3_K, Q8_K and MXFP4, which the next test takes with Q8_0 at AVX2; kExact only for the
-// types of
-// quant_exact_matmul_test), MatMul reads that copy (the stored bytes may change after packing),
-// and a lower kernel level forced after packing multiplies the stored rows.
+// Pack makes a copy exactly where a kernel reads one (kInt8, AVX-512 VNNI: every quantized type
+// but Q2_K, Q3_K and Q8_K; at AVX2 Q8_0 and MXFP4, which the next test takes; kExact only for the
+// types of quant_exact_matmul_test), MatMul reads that copy (the stored bytes may change after
+// packing), and a lower kernel level forced after packing multiplies the stored rows.
 TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
   ThreadPool pool(2);
   const MatMulOptions int8{.precision = MatMulPrecision::kInt8};
   const int64_t m = 5, k = 512, n = 21;
   const Tensor x = RandomX(m, k, 41);
   for (DType dtype : kQuantizedDTypes) {
-    if (dtype == DType::kMXFP4) continue;  // packed for the AVX2 kernel: the next test
     const std::string name(DTypeName(dtype));
     const bool packs = dtype != DType::kQ2_K && dtype != DType::kQ3_K && dtype != DType::kQ8_K;
     Tensor w = RandomWeights(n, k, dtype, 42);
@@ -435,14 +433,15 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
               internal::CpuSupportsAvx2() && reference::HasExactGrouped(dtype))
         << name << " kExact";
     {
-      // Q8_0 has avx2::MatMulInt8's own layout at that level (the next test).
+      // Q8_0 and MXFP4 have avx2::MatMulInt8's own layout at that level (the next test).
       ScopedPath avx2(Path::kAvx2);
-      EXPECT_EQ(PackedWeight::Pack(w, int8, &pool) != nullptr, dtype == DType::kQ8_0)
+      EXPECT_EQ(PackedWeight::Pack(w, int8, &pool) != nullptr,
+                internal::CpuSupportsAvx2() && (dtype == DType::kQ8_0 || dtype == DType::kMXFP4))
           << name << " AVX2";
     }
     const auto packed = PackedWeight::Pack(w, int8, &pool);
     if (!internal::CpuSupportsAvx512Vnni() || !packs) {
-      if (internal::CpuSupportsAvx512Vnni() || dtype != DType::kQ8_0) {
+      if (internal::CpuSupportsAvx512Vnni() || (dtype != DType::kQ8_0 && dtype != DType::kMXFP4)) {
         EXPECT_EQ(packed, nullptr) << name;
       }
       continue;
@@ -466,9 +465,9 @@ TEST(PackedWeightTest, PacksForTheAvx512KernelAndReadsTheCopy) {
   }
 }
 
-// avx2::MatMulInt8's tiles (int8::PackedTile): MXFP4 at kInt8 at the AVX2 and AVX-512 levels
-// alike, Q8_0 at AVX2 (n = 21 rounds up to 24 rows; 23 blocks' scales pad to 32 bytes: MXFP4's
-// 184 to 192, Q8_0's 368 to 384). MatMul reads that copy alone at every m the kernel splits
+// avx2::MatMulInt8's tiles (int8::PackedTile): MXFP4 and Q8_0 at kInt8 at the AVX2 level (n = 21
+// rounds up to 24 rows; 23 blocks' scales pad to 32 bytes: MXFP4's 184 to 192, Q8_0's 368 to
+// 384). MatMul reads that copy alone at every m the kernel splits
 // differently (a lone row's fused term, the prepared tile for several), and the portable level
 // forced after packing reads the stored rows.
 TEST(PackedWeightTest, PacksTilesForTheAvx2Kernel) {
@@ -481,7 +480,6 @@ TEST(PackedWeightTest, PacksTilesForTheAvx2Kernel) {
     int64_t tile_bytes;
   };
   const Case cases[] = {{DType::kMXFP4, Path::kAvx2, 192 + 128 * 23},
-                        {DType::kMXFP4, Path::kAvx512, 192 + 128 * 23},
                         {DType::kQ8_0, Path::kAvx2, 384 + 256 * 23}};
   for (const Case& c : cases) {
     ScopedPath scoped(c.path);

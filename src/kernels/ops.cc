@@ -174,11 +174,8 @@ void CheckMatMulShapes(const Tensor& x, const Tensor& w, const Tensor& y) {
 
 #if defined(__x86_64__)
 // True when the AVX-512 integer MatMul (avx512::MatMulInt8 and its packed layout) takes a
-// quantized w_dtype: on CPUs with it, every quantized type but MXFP4, which has no AVX-512
-// integer kernel and takes the AVX2 one at every level.
-bool UseAvx512Int8(DType w_dtype) {
-  return internal::UseAvx512Vnni() && DTypeIsQuantized(w_dtype) && w_dtype != DType::kMXFP4;
-}
+// quantized w_dtype: on CPUs with it, every quantized type.
+bool UseAvx512Int8(DType w_dtype) { return internal::UseAvx512Vnni() && DTypeIsQuantized(w_dtype); }
 #endif
 
 MatMulArgs ArgsOf(const Tensor& x, const Tensor& w, Tensor& y) {
@@ -208,8 +205,8 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
 #endif
 #if defined(__x86_64__)
     if (internal::UseAvx2()) {
-      // avx2::PackInt8's layout (Q8_0's below AVX-512, MXFP4's at either level: AVX-512 leaves
-      // MXFP4 to this kernel); a copy packed for avx512::MatMulInt8 reads as the stored rows.
+      // avx2::PackInt8's layout (Q8_0's and MXFP4's below AVX-512); a copy packed for
+      // avx512::MatMulInt8 reads as the stored rows.
       if (packed != nullptr && !packed_weight->avx512_layout()) args.w_packed = packed;
       avx2::MatMulInt8(args, pool);
       return;
@@ -234,7 +231,7 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     // Packed at kExact: the grouped order, one for every m (batch invariant), the same bits at
     // both levels.
     args.w_packed = packed;
-    if (internal::UseAvx512Vnni() && w.dtype() != DType::kMXFP4) {  // MXFP4: AVX2's alone
+    if (internal::UseAvx512Vnni()) {
       avx512::MatMulQuantExact(args, pool);
     } else {
       avx2::MatMulQuantExact(args, pool);
@@ -293,7 +290,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   if (int8 && UseAvx512Int8(w.dtype())) {
     layout = Layout::kInt8;
   } else if (int8 && avx2::PackedInt8Bytes(w.dtype(), w.dim(0), w.dim(1)) > 0) {
-    layout = Layout::kInt8Avx2;  // Q8_0 below AVX-512, MXFP4 at either level
+    layout = Layout::kInt8Avx2;  // Q8_0 and MXFP4 below AVX-512
   } else if (int8 && w.dtype() == DType::kBF16 && internal::UseAvx512Bf16()) {
     layout = Layout::kBf16;
   } else if (IsHalfDType(w.dtype())) {
@@ -325,7 +322,7 @@ std::shared_ptr<const PackedWeight> PackedWeight::Pack(const Tensor& w,
   } else if (layout == Layout::kBf16) {
     avx512::PackBf16(args, out, pool);
   } else if (layout == Layout::kQuantExact) {
-    if (avx512 && w.dtype() != DType::kMXFP4) {
+    if (avx512) {
       avx512::PackQuantExact(args, out, pool);
     } else {
       avx2::PackQuantExact(args, out, pool);

@@ -29,12 +29,11 @@ namespace uc::kernels {
 //     reference::MatMul. The oracle path.
 //   kInt8: as llama.cpp's CPU backend. Each x row is quantized once per call, per block, to 8
 //     bits in the format ggml pairs with the weight type: Q8_0 for Q8_0, Q4_0, Q5_0, IQ4_NL and
-//     MXFP4 (whose integer kernel is the AVX2 one on AVX-512 CPUs too);
-//     Q8_1 for Q4_1 and Q5_1; Q8_K for Q2_K..Q6_K and Q8_K (quantizers in tensor/quants.h). Each
-//     weight block is dotted with its activation block in exact integer arithmetic, and the
-//     block sums are scaled and accumulated in F32 in one fixed order, defined by
-//     reference::MatMulInt8. The result is bit-identical on every path (portable, AVX2, AVX-512
-//     VNNI), for every thread count, and for a row of x whatever else is in the batch (no
+//     MXFP4; Q8_1 for Q4_1 and Q5_1; Q8_K for Q2_K..Q6_K and Q8_K (quantizers in
+//     tensor/quants.h). Each weight block is dotted with its activation block in exact integer
+//     arithmetic, and the block sums are scaled and accumulated in F32 in one fixed order,
+//     defined by reference::MatMulInt8. The result is bit-identical on every path (portable, AVX2,
+//     AVX-512 VNNI), for every thread count, and for a row of x whatever else is in the batch (no
 //     dependence on m). Against kExact it carries the 8-bit activation error: per element of x
 //     at most 0.57 d (d = the block's max |x| / 127; 0.5 d for Q8_K), so
 //     |y_int8 - y_exact| <= sum_l |w_l| * 0.57 d_l plus F32 rounding, typically ~0.5% of |y|.
@@ -107,7 +106,7 @@ class PackedWeight {
   const std::byte* packed() const { return data_.data(); }
   // Whether packed() is in a layout of the AVX-512 kernels. F16 and BF16 are packed differently
   // below that level (avx2::PackHalf); a MatMul at the other level reads the stored rows. Q8_0
-  // at kInt8 below AVX-512, and MXFP4 at kInt8 at both levels, are packed for avx2::MatMulInt8.
+  // and MXFP4 at kInt8 below AVX-512 are packed for avx2::MatMulInt8.
   bool avx512_layout() const { return avx512_layout_; }
 
  private:

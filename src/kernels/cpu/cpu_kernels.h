@@ -180,7 +180,7 @@ void MatMulBatchInvariant(const MatMulArgs& args, ThreadPool* pool);
 // set, else the stored rows; the same bits either way. See matmul_int8_avx2.cc.
 void MatMulInt8(const MatMulArgs& args, ThreadPool* pool);
 // Bytes of w[n, k] of `dtype` in this MatMulInt8's packed layout, or 0 for a dtype without one.
-// Q8_0 and MXFP4 (the one type the AVX-512 integer kernel leaves to this one) have one: tiles of
+// Q8_0 and MXFP4 (the types where it beats the stored rows below AVX-512) have one: tiles of
 // eight rows (n rounded up, rows past n zero), each the eight rows' scale fields of every block
 // side by side (f16 d, E8M0 e), then every block's codes, row after row (int8::PackedTile); as
 // many bytes a block of eight rows as the stored ones, plus at most 24 bytes of padding a tile.

@@ -1,7 +1,7 @@
 // File: int8_blocks32_avx512.h
 // -----------------------------------------------------------------------------
 // The AVX-512 integer MatMul's kernels for the 32-element block types (Q8_0, Q4_0, Q4_1, Q5_0,
-// Q5_1, IQ4_NL; matmul_int8_avx512.cc has the design and the drivers that call them): how a
+// Q5_1, IQ4_NL, MXFP4; matmul_int8_avx512.cc has the design and the drivers that call them): how a
 // block's quants become unsigned bytes, the packed layout, and the decode and panel terms.
 // Include only from matmul_int8_avx512.cc, after kernels/cpu/avx512_gcc_workaround.h: the
 // definitions are in an anonymous namespace, so that no AVX-512 copy of an inline function
@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -49,20 +50,66 @@ enum class Quants {
   kNibbles,          // Q4_0, Q4_1: the nibble
   kNibblesFifthBit,  // Q5_0, Q5_1: the nibble plus 16 times the bit of qh
   kIq4Nl,            // IQ4_NL: kIq4NlValues[nibble] + 128
+  kMxfp4,            // MXFP4: kMxfp4Values[nibble] + 128 (its scale an E8M0 byte, not an f16)
   kBytes,            // Q8_0: q + 128
 };
 
 // kIq4NlValues + 128, as unsigned bytes.
 alignas(16) constexpr uint8_t kIq4NlUnsigned[16] = {1,   24,  45,  63,  79,  93,  106, 118,
                                                     129, 141, 153, 166, 181, 197, 217, 241};
+// kMxfp4Values + 128, as unsigned bytes.
+alignas(16) constexpr auto kMxfp4Unsigned = [] {
+  std::array<uint8_t, 16> t{};
+  for (int i = 0; i < 16; ++i) t[i] = static_cast<uint8_t>(kMxfp4Values[i] + 128);
+  return t;
+}();
+
+// The table of a looked-up type's unsigned bytes, in every 128-bit lane.
+template <Quants kQuants>
+[[gnu::always_inline]] inline __m512i UnsignedTable() {
+  static_assert(kQuants == Quants::kIq4Nl || kQuants == Quants::kMxfp4);
+  return _mm512_broadcast_i32x4(
+      Load128(kQuants == Quants::kIq4Nl ? kIq4NlUnsigned : kMxfp4Unsigned.data()));
+}
+
+// The block scale field of a type: an f16 d, or MXFP4's E8M0 byte e.
+template <typename B>
+constexpr bool kE8M0Scale = std::is_same_v<B, BlockMXFP4>;
+template <typename B>
+constexpr size_t ScaleOffset() {
+  if constexpr (kE8M0Scale<B>) {
+    return offsetof(B, e);
+  } else {
+    return offsetof(B, d);
+  }
+}
+
+// E8M0HalfToF32 lane by lane: e >= 2 gives the normal float (e - 1) << 23, e < 2 the subnormal
+// 0x00200000 << e.
+[[gnu::always_inline]] inline __m512 E8M0HalfToF32x16(__m512i e) {
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+  const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
+}
+
+// Sixteen block scales at p as F32: f16s, or (kE8M0) E8M0 bytes.
+template <bool kE8M0>
+[[gnu::always_inline]] inline __m512 ScalesAt(const std::byte* p) {
+  if constexpr (kE8M0) {
+    return E8M0HalfToF32x16(_mm512_cvtepu8_epi32(Load128(p)));
+  } else {
+    return HalvesAt(p);
+  }
+}
 
 // The packed layout of a 32-element block type (PackInt8), for Blocks32: block b of a tile's
 // sixteen rows at (t * blocks + b) * kBytes, each four-byte group of qs one 64-byte vector (lane
 // j: row j's four bytes), qh (Q5_0, Q5_1) one vector (lane j: row j's 32 bits), d and m arrays
-// of the sixteen rows' f16. As many bytes as sixteen blocks. Q8_0's and Q4_0's blocks (544 and
-// 288 bytes) leave every other block's vectors off 64-byte lines; padding each block to whole
-// lines read no faster per byte of weights in decode (Zen 4, medians of 9 interleaved rounds), so
-// the layout stays as dense as the file.
+// of the sixteen rows' f16 (MXFP4: the sixteen E8M0 bytes). As many bytes as sixteen blocks. Q8_0's
+// and Q4_0's blocks (544 and 288 bytes) leave every other block's vectors off 64-byte lines;
+// padding each block to whole lines read no faster per byte of weights in decode (Zen 4, medians of
+// 9 interleaved rounds), so the layout stays as dense as the file.
 template <typename B, bool kQh, bool kMin>
 struct Pack32 {
   static constexpr bool kPacked = true;
@@ -71,13 +118,14 @@ struct Pack32 {
   static constexpr size_t kQsBytes = sizeof(B::qs);  // 16 (nibbles) or 32 (Q8_0)
   static constexpr size_t kQhOffset = kQsBytes * kTileRows;
   static constexpr size_t kDOffset = kQhOffset + (kQh ? 4 * kTileRows : 0);
-  static constexpr size_t kMOffset = kDOffset + 2 * kTileRows;
+  static constexpr size_t kScaleBytes = kE8M0Scale<B> ? 1 : 2;
+  static constexpr size_t kMOffset = kDOffset + kScaleBytes * kTileRows;
   static constexpr size_t kBytes = kTileRows * sizeof(B);
   static_assert(kMOffset + (kMin ? 2 * kTileRows : 0) == kBytes);
   static void Interleave(const std::byte* const* src, std::byte* dst) {
     InterleaveField(src, offsetof(B, qs), kQsBytes, dst);
     if constexpr (kQh) InterleaveField(src, offsetof(B, qh), 4, dst + kQhOffset);
-    InterleaveField(src, offsetof(B, d), 2, dst + kDOffset);
+    InterleaveField(src, ScaleOffset<B>(), kScaleBytes, dst + kDOffset);
     if constexpr (kMin) InterleaveField(src, offsetof(B, m), 2, dst + kMOffset);
   }
 };
@@ -128,8 +176,8 @@ struct Blocks32 {
         const __m512i bytes = Lanes(x[0]->qs, x[1]->qs, x[2]->qs, x[3]->qs);
         lo = _mm512_and_si512(bytes, low4);
         hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
-        if constexpr (kQuants == Quants::kIq4Nl) {
-          const __m512i table = _mm512_broadcast_i32x4(Load128(kIq4NlUnsigned));
+        if constexpr (kQuants == Quants::kIq4Nl || kQuants == Quants::kMxfp4) {
+          const __m512i table = UnsignedTable<kQuants>();
           lo = _mm512_shuffle_epi8(table, lo);
           hi = _mm512_shuffle_epi8(table, hi);
         }
@@ -151,7 +199,14 @@ struct Blocks32 {
       p.hi[q] = hi;
     }
     const int64_t block = b * static_cast<int64_t>(sizeof(Block));
-    GatherF16(rows, block + offsetof(Block, d), p.d);
+    if constexpr (kE8M0Scale<Block>) {
+#pragma GCC unroll 16
+      for (int j = 0; j < kTileRows; ++j) {
+        p.d[j] = E8M0HalfToF32(static_cast<uint8_t>(rows[j][block + offsetof(Block, e)]));
+      }
+    } else {
+      GatherF16(rows, block + offsetof(Block, d), p.d);
+    }
     if constexpr (kHasMin) GatherF16(rows, block + offsetof(Block, m), p.m);
   }
 
@@ -186,7 +241,7 @@ struct Blocks32 {
       p.lo[q] = w.lo[q];
       p.hi[q] = w.hi[q];
     }
-    _mm512_store_ps(p.d, HalvesAt(packed + Pack::kDOffset));
+    _mm512_store_ps(p.d, ScalesAt<kE8M0Scale<Block>>(packed + Pack::kDOffset));
     if constexpr (kHasMin) _mm512_store_ps(p.m, HalvesAt(packed + Pack::kMOffset));
   }
 
@@ -198,7 +253,7 @@ struct Blocks32 {
                                                      int64_t x_stride, const int32_t* sums,
                                                      int64_t sums_stride, __m512* acc) {
     const PackedLanes w = UnpackPacked(packed);
-    const __m512 dw = HalvesAt(packed + Pack::kDOffset);
+    const __m512 dw = ScalesAt<kE8M0Scale<Block>>(packed + Pack::kDOffset);
     __m512 mw = _mm512_setzero_ps();
     if constexpr (kHasMin) mw = HalvesAt(packed + Pack::kMOffset);
 #pragma GCC unroll 4
@@ -280,8 +335,8 @@ struct Blocks32 {
       w.lo[g] = _mm512_and_si512(bytes, low4);
       w.hi[g] = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), low4);
     }
-    if constexpr (kQuants == Quants::kIq4Nl) {
-      const __m512i table = _mm512_broadcast_i32x4(Load128(kIq4NlUnsigned));
+    if constexpr (kQuants == Quants::kIq4Nl || kQuants == Quants::kMxfp4) {
+      const __m512i table = UnsignedTable<kQuants>();
 #pragma GCC unroll 4
       for (int g = 0; g < 4; ++g) {
         w.lo[g] = _mm512_shuffle_epi8(table, w.lo[g]);

@@ -46,9 +46,9 @@ uint16_t LoadU16(const std::byte* p) {
 __m512 HalvesAt(const std::byte* p) { return _mm512_cvtph_ps(Load256(p)); }
 
 // Interleaves field [offset, offset + bytes) of the sixteen blocks src[j] into dst: four-byte
-// groups (bytes % 4 == 0) as vectors, or a two-byte field as an array of sixteen.
+// groups (bytes % 4 == 0) as vectors, or a one- or two-byte field as an array of sixteen.
 void InterleaveField(const std::byte* const* src, size_t offset, size_t bytes, std::byte* dst) {
-  const size_t unit = bytes == 2 ? 2 : 4;
+  const size_t unit = bytes < 4 ? bytes : 4;
   for (size_t i = 0; i < bytes / unit; ++i) {
     for (int j = 0; j < kTileRows; ++j) {
       std::memcpy(dst + (i * kTileRows + j) * unit, src[j] + offset + i * unit, unit);

@@ -29,8 +29,8 @@
 //     the panels (ChunkTileRange with PackedTile).
 //
 // Every weight quant is unpacked to an unsigned byte u = q + offset (Q4_0 8, Q5_0 16, Q3_K 4,
-// Q6_K 32, and 128 for the signed Q8_0, IQ4_NL and Q8_K), so that _mm512_dpbusd_epi32 (unsigned
-// bytes times the signed activation bytes, four products added into an int32 lane, no
+// Q6_K 32, and 128 for the signed Q8_0, IQ4_NL, MXFP4 and Q8_K), so that _mm512_dpbusd_epi32
+// (unsigned bytes times the signed activation bytes, four products added into an int32 lane, no
 // saturation) gives exact block sums; the offset comes back out with the activation block sums
 // (Q8_0's sum of quants, Q8_K's bsums). In decode the K-quants' sub-block scales multiply int16
 // sums of _mm512_maddubs_epi16 (unsigned quants at most 63, so pairs of products stay below 2^15,
@@ -86,6 +86,8 @@ void VisitKernel(DType dtype, Fn&& fn) {
       return fn(Blocks32<BlockQ8_0, Quants::kBytes, 128, false>{});
     case DType::kIQ4_NL:
       return fn(Blocks32<BlockIQ4_NL, Quants::kIq4Nl, 128, false>{});
+    case DType::kMXFP4:
+      return fn(Blocks32<BlockMXFP4, Quants::kMxfp4, 128, false>{});
     case DType::kQ4_0:
       return fn(Blocks32<BlockQ4_0, Quants::kNibbles, 8, false>{});
     case DType::kQ5_0:

@@ -43,6 +43,22 @@ struct Avx512 {
     const F codes = _mm512_set_ps(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     return _mm512_permutexvar_ps(v, codes);
   }
+  // MXFP4: entry v & 15 of quant_exact::kMxfp4Lookup as F32 (vpermps reads the low four bits).
+  [[gnu::always_inline]] static F LookUpF32(I v) {
+    constexpr auto& t = quant_exact::kMxfp4Lookup;
+    const F table = _mm512_setr_ps(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9],
+                                   t[10], t[11], t[12], t[13], t[14], t[15]);
+    return _mm512_permutexvar_ps(v, table);
+  }
+  // E8M0HalfToF32 of the 16 bytes at p: (e - 1) << 23, a normal float, for e >= 2; 0x00200000 <<
+  // e, a subnormal, below.
+  [[gnu::always_inline]] static F E8M0s(const uint8_t* p) {
+    const I e = WidenU8(p);
+    const I normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const I subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
+  }
   [[gnu::always_inline]] static I And(I v, int mask) {
     return _mm512_and_si512(v, _mm512_set1_epi32(mask));
   }

@@ -1,9 +1,9 @@
 // File: quant_exact_kernels.h
 // -----------------------------------------------------------------------------
 // MatMul for quantized weights multiplied exactly (MatMulPrecision::kExact) from the packed layout
-// of quant_exact_layout.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, and on the AVX2
-// backend MXFP4. Written once over a vector backend B (16 F32 lanes in
-// matmul_quant_exact_avx512.cc, 8 in matmul_quant_exact_avx2.cc); both give the same bits.
+// of quant_exact_layout.h: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and MXFP4. Written once
+// over a vector backend B (16 F32 lanes in matmul_quant_exact_avx512.cc, 8 in
+// matmul_quant_exact_avx2.cc); both give the same bits.
 //
 // Arithmetic (reference::MatMulExactGrouped, bit for bit). A weight of group g (the elements that
 // share a scale: 32, or 16 for Q6_K) is w = q dl - ml with q the unsigned integer code and dl, ml
@@ -203,14 +203,19 @@ struct Block32 : LayoutBlock32<kMin, kFifthBit> {
   }
 };
 
-// Backends with MXFP4 (the AVX2 one, which both levels run for it): LookUp(v) (each byte of v,
-// at most 15, replaced by that entry of kMxfp4Lookup: a byte shuffle) and E8M0s(p) (kLanes E8M0
-// bytes at p as E8M0HalfToF32 gives them).
+// Backends with MXFP4: E8M0s(p) (kLanes E8M0 bytes at p as E8M0HalfToF32 gives them) and either
+// LookUp(v) (each byte of v, at most 15, replaced by that entry of kMxfp4Lookup: a byte shuffle;
+// AVX2) or LookUpF32(v) (entry v & 15 of kMxfp4Lookup as F32, lane by lane: a permute of a
+// table of F32s; AVX-512).
+template <typename B>
+constexpr bool kHasLookUpF32 = requires(typename B::I v) {
+  B::LookUpF32(v);
+};
 template <typename B>
 constexpr bool kHasMxfp4 = requires(typename B::I v, const uint8_t* p) {
-  B::LookUp(v);
   B::E8M0s(p);
-};
+}
+&&(kHasLookUpF32<B> || requires(typename B::I v) { B::LookUp(v); });
 
 // MXFP4's q by stored nibble (the code XOR 15, LayoutMxfp4): entry i = kMxfp4Values[i ^ 15] + 12,
 // so entry 0 (code 15, -12) is 0, and a lane holding one nibble in its low byte (the others 0)
@@ -232,8 +237,13 @@ struct Mxfp4 : LayoutMxfp4 {
 #pragma GCC unroll 4
     for (int h = 0; h < V; ++h) {
       const typename B::I v = B::WidenU8(line + B::kLanes * h);
-      w[0][h] = B::ToF32(B::LookUp(B::And(v, 15)));
-      w[1][h] = B::ToF32(B::LookUp(B::template SrlI<4>(v)));
+      if constexpr (kHasLookUpF32<B>) {
+        w[0][h] = B::LookUpF32(v);
+        w[1][h] = B::LookUpF32(B::template SrlI<4>(v));
+      } else {
+        w[0][h] = B::ToF32(B::LookUp(B::And(v, 15)));
+        w[1][h] = B::ToF32(B::LookUp(B::template SrlI<4>(v)));
+      }
     }
   }
   template <int V>
