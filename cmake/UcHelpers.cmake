@@ -44,14 +44,15 @@ if(UC_BUILD_FUZZ)
 endif()
 
 function(uc_library)
-  cmake_parse_arguments(UC "" "NAME" "SRCS;DEPS;AVX2_SRCS;AVX512_SRCS;AVX512_BF16_SRCS" ${ARGN})
+  cmake_parse_arguments(UC "" "NAME" "SRCS;DEPS;AVX2_SRCS;AVX512_SRCS;AVX512_BF16_SRCS;AVX512_VBMI_SRCS" ${ARGN})
   add_library(uc_${UC_NAME} STATIC ${UC_SRCS} ${UC_AVX2_SRCS} ${UC_AVX512_SRCS}
-              ${UC_AVX512_BF16_SRCS})
+              ${UC_AVX512_BF16_SRCS} ${UC_AVX512_VBMI_SRCS})
   add_library(uc::${UC_NAME} ALIAS uc_${UC_NAME})
   target_include_directories(uc_${UC_NAME} PUBLIC ${UC_SRC_ROOT})
   target_link_libraries(uc_${UC_NAME} PUBLIC ${UC_DEPS})
   # Kernels with explicit x86 SIMD are compiled for AVX2+FMA+F16C (AVX2_SRCS) or for AVX-512
-  # F/BW/VL/DQ + VNNI (AVX512_SRCS; AVX512_BF16_SRCS adds AVX512_BF16) and dispatched at run
+  # F/BW/VL/DQ + VNNI (AVX512_SRCS; AVX512_BF16_SRCS adds AVX512_BF16, AVX512_VBMI_SRCS
+  # AVX512_VBMI) and dispatched at run
   # time, so the binary still runs (on the next level down, at worst scalar code) on CPUs
   # without them.
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
@@ -66,6 +67,10 @@ function(uc_library)
     if(UC_AVX512_BF16_SRCS)
       set_source_files_properties(${UC_AVX512_BF16_SRCS} PROPERTIES COMPILE_OPTIONS
         "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx2;-mfma;-mf16c")
+    endif()
+    if(UC_AVX512_VBMI_SRCS)
+      set_source_files_properties(${UC_AVX512_VBMI_SRCS} PROPERTIES COMPILE_OPTIONS
+        "-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512vbmi;-mavx2;-mfma;-mf16c")
     endif()
   endif()
   uc_apply_warnings(uc_${UC_NAME})

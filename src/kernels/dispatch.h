@@ -23,6 +23,10 @@ bool CpuSupportsAvx512Vnni();
 // subleaf 1, EAX bit 5). Cached; thread-safe.
 bool CpuSupportsAvx512Bf16();
 
+// True when CpuSupportsAvx512Vnni() and the CPU has AVX512_VBMI (vpermb; CPUID leaf 7 ECX bit
+// 1). Cached; thread-safe.
+bool CpuSupportsAvx512Vbmi();
+
 // True on AMD CPUs (CPUID vendor "AuthenticAMD"). Kernels that stream many weight rows side by
 // side prefetch differently there (matmul_int8_avx512.cc); the arithmetic, and so the bits, do
 // not depend on it. Cached; thread-safe.
@@ -56,6 +60,16 @@ bool Avx512Bf16Available();
 // Avx512Bf16Available(), and CpuPrefersBf16Dot() or ForceBf16DotForTesting(true). Otherwise
 // they take the exact F32 MatMul.
 bool UseAvx512Bf16();
+
+// True when the kernels with an AVX512_VBMI variant (the exact quantized MatMul) use it:
+// UseAvx512Vnni(), CpuSupportsAvx512Vbmi() and not ForceNoVbmiForTesting(true). The variant
+// gives the same bits.
+bool UseAvx512Vbmi();
+
+// Keeps the AVX512_VBMI variants out (true) until the next call, so the plain AVX-512 kernels
+// are tested on CPUs that have it. For tests and benchmarks only; must not race with ops running
+// on other threads.
+void ForceNoVbmiForTesting(bool force);
 
 // Lets BF16 weights at kInt8 use vdpbf16ps on every CPU that has it (true), or only where
 // CpuPrefersBf16Dot() (false, the default), so the vdpbf16ps kernel is tested on CPUs that do

@@ -267,8 +267,8 @@ BENCHMARK(BM_MatMulInvariant)
 // threads, level (the highest kernel level allowed: 1 AVX2, 2 AVX-512 VNNI; only the integer MatMul
 // has an AVX-512 version; 3: AVX-512 VNNI with the weights packed, PackedWeight: kInt8, and kExact
 // for the dtypes with the packed exact layout; 4: AVX2 with the weights packed: kExact, and Q8_0's
-// and MXFP4's tiles at kInt8). BF16 at kInt8 is the vdpbf16ps MatMul at levels 2
-// and 3 (AVX512_BF16), whatever the CPU table prefers.
+// and MXFP4's tiles at kInt8; 5: as 3 at kExact without the AVX512_VBMI kernel). BF16 at kInt8
+// is the vdpbf16ps MatMul at levels 2 and 3 (AVX512_BF16), whatever the CPU table prefers.
 constexpr DType kPrecisionDTypes[] = {DType::kQ4_0, DType::kQ4_K,  DType::kQ6_K,  DType::kQ8_0,
                                       DType::kQ5_K, DType::kQ4_1,  DType::kQ5_0,  DType::kQ3_K,
                                       DType::kBF16, DType::kMXFP4, DType::kIQ4_NL};
@@ -277,8 +277,9 @@ void BM_MatMulPrecision(benchmark::State& state) {
   const int64_t tokens = state.range(1);
   const auto precision = state.range(2) != 0 ? MatMulPrecision::kInt8 : MatMulPrecision::kExact;
   const int threads = static_cast<int>(state.range(3));
-  const bool avx512 = state.range(4) == 2 || state.range(4) == 3;
+  const bool avx512 = state.range(4) == 2 || state.range(4) == 3 || state.range(4) == 5;
   const bool pack = state.range(4) >= 3;
+  const bool no_vbmi = state.range(4) == 5;
   SetPath(false, state);
   if (avx512 && !internal::CpuSupportsAvx512Vnni()) {
     state.SkipWithError("CPU lacks AVX-512 VNNI");
@@ -290,6 +291,7 @@ void BM_MatMulPrecision(benchmark::State& state) {
                                         : internal::KernelLevel::kAvx2);
   // BF16 at levels 2 and 3 measures vdpbf16ps also where the CPU table prefers F32 FMAs.
   internal::ForceBf16DotForTesting(true);
+  internal::ForceNoVbmiForTesting(no_vbmi);
   std::vector<Tensor> copies = {BenchWeights(kIntermediate, kHidden, dtype, 1)};
   const int64_t copies_needed =
       tokens <= 16 ? std::max<int64_t>(2, kColdBytes / copies[0].nbytes() + 1) : 1;
@@ -319,12 +321,15 @@ void BM_MatMulPrecision(benchmark::State& state) {
       2.0 * tokens * kIntermediate * kHidden * state.iterations(), benchmark::Counter::kIsRate);
   state.SetLabel(std::string(DTypeName(dtype)) +
                  (precision == MatMulPrecision::kExact
-                      ? (pack ? (avx512 ? " exact packed" : " exact avx2 packed") : " exact")
+                      ? (pack ? (avx512 ? (no_vbmi ? " exact packed no-vbmi" : " exact packed")
+                                        : " exact avx2 packed")
+                              : " exact")
                   : pack   ? (avx512 ? " int8 avx512 packed" : " int8 avx2 packed")
                   : avx512 ? " int8 avx512"
                            : " int8 avx2"));
   internal::ForceLevelForTesting(internal::KernelLevel::kAvx512);
   internal::ForceBf16DotForTesting(false);
+  internal::ForceNoVbmiForTesting(false);
 }
 
 // Per dtype, shape and thread count: kExact, kInt8 on AVX2 and kInt8 on AVX-512 VNNI.
@@ -337,6 +342,7 @@ void PrecisionArgs(benchmark::internal::Benchmark* b) {
         if (reference::HasExactGrouped(kPrecisionDTypes[d])) {  // the packed exact layout
           b->Args({d, tokens, 0, threads, 3});
           b->Args({d, tokens, 0, threads, 4});
+          b->Args({d, tokens, 0, threads, 5});
         }
         b->Args({d, tokens, 1, threads, 1});
         b->Args({d, tokens, 1, threads, 2});

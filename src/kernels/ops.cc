@@ -21,6 +21,7 @@ namespace {
 
 std::atomic<KernelLevel> g_max_level{KernelLevel::kAvx512};
 std::atomic<bool> g_force_bf16_dot{false};
+std::atomic<bool> g_no_vbmi{false};
 
 bool DetectAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -68,6 +69,17 @@ bool DetectAvx512Bf16() {
 #endif
 }
 
+bool DetectAvx512Vbmi() {
+#if defined(__x86_64__)
+  if (!CpuSupportsAvx512Vnni()) return false;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1u << 1)) != 0;  // AVX512_VBMI
+#else
+  return false;
+#endif
+}
+
 bool DetectAmd() {
 #if defined(__x86_64__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -98,6 +110,11 @@ bool CpuSupportsAvx512Bf16() {
   return supported;
 }
 
+bool CpuSupportsAvx512Vbmi() {
+  static const bool supported = DetectAvx512Vbmi();
+  return supported;
+}
+
 bool CpuIsAmd() {
   static const bool amd = DetectAmd();
   return amd;
@@ -115,6 +132,12 @@ bool UseAvx512Bf16() {
   return Avx512Bf16Available() &&
          (CpuPrefersBf16Dot() || g_force_bf16_dot.load(std::memory_order_relaxed));
 }
+
+bool UseAvx512Vbmi() {
+  return UseAvx512Vnni() && CpuSupportsAvx512Vbmi() && !g_no_vbmi.load(std::memory_order_relaxed);
+}
+
+void ForceNoVbmiForTesting(bool force) { g_no_vbmi.store(force); }
 
 void ForceBf16DotForTesting(bool force) { g_force_bf16_dot.store(force); }
 
@@ -231,7 +254,9 @@ void MatMulImpl(const Tensor& x, const Tensor& w, Tensor& y, ThreadPool* pool,
     // Packed at kExact: the grouped order, one for every m (batch invariant), the same bits at
     // both levels.
     args.w_packed = packed;
-    if (internal::UseAvx512Vnni()) {
+    if (internal::UseAvx512Vbmi()) {
+      avx512::MatMulQuantExactVbmi(args, pool);
+    } else if (internal::UseAvx512Vnni()) {
       avx512::MatMulQuantExact(args, pool);
     } else {
       avx2::MatMulQuantExact(args, pool);

@@ -1,5 +1,6 @@
 // Quantized weights multiplied exactly (MatMulPrecision::kExact) from the packed layout, on each
-// kernel level the CPU has: avx512::MatMulQuantExact (AVX-512 VNNI) and avx2::MatMulQuantExact
+// kernel level the CPU has: avx512::MatMulQuantExact (AVX-512 VNNI), avx512::MatMulQuantExactVbmi
+// (AVX512_VBMI as well) and avx2::MatMulQuantExact
 // (forced on AVX-512 machines too). Its bits are defined by the scalar
 // reference::MatMulExactGrouped (codes times x per scale group, then the group's scale and offset,
 // std::fma each), so every check against it is exact: m from 1 to past a prefill block, partial
@@ -55,27 +56,44 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 256},  {1, 64, 512},  {2, 70, 256},  {3, 33, 768},   {2, 130, 1280},
                          {5, 96, 256}, {6, 200, 512}, {7, 64, 1024}, {13, 129, 768}, {40, 65, 256}};
 
-// The kernel levels this CPU can run the packed kernel at, each forced for the test's scope.
-std::vector<internal::KernelLevel> Levels() {
-  std::vector<internal::KernelLevel> levels;
-  if (internal::CpuSupportsAvx2()) levels.push_back(internal::KernelLevel::kAvx2);
-  if (internal::CpuSupportsAvx512Vnni()) levels.push_back(internal::KernelLevel::kAvx512);
+// A kernel the CPU can run the packed layout with: a level, and at kAvx512 with or without the
+// AVX512_VBMI variant (avx512::MatMulQuantExactVbmi).
+struct Kernel {
+  internal::KernelLevel level;
+  bool vbmi = false;
+};
+// The kernels this CPU has, each forced for the test's scope by ScopedLevel.
+std::vector<Kernel> Levels() {
+  std::vector<Kernel> kernels;
+  if (internal::CpuSupportsAvx2()) kernels.push_back({internal::KernelLevel::kAvx2});
+  if (internal::CpuSupportsAvx512Vnni()) kernels.push_back({internal::KernelLevel::kAvx512});
+  if (internal::CpuSupportsAvx512Vbmi()) kernels.push_back({internal::KernelLevel::kAvx512, true});
   NoteIfUntested(internal::CpuSupportsAvx512Vnni(),
                  "CPU lacks AVX-512 VNNI: avx512::MatMulQuantExact");
+  NoteIfUntested(internal::CpuSupportsAvx512Vbmi(),
+                 "CPU lacks AVX512_VBMI: avx512::MatMulQuantExactVbmi");
   NoteIfUntested(internal::CpuSupportsAvx2(), "CPU lacks AVX2: avx2::MatMulQuantExact");
-  return levels;
+  return kernels;
 }
-const char* LevelName(internal::KernelLevel level) {
-  return level == internal::KernelLevel::kAvx512 ? "avx512" : "avx2";
+const char* LevelName(Kernel kernel) {
+  if (kernel.level != internal::KernelLevel::kAvx512) return "avx2";
+  return kernel.vbmi ? "avx512_vbmi" : "avx512";
 }
 struct ScopedLevel {
-  explicit ScopedLevel(internal::KernelLevel level) { internal::ForceLevelForTesting(level); }
-  ~ScopedLevel() { internal::ForceLevelForTesting(internal::KernelLevel::kAvx512); }
+  explicit ScopedLevel(Kernel kernel) {
+    internal::ForceLevelForTesting(kernel.level);
+    internal::ForceNoVbmiForTesting(!kernel.vbmi);
+  }
+  explicit ScopedLevel(internal::KernelLevel level) : ScopedLevel(Kernel{level}) {}
+  ~ScopedLevel() {
+    internal::ForceLevelForTesting(internal::KernelLevel::kAvx512);
+    internal::ForceNoVbmiForTesting(false);
+  }
 };
 
 TEST(QuantExactMatMulTest, PackedMatchesTheGroupedOrderBitForBit) {
   uint32_t seed = 3;
-  for (internal::KernelLevel level : Levels()) {
+  for (Kernel level : Levels()) {
     ScopedLevel scoped(level);
     for (DType dtype : kGroupedDTypes) {
       for (const Shape& s : kShapes) {
@@ -108,7 +126,7 @@ TEST(QuantExactMatMulTest, PackedMatchesTheGroupedOrderBitForBit) {
 TEST(QuantExactMatMulTest, ShortLastKBlockMatchesTheGroupedOrderBitForBit) {
   const Shape shapes[] = {{7, 40, 288}, {13, 70, 544}, {8, 33, 32}};
   uint32_t seed = 101;
-  for (internal::KernelLevel level : Levels()) {
+  for (Kernel level : Levels()) {
     ScopedLevel scoped(level);
     for (DType dtype :
          {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kMXFP4}) {
@@ -135,7 +153,7 @@ TEST(QuantExactMatMulTest, ShortLastKBlockMatchesTheGroupedOrderBitForBit) {
 // as E8M0HalfToF32 gives them), one kernel for both levels: the grouped order's bits.
 TEST(QuantExactMatMulTest, Mxfp4ScalesAcrossTheirRange) {
   const uint8_t scales[] = {0, 1, 2, 3, 100, 127, 128, 129, 140};
-  for (internal::KernelLevel level : Levels()) {
+  for (Kernel level : Levels()) {
     ScopedLevel scoped(level);
     Tensor w = RandomWeights(70, 288, DType::kMXFP4, 61);
     for (int64_t j = 0; j < 70; ++j) {
@@ -185,7 +203,7 @@ TEST(QuantExactMatMulTest, LevelsShareTheLayout) {
 
 // The packed copy is all the kernel reads; and the packed size is about the stored size.
 TEST(QuantExactMatMulTest, PackedCopyStandsAloneAndStaysSmall) {
-  for (internal::KernelLevel level : Levels()) {
+  for (Kernel level : Levels()) {
     ScopedLevel scoped(level);
     for (DType dtype : kGroupedDTypes) {
       const std::string what = std::string(LevelName(level)) + " " + std::string(DTypeName(dtype));
@@ -209,7 +227,7 @@ TEST(QuantExactMatMulTest, PackedCopyStandsAloneAndStaysSmall) {
 TEST(QuantExactMatMulTest, RowsAreBatchInvariant) {
   const int64_t m = 37, n = 100, k = 768;
   const Tensor x = RandomX(m, k, 21);
-  for (internal::KernelLevel level : Levels()) {
+  for (Kernel level : Levels()) {
     ScopedLevel scoped(level);
     for (DType dtype : kGroupedDTypes) {
       const Tensor w = RandomWeights(n, k, dtype, 22);

@@ -330,6 +330,9 @@ void PackHalf(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
 void MatMulQuantExact(const MatMulArgs& args, ThreadPool* pool);
 int64_t PackedQuantExactBytes(DType dtype, int64_t n, int64_t k);
 void PackQuantExact(const MatMulArgs& args, std::byte* out, ThreadPool* pool);
+// MatMulQuantExact's bits from the same layout, for CPUs with AVX512_VBMI as well
+// (internal::CpuSupportsAvx512Vbmi()): vpermb widens the codes of Q5_0, Q5_1, Q5_K and Q6_K.
+void MatMulQuantExactVbmi(const MatMulArgs& args, ThreadPool* pool);
 
 // CausalAttention with 512-bit score and value loops (all of a KV head's query heads share each
 // key and value load) inside avx2::CausalAttentionWith.

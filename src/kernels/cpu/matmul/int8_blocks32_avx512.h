@@ -20,6 +20,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/matmul/e8m0_simd.h"
 #include "kernels/cpu/matmul/int8_common_avx512.h"
 #include "tensor/dtype.h"
 
@@ -84,20 +85,11 @@ constexpr size_t ScaleOffset() {
   }
 }
 
-// E8M0HalfToF32 lane by lane: e >= 2 gives the normal float (e - 1) << 23, e < 2 the subnormal
-// 0x00200000 << e.
-[[gnu::always_inline]] inline __m512 E8M0HalfToF32x16(__m512i e) {
-  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
-  const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
-  const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
-  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
-}
-
 // Sixteen block scales at p as F32: f16s, or (kE8M0) E8M0 bytes.
 template <bool kE8M0>
 [[gnu::always_inline]] inline __m512 ScalesAt(const std::byte* p) {
   if constexpr (kE8M0) {
-    return E8M0HalfToF32x16(_mm512_cvtepu8_epi32(Load128(p)));
+    return simd::E8M0HalfToF32x16(_mm512_cvtepu8_epi32(Load128(p)));
   } else {
     return HalvesAt(p);
   }

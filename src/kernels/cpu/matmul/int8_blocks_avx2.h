@@ -41,6 +41,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/matmul/e8m0_simd.h"
 #include "kernels/cpu/quant_decoders_avx2.h"
 #include "tensor/dtype.h"
 
@@ -549,11 +550,7 @@ struct SignedBlocks {
 
   // E8M0HalfToF32 lane by lane.
   [[gnu::always_inline]] static __m256 E8M0HalfToF32x8(__m256i v) requires kMxfp4 {
-    // e >= 2: (e - 1) << 23, a normal float; e < 2: 0x00200000 << e, a subnormal.
-    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
-    const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);
-    const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), v);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
+    return simd::E8M0HalfToF32x8(v);
   }
 };
 

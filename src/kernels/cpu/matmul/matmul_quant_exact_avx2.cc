@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/matmul/e8m0_simd.h"
 #include "kernels/cpu/matmul/quant_exact_kernels.h"
 
 namespace uc::kernels::avx2 {
@@ -79,14 +80,9 @@ struct Avx2 {
             _mm_load_si128(reinterpret_cast<const __m128i*>(quant_exact::kMxfp4Lookup.data()))),
         v);
   }
-  // E8M0HalfToF32 of the 8 bytes at p: (e - 1) << 23, a normal float, for e >= 2; 0x00200000 <<
-  // e, a subnormal, below.
+  // E8M0HalfToF32 of the 8 bytes at p.
   [[gnu::always_inline]] static F E8M0s(const uint8_t* p) {
-    const I e = WidenU8(p);
-    const I normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-    const I subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-    const I small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
+    return simd::E8M0HalfToF32x8(WidenU8(p));
   }
   [[gnu::always_inline]] static F Zero() { return _mm256_setzero_ps(); }
   [[gnu::always_inline]] static F Set1(float v) { return _mm256_set1_ps(v); }
