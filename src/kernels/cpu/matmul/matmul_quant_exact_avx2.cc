@@ -89,6 +89,9 @@ struct Avx2 {
   [[gnu::always_inline]] static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }
   [[gnu::always_inline]] static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
   [[gnu::always_inline]] static F Fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  [[gnu::always_inline]] static F FmaBroadcast(const float* p, F w, F c) {
+    return Fma(Set1(*p), w, c);
+  }
   [[gnu::always_inline]] static F Load(const float* p) { return _mm256_load_ps(p); }
   [[gnu::always_inline]] static void Store(float* p, F v) { _mm256_store_ps(p, v); }
   [[gnu::always_inline]] static F LoadCols(const float* p, int cols) {

@@ -54,7 +54,8 @@ namespace {  // NOLINT(build/namespaces): see quant_exact_layout.h
 // The backend B: F (kLanes F32 lanes), I (kLanes int32 lanes) and
 //   WidenU8(p), WidenI8(p): kLanes bytes at p to I; F16s(p): kLanes f16 at p to F;
 //   ToF32(I); LowNibble(I) = ToF32(v & 15); And(I, int), Or(I, I), Srl(I, count),
-//   SrlI<k>(I), SllI<k>(I); Zero(), Set1(float), Mul, Fma(a, b, c) = a b + c (one rounding);
+//   SrlI<k>(I), SllI<k>(I); Zero(), Set1(float), Mul, Fma(a, b, c) = a b + c (one rounding),
+//   FmaBroadcast(p, w, c) = Fma(Set1(*p), w, c);
 //   Load / Store (aligned), LoadCols(p, cols) / StoreCols(p, v, cols): lanes < cols only.
 
 // Optionally, codes built a whole decode span at a time in the byte domain (the types with high
@@ -402,9 +403,9 @@ void StreamKernel(const float* x, int64_t ldx, const float* xs, int64_t ldxs, co
         for (int e = 0; e < 2; ++e) {
 #pragma GCC unroll 8
           for (int r = 0; r < MR; ++r) {
-            const F xb = B::Set1(x[r * ldx + e0 + 2 * s + e]);
+            const float* xe = x + r * ldx + e0 + 2 * s + e;
 #pragma GCC unroll 4
-            for (int h = 0; h < V; ++h) p[r][h] = B::Fma(xb, w[e][h], p[r][h]);
+            for (int h = 0; h < V; ++h) p[r][h] = B::FmaBroadcast(xe, w[e][h], p[r][h]);
           }
         }
       }
