@@ -90,7 +90,7 @@ def cpu_flags():
     except OSError:
         pass
     wanted = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-              "avx512_bf16", "avx_vnni", "amx_int8", "amx_bf16"]
+              "avx512_bf16", "avx512vbmi", "avx_vnni", "amx_int8", "amx_bf16"]
     return [f for f in wanted if f in flags]
 
 
