@@ -472,8 +472,12 @@ void LaneTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, in
 
 // Tiles [t_begin, t_end) of a packed 32-element type without panels (m < 16: decode): each
 // block is unpacked into registers with the weight rows as lanes and meets the x rows four at a
-// time (K::PackedLaneTerms), one contiguous stream of weights per thread. kLinearPrefetch: as
-// PackedTile::Prefetch's.
+// time (K::PackedLaneTerms), one contiguous stream of weights per thread. kLinearPrefetch
+// (AMD): no software prefetch, the hardware's alone; with PackedTile::Prefetch's (L2, 12 KiB
+// ahead) Q8_0 decode per matmul ran 1.28x slower and Q4_1 1.25x at one thread on a Zen 4, the
+// other types here level (kernels_benchmark BM_MatMulPrecision tokens:1, medians of 5 in five
+// interleaved rounds; Q8_0 at two threads 1.1x). Otherwise PackedTile::Prefetch's share of the
+// next tile.
 template <typename K, bool kLinearPrefetch>
 void PackedRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begin, int64_t t_end) {
   __m512 acc[kPanelRows];
@@ -482,7 +486,7 @@ void PackedRowTileRange(const MatMulArgs& a, const QuantizedX& x, int64_t t_begi
     const int64_t j0 = t * kTileRows;
     for (int64_t r = 0; r < a.m; ++r) acc[r] = _mm512_setzero_ps();
     for (int64_t b = 0; b < x.blocks; ++b) {
-      tile.template Prefetch<kLinearPrefetch>(b, x.blocks);
+      if constexpr (!kLinearPrefetch) tile.template Prefetch<false>(b, x.blocks);
       const std::byte* block = tile.block(b);
       const std::byte* xb = x.rows + b * x.block_bytes;
       // Row r's block sums; only the types with an offset have them (x.sums is null otherwise).
