@@ -173,6 +173,31 @@ TEST(QuantExactMatMulTest, Mxfp4ScalesAcrossTheirRange) {
   }
 }
 
+// The decode of the 4-bit types multiplies 16 q by x / 16 (NibbleLine in quant_exact_kernels.h),
+// which is exact while x / 16 is: for x rows of elements so small that some quotient would be
+// subnormal (|x| < 2^-122), the kernels take the codes unscaled and keep the grouped order's bits.
+TEST(QuantExactMatMulTest, TinyActivationsKeepTheGroupedOrderBits) {
+  uint32_t seed = 71;
+  for (Kernel level : Levels()) {
+    ScopedLevel scoped(level);
+    for (DType dtype : kGroupedDTypes) {
+      const Tensor w = RandomWeights(70, 512, dtype, seed++);
+      const auto packed = PackedWeight::Pack(w, kExact);
+      ASSERT_NE(packed, nullptr);
+      for (int64_t m : {1, 2}) {
+        const Tensor x = RandomX(m, 512, seed++, 0x1p-121f);
+        Tensor want = Tensor::Empty({m, 70}, DType::kF32);
+        reference::MatMulExactGrouped(x, w, want);
+        Tensor got = Tensor::Empty({m, 70}, DType::kF32);
+        MatMul(x, *packed, got, nullptr);
+        ExpectBitExact(got, want,
+                       std::string(LevelName(level)) + " " + std::string(DTypeName(dtype)) + " m " +
+                           std::to_string(m));
+      }
+    }
+  }
+}
+
 // Both levels write the same layout and read it to the same bits: a copy packed on one runs on
 // the other.
 TEST(QuantExactMatMulTest, LevelsShareTheLayout) {

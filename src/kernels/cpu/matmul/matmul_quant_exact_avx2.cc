@@ -32,6 +32,9 @@ struct Avx2 {
   [[gnu::always_inline]] static I WidenI8(const uint8_t* p) {
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   }
+  [[gnu::always_inline]] static I LoadLanes(const uint8_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  }
   [[gnu::always_inline]] static F F16s(const uint8_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }

@@ -36,6 +36,7 @@ struct Avx512 {
   [[gnu::always_inline]] static I WidenI8(const uint8_t* p) {
     return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
+  [[gnu::always_inline]] static I LoadLanes(const uint8_t* p) { return _mm512_loadu_si512(p); }
   [[gnu::always_inline]] static F F16s(const uint8_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }

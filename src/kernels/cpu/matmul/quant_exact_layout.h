@@ -6,7 +6,11 @@
 //
 // Pairs of 32-row tiles (64 rows, n rounded up, rows past n zero); a pair's k range is a run of
 // records (256 elements for the K-quants, 32 for the others), each record the pair's scale
-// fields and then 64-byte lines with one byte per row: row c of the pair is byte c. Nibble lines
+// fields and then 64-byte lines with one byte per row: row c of the pair is byte c, except in
+// the nibble lines of the types without high bits (Q4_0, Q4_1, Q4_K, MXFP4: kDwordLanes), where
+// row 16 b + j is byte 4 j + b (DwordLanePos), so that the lines read at byte offset b hold rows
+// 16 b .. 16 b + 15 in the low bytes of their int32 lanes (see NibbleLine in
+// quant_exact_kernels.h). Scale fields are in row order everywhere. Nibble lines
 // hold elements 2 s (low nibble) and 2 s + 1 (high) of a group (MXFP4's FP4 codes too); Q8_0 lines
 // one element; Q6_K's
 // high-bit lines the top two bits of elements 4 s .. 4 s + 3 (bits 2 p, 2 p + 1 for element
@@ -33,6 +37,9 @@ namespace {  // NOLINT(build/namespaces): see the header comment
 constexpr int kPairRows = 64;  // rows per pair, bytes per line
 constexpr int kLine = 64;      // bytes per line
 
+// The byte of pair row c in a kDwordLanes nibble line.
+constexpr int DwordLanePos(int c) { return 4 * (c % 16) + c / 16; }
+
 // Each layout: kRecordElems, kGroup (elements sharing a scale), kRecordBytes, the offsets of its
 // fields in bytes from the record's start, and PackRow(block, c, rec): the stored block of
 // record `rec` of pair row c written into the record.
@@ -43,6 +50,7 @@ struct LayoutQ8_0 {
   static constexpr int64_t kD = 0;
   static constexpr int64_t kLines = kD + 2 * kPairRows;
   static constexpr int64_t kRecordBytes = kLines + 32 * kLine;
+  static constexpr bool kDwordLanes = false;
   static void PackRow(const std::byte* block, int c, uint8_t* rec) {
     const auto* b = reinterpret_cast<const BlockQ8_0*>(block);
     std::memcpy(rec + kD + 2 * c, &b->d, 2);
@@ -62,6 +70,7 @@ struct LayoutBlock32 {
   static constexpr int64_t kLines = kM + (kMin ? 2 * kPairRows : 0);
   static constexpr int64_t kHigh = kLines + 16 * kLine;
   static constexpr int64_t kRecordBytes = kHigh + (kFifthBit ? 4 * kLine : 0);
+  static constexpr bool kDwordLanes = !kFifthBit;
   static void PackRow(const std::byte* block, int c, uint8_t* rec) {
     const uint8_t* qs;
     const uint8_t* qh = nullptr;
@@ -83,7 +92,8 @@ struct LayoutBlock32 {
     if constexpr (kMin) std::memcpy(rec + kM + 2 * c, &m, 2);
     auto low = [&](int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; };
     for (int s = 0; s < 16; ++s) {
-      rec[kLines + s * kLine + c] = static_cast<uint8_t>(low(2 * s) | (low(2 * s + 1) << 4));
+      rec[kLines + s * kLine + (kDwordLanes ? DwordLanePos(c) : c)] =
+          static_cast<uint8_t>(low(2 * s) | (low(2 * s + 1) << 4));
     }
     if constexpr (kFifthBit) {
       for (int s = 0; s < 4; ++s) rec[kHigh + s * kLine + c] = qh[s];
@@ -101,12 +111,14 @@ struct LayoutMxfp4 {
   static constexpr int64_t kE = 0;  // [row] u8
   static constexpr int64_t kLines = kE + kPairRows;
   static constexpr int64_t kRecordBytes = kLines + 16 * kLine;
+  static constexpr bool kDwordLanes = true;
   static void PackRow(const std::byte* block, int c, uint8_t* rec) {
     const auto* b = reinterpret_cast<const BlockMXFP4*>(block);
     rec[kE + c] = b->e;
     auto code = [&](int e) { return (e < 16 ? b->qs[e] & 15 : b->qs[e - 16] >> 4) ^ 15; };
     for (int s = 0; s < 16; ++s) {
-      rec[kLines + s * kLine + c] = static_cast<uint8_t>(code(2 * s) | (code(2 * s + 1) << 4));
+      rec[kLines + s * kLine + DwordLanePos(c)] =
+          static_cast<uint8_t>(code(2 * s) | (code(2 * s + 1) << 4));
     }
   }
 };
@@ -124,6 +136,7 @@ struct LayoutKScaleMin {
   static constexpr int64_t kLines = kMin + 8 * kPairRows;   // 128 nibble lines
   static constexpr int64_t kHigh = kLines + 128 * kLine;    // Q5_K: 32 lines of fifth bits
   static constexpr int64_t kRecordBytes = kHigh + (kFifthBit ? 32 * kLine : 0);
+  static constexpr bool kDwordLanes = !kFifthBit;
   static void PackRow(const std::byte* block, int c, uint8_t* rec) {
     const uint8_t* scales;
     const uint8_t* qs;
@@ -145,7 +158,7 @@ struct LayoutKScaleMin {
       rec[kMin + g * kPairRows + c] = min;
       auto code = [&](int l) { return (qs[32 * (g / 2) + l] >> (4 * (g % 2))) & 15; };
       for (int s = 0; s < 16; ++s) {
-        rec[kLines + (16 * g + s) * kLine + c] =
+        rec[kLines + (16 * g + s) * kLine + (kDwordLanes ? DwordLanePos(c) : c)] =
             static_cast<uint8_t>(code(2 * s) | (code(2 * s + 1) << 4));
       }
       if constexpr (kFifthBit) {
@@ -169,6 +182,7 @@ struct LayoutQ6_K {
   static constexpr int64_t kLines = kScale + 16 * kPairRows;  // 128 nibble lines
   static constexpr int64_t kHigh = kLines + 128 * kLine;      // 64 lines of two-bit pairs
   static constexpr int64_t kRecordBytes = kHigh + 64 * kLine;
+  static constexpr bool kDwordLanes = false;
   static void PackRow(const std::byte* block, int c, uint8_t* rec) {
     const auto* b = reinterpret_cast<const BlockQ6_K*>(block);
     std::memcpy(rec + kD + 2 * c, &b->d, 2);
