@@ -61,12 +61,13 @@ MoeBuffers::MoeBuffers(int64_t max_tokens, const FusedMoe& moe) {
   const int64_t h = moe.hidden_size(), e = moe.num_experts();
   const int64_t inter =
       std::max(moe.intermediate_size_per_partition(), moe.shared_intermediate_size_per_partition());
+  const int64_t slots = std::max(max_tokens, std::min(max_tokens * moe.top_k(), kMaxParallelSlots));
   router_logits = Tensor::ZerosLongLived({max_tokens, e}, DType::kF32);
   expert_weights = Tensor::ZerosLongLived({max_tokens, e}, DType::kF32);
-  rows = Tensor::ZerosLongLived({max_tokens, h}, DType::kF32);
-  gate = Tensor::ZerosLongLived({max_tokens, inter}, DType::kF32);
-  up = Tensor::ZerosLongLived({max_tokens, inter}, DType::kF32);
-  expert_out = Tensor::ZerosLongLived({max_tokens, h}, DType::kF32);
+  rows = Tensor::ZerosLongLived({slots, h}, DType::kF32);
+  gate = Tensor::ZerosLongLived({slots, inter}, DType::kF32);
+  up = Tensor::ZerosLongLived({slots, inter}, DType::kF32);
+  expert_out = Tensor::ZerosLongLived({slots, h}, DType::kF32);
   shared_scale = Tensor::ZerosLongLived({max_tokens, 1}, DType::kF32);
 }
 
@@ -169,17 +170,17 @@ void FusedMoe::set_matmul(const kernels::MatMulOptions& options) {
   }
 }
 
-void FusedMoe::RunExpert(int expert, const Tensor& x, std::span<const int32_t> rows,
-                         MoeBuffers& buffers, Tensor& out, ThreadPool* pool) const {
+void FusedMoe::RunExpert(int expert, const Tensor& x, std::span<const int32_t> rows, int64_t slot,
+                         MoeBuffers& buffers, ThreadPool* pool) const {
   const int64_t n = static_cast<int64_t>(rows.size());
-  const int64_t h = hidden_size(), e = num_experts();
+  const int64_t h = hidden_size();
   const int64_t inter = intermediate_size_per_partition();
-  Tensor gathered = buffers.rows.Slice(0, n);  // [n, hidden_size]
+  Tensor gathered = buffers.rows.Slice(slot, slot + n);  // [n, hidden_size]
   for (int64_t j = 0; j < n; ++j) {
     std::memcpy(gathered.row(j), x.row(rows[j]), static_cast<size_t>(h) * sizeof(float));
   }
-  Tensor gate = Prefix(buffers.gate, n, inter);  // [n, inter / tp]
-  Tensor up = Prefix(buffers.up, n, inter);
+  Tensor gate = Prefix(buffers.gate, slot + n, inter).Slice(slot, slot + n);  // [n, inter / tp]
+  Tensor up = Prefix(buffers.up, slot + n, inter).Slice(slot, slot + n);
   gate_up_[expert].Forward(gathered, gate, up, pool);
   if (swiglu_limit_ > 0.0f) {  // gpt-oss: (clamp(up) + 1) · g · sigmoid(alpha g), g = min(gate, l)
     float* g = gate.data<float>();
@@ -193,13 +194,18 @@ void FusedMoe::RunExpert(int expert, const Tensor& x, std::span<const int32_t> r
   } else {
     kernels::SiluAndMul(gate, up, gate, pool);
   }
-  Tensor y = buffers.expert_out.Slice(0, n);  // [n, hidden_size]
+  Tensor y = buffers.expert_out.Slice(slot, slot + n);  // [n, hidden_size]
   down_[expert].Forward(gate, y, pool);
+}
+
+void FusedMoe::AddExpert(int expert, std::span<const int32_t> rows, int64_t slot,
+                         const MoeBuffers& buffers, Tensor& out) const {
+  const int64_t h = hidden_size(), e = num_experts();
   const float* weights = buffers.expert_weights.data<float>();
   const float* bias = down_bias_.empty() ? nullptr : down_bias_[expert].data();
-  for (int64_t j = 0; j < n; ++j) {
+  for (size_t j = 0; j < rows.size(); ++j) {
     const float w = weights[int64_t{rows[j]} * e + expert];
-    const float* src = y.data<float>() + j * h;
+    const float* src = buffers.expert_out.data<float>() + (slot + static_cast<int64_t>(j)) * h;
     float* dst = out.data<float>() + int64_t{rows[j]} * h;
     if (bias != nullptr) {
       for (int64_t k = 0; k < h; ++k) dst[k] += (src[k] + bias[k]) * w;
@@ -252,9 +258,35 @@ void FusedMoe::Forward(const Tensor& x, MoeBuffers& buffers, Tensor& out, Thread
     for (int k = 0; k < top_k_; ++k) tokens[order[k]].push_back(static_cast<int32_t>(i));
   }
   std::memset(out.raw(), 0, static_cast<size_t>(out.nbytes()));
+  std::vector<int> active;  // the experts with tokens, ascending
   for (int64_t expert = 0; expert < e; ++expert) {
-    if (tokens[expert].empty()) continue;
-    RunExpert(static_cast<int>(expert), x, tokens[expert], buffers, out, pool);
+    if (!tokens[expert].empty()) active.push_back(static_cast<int>(expert));
+  }
+  const int64_t pairs = m * top_k_;
+  if (pool != nullptr && pool->num_threads() > 1 && pairs <= kMaxParallelSlots &&
+      pairs <= buffers.rows.dim(0) && static_cast<int>(active.size()) >= pool->num_threads()) {
+    // Side by side: expert i's rows start at slot[i]; each runs on one thread (the pool's nested
+    // calls run inline), then the outputs are added in ascending expert order as below.
+    std::vector<int64_t> slot(active.size() + 1, 0);
+    for (size_t i = 0; i < active.size(); ++i) {
+      slot[i + 1] = slot[i] + static_cast<int64_t>(tokens[active[i]].size());
+    }
+    pool->ParallelForDynamic(
+        static_cast<int64_t>(active.size()),
+        [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) {
+            RunExpert(active[i], x, tokens[active[i]], slot[i], buffers, nullptr);
+          }
+        },
+        1);
+    for (size_t i = 0; i < active.size(); ++i) {
+      AddExpert(active[i], tokens[active[i]], slot[i], buffers, out);
+    }
+  } else {
+    for (int expert : active) {
+      RunExpert(expert, x, tokens[expert], 0, buffers, pool);
+      AddExpert(expert, tokens[expert], 0, buffers, out);
+    }
   }
   if (shared_gate_up_.num_outputs() > 0) {  // out += sigmoid(shared_gate · x) · shared(x)
     const int64_t h = hidden_size(), inter = shared_intermediate_size_per_partition();

@@ -13,7 +13,12 @@
 // Computed the way llama.cpp's mul_mat_id and vLLM's fused kernels do: the batch's tokens are
 // grouped by expert and each active expert runs one matmul over only its own tokens; each token's
 // expert outputs are added in ascending expert order, so a row's result does not depend on the
-// rest of the batch (given batch-invariant matmuls).
+// rest of the batch (given batch-invariant matmuls). A small batch (decode: at most
+// kMaxParallelSlots token-expert pairs) routed to at least as many experts as the pool has
+// threads runs its experts side by side, one thread each, instead of each expert's small
+// matmuls split over the threads one after another (three fork-joins per expert: most of a
+// decode step on a 2-core machine); the outputs are added afterwards in the same expert order,
+// so the bits are the same either way.
 //
 // Tensor parallelism (vLLM's FusedMoE layout): every expert's (and the shared expert's)
 // intermediate dimension is split over the TP ranks — gate/up by rows, down by columns — so each
@@ -51,15 +56,21 @@ struct MoeOptions {
 
 class FusedMoe;
 
+// Token-expert pairs of a batch whose experts may run side by side (see above).
+inline constexpr int64_t kMaxParallelSlots = 64;
+
+// Per-call buffers of one block. The per-expert ones have a row per token-expert pair the
+// side-by-side experts can take (`slots` = max(max_tokens, min(max_tokens top_k,
+// kMaxParallelSlots))): each active expert uses rows [its first pair, + its tokens).
 struct MoeBuffers {
   MoeBuffers() = default;
   MoeBuffers(int64_t max_tokens, const FusedMoe& moe);
   Tensor router_logits;   // [max_tokens, num_experts]
   Tensor expert_weights;  // [max_tokens, num_experts], zero off each token's top-k
-  Tensor rows;            // [max_tokens, hidden_size]  one expert's tokens, gathered
-  Tensor gate, up;        // [max_tokens, max(intermediate per partition)]
-  Tensor expert_out;      // [max_tokens, hidden_size]  one expert's (partial) output
-  Tensor shared_scale;    // [max_tokens, 1]            shared_expert_gate · x
+  Tensor rows;            // [slots, hidden_size]  the experts' tokens, gathered
+  Tensor gate, up;        // [slots, max(intermediate per partition)]
+  Tensor expert_out;      // [slots, hidden_size]  the experts' (partial) outputs
+  Tensor shared_scale;    // [max_tokens, 1]       shared_expert_gate · x
 };
 
 class FusedMoe {
@@ -94,9 +105,13 @@ class FusedMoe {
   void Forward(const Tensor& x, MoeBuffers& buffers, Tensor& out, ThreadPool* pool) const;
 
  private:
-  // out[rows] += expert(rows of x) · weight, the expert's partial sum on this rank.
-  void RunExpert(int expert, const Tensor& x, std::span<const int32_t> rows, MoeBuffers& buffers,
-                 Tensor& out, ThreadPool* pool) const;
+  // buffers.expert_out rows [slot, slot + rows.size()) = expert(rows of x), the expert's partial
+  // sum on this rank (without its down bias), through the same rows of rows / gate / up.
+  void RunExpert(int expert, const Tensor& x, std::span<const int32_t> rows, int64_t slot,
+                 MoeBuffers& buffers, ThreadPool* pool) const;
+  // out[rows] += (RunExpert's rows at `slot` + the down bias) · weight.
+  void AddExpert(int expert, std::span<const int32_t> rows, int64_t slot, const MoeBuffers& buffers,
+                 Tensor& out) const;
 
   // buffers.expert_weights[i] from router logits row `logits` (see the file comment).
   void Route(const float* logits, float* weights, std::vector<float>& probs,

@@ -261,6 +261,42 @@ TEST(FusedMoeBlockTest, EachTokenHasItsBitsAloneAndInABatch) {
   }
 }
 
+// A small batch whose experts run side by side, one thread each (two or three threads, one to
+// four tokens, top 2 and top 4 of 6 experts), has the bits of the same batch with every expert's
+// matmuls run one expert after another on no pool (the outputs added in the same expert order:
+// with four of them, another order would change the sums); so does a batch past
+// kMaxParallelSlots.
+TEST(FusedMoeBlockTest, ExpertsSideBySideKeepTheBits) {
+  for (const auto& [dtype, precision] :
+       {std::pair{DType::kF32, kernels::MatMulPrecision::kExact},
+        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kExact},
+        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kInt8}}) {
+    const Weights w = MakeWeights(dtype);
+    for (int top_k : {kTopK, 4}) {
+      RunWithThreadGroup(1, [&](GroupCoordinator& g) {
+        auto moe =
+            FusedMoe::Load("moe", w.router, w.experts, top_k, true, &w.shared, w.shared_gate, g);
+        ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+        moe->set_matmul({precision, /*batch_invariant=*/true});
+        for (int64_t m : {int64_t{1}, int64_t{2}, int64_t{4}, kMaxParallelSlots / top_k + 3}) {
+          const Tensor x = RandomF32({m, kHidden}, 40 + static_cast<uint32_t>(m));
+          const std::vector<float> want = RunBlock(*moe, x);
+          for (int threads : {2, 3}) {
+            ThreadPool pool(threads);
+            MoeBuffers buffers(m, *moe);
+            Tensor out = Tensor::Empty({m, kHidden}, DType::kF32);
+            moe->Forward(x, buffers, out, &pool);
+            const std::vector<float> got = out.ToFloatVector();
+            EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()))
+                << DTypeName(dtype) << " top " << top_k << " m " << m << ", " << threads
+                << " threads";
+          }
+        }
+      });
+    }
+  }
+}
+
 TEST(FusedMoeBlockTest, BadShapesAndSizesAreErrorsNamingTheExpert) {
   const Weights w = MakeWeights(DType::kF32);
   RunWithThreadGroup(1, [&](GroupCoordinator& g) {
