@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "distributed/thread_process_group.h"
@@ -227,14 +228,18 @@ TEST(FusedMoeBlockTest, ATapBeforeTheReduceWouldSeeAPartialSum) {
   ExpectClose(sum, whole);
 }
 
+// The expert weights and matmul paths the bit-for-bit tests run: F32, and Q8_0 on the exact and
+// the int8 paths.
+const std::pair<DType, kernels::MatMulPrecision> kExpertPaths[] = {
+    {DType::kF32, kernels::MatMulPrecision::kExact},
+    {DType::kQ8_0, kernels::MatMulPrecision::kExact},
+    {DType::kQ8_0, kernels::MatMulPrecision::kInt8}};
+
 // Batch invariance at the block level: each token's output has the same bits alone and in a
 // batch (other tokens routed to the same experts change only the rows the expert's matmul
 // runs over), for F32 and for Q8_0 experts on the exact and the int8 paths.
 TEST(FusedMoeBlockTest, EachTokenHasItsBitsAloneAndInABatch) {
-  for (const auto& [dtype, precision] :
-       {std::pair{DType::kF32, kernels::MatMulPrecision::kExact},
-        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kExact},
-        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kInt8}}) {
+  for (const auto& [dtype, precision] : kExpertPaths) {
     const Weights w = MakeWeights(dtype);
     RunWithThreadGroup(1, [&](GroupCoordinator& g) {
       auto moe = LoadMoe(w, true, true, g);
@@ -267,10 +272,7 @@ TEST(FusedMoeBlockTest, EachTokenHasItsBitsAloneAndInABatch) {
 // with four of them, another order would change the sums); so does a batch past
 // kMaxParallelSlots.
 TEST(FusedMoeBlockTest, ExpertsSideBySideKeepTheBits) {
-  for (const auto& [dtype, precision] :
-       {std::pair{DType::kF32, kernels::MatMulPrecision::kExact},
-        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kExact},
-        std::pair{DType::kQ8_0, kernels::MatMulPrecision::kInt8}}) {
+  for (const auto& [dtype, precision] : kExpertPaths) {
     const Weights w = MakeWeights(dtype);
     for (int top_k : {kTopK, 4}) {
       RunWithThreadGroup(1, [&](GroupCoordinator& g) {
