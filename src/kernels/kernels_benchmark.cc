@@ -390,6 +390,51 @@ BENCHMARK(BM_Attention)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
+// One decode token's attention over a cache that memory, not the caches, holds: 48 caches of
+// `context` positions (at 576, 110 MiB: more than an L3) taken in turn, as a model's layers are
+// between the weights streaming past. paged 1: PagedAttention over blocks of 16 (as the engine
+// runs), 0: CausalAttention over one contiguous cache. Either way a KV head's keys are a quarter
+// of each cache row (4 KV heads), read 1 KiB apart: 6-7.5 GB/s at one thread on a Zen 4 where
+// the weights stream at 24, blocks of 16 1.25x slower than one cache (a head-major block, each
+// head's 16 keys contiguous, measured no faster; software prefetch no faster either).
+void BM_AttentionDecodeCold(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  const int threads = static_cast<int>(state.range(1));
+  const bool paged = state.range(2) != 0;
+  constexpr int kCaches = 48, kBlock = 16;
+  const AttentionShape shape{32, 4, 64, 0.125f};
+  const int64_t rows = (context + kBlock - 1) / kBlock * kBlock;
+  const Tensor q = RandomF32({1, 32 * 64}, 1);
+  std::vector<Tensor> k, v;
+  for (int i = 0; i < kCaches; ++i) {
+    k.push_back(RandomF32({rows, 4 * 64}, 2 + 2 * i));
+    v.push_back(RandomF32({rows, 4 * 64}, 3 + 2 * i));
+  }
+  const std::vector<int32_t> positions{static_cast<int32_t>(context - 1)};
+  std::vector<int32_t> table(static_cast<size_t>(rows / kBlock));
+  for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
+  const std::vector<int32_t> token_seq{0};
+  const PagedKvLayout layout{kBlock, static_cast<int>(table.size()), table, token_seq};
+  Tensor out = Tensor::Empty({1, 32 * 64}, DType::kF32);
+  int i = 0;
+  for (auto _ : state) {
+    if (paged) {
+      PagedAttention(q, k[i], v[i], layout, positions, shape, out, Pool(threads));
+    } else {
+      CausalAttention(q, k[i], v[i], positions, shape, out, Pool(threads));
+    }
+    benchmark::DoNotOptimize(out.raw());
+    i = (i + 1) % kCaches;
+  }
+  state.counters["kv_B/s"] = benchmark::Counter(2.0 * context * 4 * 64 * 4 * state.iterations(),
+                                                benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_AttentionDecodeCold)
+    ->ArgNames({"context", "threads", "paged"})
+    ->ArgsProduct({{576, 4096}, {1, 2}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
 void BM_ReadBandwidth(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   double bytes_per_second = 0;
