@@ -395,8 +395,8 @@ BENCHMARK(BM_Attention)
 // between the weights streaming past. paged 1: PagedAttention over blocks of 16 (as the engine
 // runs), 0: CausalAttention over one contiguous cache. Either way a KV head's keys are a quarter
 // of each cache row (4 KV heads), read 1 KiB apart: 6-7.5 GB/s at one thread on a Zen 4 where
-// the weights stream at 24, blocks of 16 1.25x slower than one cache (a head-major block, each
-// head's 16 keys contiguous, measured no faster; software prefetch no faster either).
+// the weights stream at 24, paged or not (software prefetch measured no faster; see
+// docs/benchmarks.md for the layouts that were).
 void BM_AttentionDecodeCold(benchmark::State& state) {
   const int64_t context = state.range(0);
   const int threads = static_cast<int>(state.range(1));
