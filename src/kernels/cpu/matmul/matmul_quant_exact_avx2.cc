@@ -95,6 +95,9 @@ struct Avx2 {
   [[gnu::always_inline]] static F FmaBroadcast(const float* p, F w, F c) {
     return Fma(Set1(*p), w, c);
   }
+  [[gnu::always_inline]] static bool AnyNotEqual(F a, F b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_NEQ_UQ)) != 0;
+  }
   [[gnu::always_inline]] static F Load(const float* p) { return _mm256_load_ps(p); }
   [[gnu::always_inline]] static void Store(float* p, F v) { _mm256_store_ps(p, v); }
   [[gnu::always_inline]] static F LoadCols(const float* p, int cols) {

@@ -118,6 +118,9 @@ struct Avx512 {
     asm("vfmadd231ps %[x]%{1to16%}, %[w], %[c]" : [c] "+v"(c) : [w] "v"(w), [x] "m"(*p));
     return c;
   }
+  [[gnu::always_inline]] static bool AnyNotEqual(F a, F b) {
+    return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ) != 0;
+  }
   [[gnu::always_inline]] static F Load(const float* p) { return _mm512_load_ps(p); }
   [[gnu::always_inline]] static void Store(float* p, F v) { _mm512_store_ps(p, v); }
   [[gnu::always_inline]] static F LoadCols(const float* p, int cols) {
