@@ -111,6 +111,7 @@ struct Avx2 {
     }
   }
   [[gnu::always_inline]] static void Prefetch(const char* p) { _mm_prefetch(p, _MM_HINT_T1); }
+  [[gnu::always_inline]] static void PrefetchL1(const char* p) { _mm_prefetch(p, _MM_HINT_T0); }
 };
 
 constexpr quant_exact::Tuning kTuning{.decode_rows = 16,

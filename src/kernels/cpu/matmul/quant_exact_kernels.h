@@ -28,11 +28,11 @@
 // at a time (all 64 with 16 lanes: four chains per x row; 16 with 8 lanes, 32 when x is one row
 // (Tuning::single_decode_rows), the other spans of the pair from L2), prefetching kPrefetchBytes
 // or one record, whichever is more, ahead into L2 (1024 bytes ran Q4_K decode at half the read
-// bandwidth on a Sapphire Rapids-class Xeon; 4096 at three quarters). Prefill: per k block of
-// kPanelKc, each span of kPanelRows rows is converted once into an F32 panel of codes and scales,
-// then every block of kPanelMr x rows runs a register-blocked micro-kernel over the group's panels
-// (the conversions amortized over m), x read from a copy packed once per call with each block's
-// rows interleaved (PackX).
+// bandwidth on a Sapphire Rapids-class Xeon; 4096 at three quarters), or on AMD one record ahead
+// into L1 (StreamPrefetch). Prefill: per k block of kPanelKc, each span of kPanelRows rows is
+// converted once into an F32 panel of codes and scales, then every block of kPanelMr x rows runs
+// a register-blocked micro-kernel over the group's panels (the conversions amortized over m), x
+// read from a copy packed once per call with each block's rows interleaved (PackX).
 //
 // Include only from those two translation units, after <immintrin.h>: everything is in an
 // anonymous namespace (see quant_exact_layout.h).
@@ -50,6 +50,7 @@
 #include "base/check.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/matmul/quant_exact_layout.h"
+#include "kernels/dispatch.h"
 
 namespace uc::kernels::quant_exact {
 namespace {  // NOLINT(build/namespaces): see quant_exact_layout.h
@@ -60,7 +61,8 @@ namespace {  // NOLINT(build/namespaces): see quant_exact_layout.h
 //   ToF32(I); LowNibble(I) = ToF32(v & 15); And(I, int), Or(I, I), Srl(I, count),
 //   SrlI<k>(I), SllI<k>(I); Zero(), Set1(float), Mul, Fma(a, b, c) = a b + c (one rounding),
 //   FmaBroadcast(p, w, c) = Fma(Set1(*p), w, c); AnyNotEqual(a, b): some lane a != b (or NaN);
-//   Load / Store (aligned), LoadCols(p, cols) / StoreCols(p, v, cols): lanes < cols only.
+//   Load / Store (aligned), LoadCols(p, cols) / StoreCols(p, v, cols): lanes < cols only;
+//   Prefetch(p) into L2, PrefetchL1(p) into L1.
 
 // Optionally, codes built a whole decode span at a time in the byte domain (the types with high
 // bits: Q5_0, Q5_1, Q5_K, Q6_K, whose widened form needs about twice the operations): B::Bytes
@@ -385,11 +387,19 @@ template <typename B, int MR, int V>
   }
 }
 
+// How the decode stream asks for what it reads next. kL2: kPrefetchBytes or one record ahead,
+// whichever is more, into L2. kL1Record: one record ahead into L1; the one-row decode on AMD
+// (a Zen 4, kernels_benchmark BM_MatMulPrecision, one token, weights cold, old and new binaries
+// alternating: AVX-512 1.05-1.09x per matmul at one thread on Q4_0, Q4_K, Q6_K, Q5_K, MXFP4 and
+// 1.12x on Q8_0, 1.0-1.08x at two; the AVX2 kernels 1.0-1.08x). Intel keeps kL2: not measured
+// there.
+enum class StreamPrefetch { kL2, kL1Record };
+
 // y[r, c] (+)= x[r, 0..records * kRecordElems) · pair rows r0 .. r0 + V kLanes - 1 of the pair
 // whose records start at `rec`, for r < MR and c < cols (columns past cols untouched). xs: the
 // group sums of the x rows (ldxs apart) from the same k. kHigh16: x's odd elements divided by 16
 // (OddElementsOver16) for Decode2's 16 q.
-template <typename B, typename T, int V, int MR, bool kPrefetch, int64_t kPrefetchBytes,
+template <typename B, typename T, int V, int MR, StreamPrefetch kPrefetch, int64_t kPrefetchBytes,
           bool kHigh16>
 void StreamKernel(const float* x, int64_t ldx, const float* xs, int64_t ldxs, const uint8_t* rec,
                   int r0, int64_t records, float* y, int64_t ldy, int cols) {
@@ -413,16 +423,22 @@ void StreamKernel(const float* x, int64_t ldx, const float* xs, int64_t ldxs, co
       }
 #pragma GCC unroll 2
       for (int s = 0; s < kSteps; ++s) {
-        if constexpr (kPrefetch) {
-          // The stream kAhead ahead of this step's share of the record: at least a record, so
-          // that a record's high-bit lines, which follow all its nibble lines, are in L2 before
-          // its first step (Q5_K and Q6_K decode ran 1.3x faster on a Zen 4 than 4096 ahead).
-          constexpr int64_t kStride = T::kRecordBytes / (kGroups * kSteps);
-          constexpr int64_t kAhead = std::max<int64_t>(kPrefetchBytes, T::kRecordBytes);
-          const char* ahead =
-              reinterpret_cast<const char*>(rec) + kAhead + (g * kSteps + s) * kStride;
+        // The stream kAhead ahead of this step's share of the record: at least a record, so
+        // that a record's high-bit lines, which follow all its nibble lines, are in cache before
+        // its first step (Q5_K and Q6_K decode ran 1.3x faster on a Zen 4 than 4096 ahead).
+        constexpr bool kL1 = kPrefetch == StreamPrefetch::kL1Record;
+        constexpr int64_t kStride = T::kRecordBytes / (kGroups * kSteps);
+        constexpr int64_t kAhead =
+            kL1 ? T::kRecordBytes : std::max<int64_t>(kPrefetchBytes, T::kRecordBytes);
+        const char* ahead =
+            reinterpret_cast<const char*>(rec) + kAhead + (g * kSteps + s) * kStride;
 #pragma GCC unroll 4
-          for (int64_t b = 0; b < kStride + kLine - 1; b += kLine) B::Prefetch(ahead + b);
+        for (int64_t b = 0; b < kStride + kLine - 1; b += kLine) {
+          if constexpr (kL1) {
+            B::PrefetchL1(ahead + b);
+          } else {
+            B::Prefetch(ahead + b);
+          }
         }
         F w[2][V];
         T::template Decode2<V, kHigh16>(rec, g, s, r0, w);
@@ -636,7 +652,8 @@ struct Driver {
   template <bool kHigh16, int... kRows>
   static constexpr auto StreamTable(std::integer_sequence<int, kRows...>) {
     return std::array<StreamFn, sizeof...(kRows) + 1>{
-        nullptr, StreamKernel<B, T, kDecodeV, kRows + 1, true, kT.prefetch_bytes, kHigh16>...};
+        nullptr, StreamKernel<B, T, kDecodeV, kRows + 1, StreamPrefetch::kL2, kT.prefetch_bytes,
+                              kHigh16>...};
   }
   template <int... kRows>
   static constexpr auto PanelTable(std::integer_sequence<int, kRows...>) {
@@ -645,9 +662,12 @@ struct Driver {
   }
 
   // Decode: pairs [p_begin, p_end), decode_rows rows at a time, passes of up to stream_rows x
-  // rows. kHigh16: a.x as OddElementsOver16 gives it.
+  // rows. kHigh16: a.x as OddElementsOver16 gives it. l1: one x row streams with kL1Record (more
+  // rows pass over a span again from L2, where a stream into L1 only evicts: sixteen rows of Q5_K
+  // and Q6_K ran 2-5% slower with it on a Zen 4).
   template <bool kHigh16>
-  static void StreamPairs(const MatMulArgs& a, const float* xs, int64_t p_begin, int64_t p_end) {
+  static void StreamPairs(const MatMulArgs& a, const float* xs, int64_t p_begin, int64_t p_end,
+                          bool l1) {
     static constexpr auto kKernels =
         StreamTable<kHigh16>(std::make_integer_sequence<int, kT.stream_rows>());
     const int64_t groups = a.k / T::kGroup;
@@ -660,8 +680,15 @@ struct Driver {
         if (j0 >= a.n) break;
         const int cols = static_cast<int>(std::min<int64_t>(span, a.n - j0));
         if (a.m == 1) {
-          StreamKernel<B, T, kSingleRows / B::kLanes, 1, true, kT.prefetch_bytes, kHigh16>(
-              a.x, a.k, xs, groups, rec, r0, a.k / T::kRecordElems, a.y + j0, a.n, cols);
+          constexpr int kV = kSingleRows / B::kLanes;
+          const int64_t records = a.k / T::kRecordElems;
+          if (l1) {
+            StreamKernel<B, T, kV, 1, StreamPrefetch::kL1Record, kT.prefetch_bytes, kHigh16>(
+                a.x, a.k, xs, groups, rec, r0, records, a.y + j0, a.n, cols);
+          } else {
+            StreamKernel<B, T, kV, 1, StreamPrefetch::kL2, kT.prefetch_bytes, kHigh16>(
+                a.x, a.k, xs, groups, rec, r0, records, a.y + j0, a.n, cols);
+          }
           continue;
         }
         for (int64_t i0 = 0; i0 < a.m; i0 += kT.stream_rows) {
@@ -714,6 +741,7 @@ struct Driver {
     const float* xq = stream ? nullptr : PackX(args, kT.panel_mr, pool);
     MatMulArgs high16 = args;
     high16.x = stream && T::kHigh16Codes ? OddElementsOver16<B>(args) : nullptr;
+    const bool amd = internal::CpuIsAmd();
     const int64_t min_pairs = std::max<int64_t>(1, MinRowsPerChunk(args.m * args.k) / kPairRows);
     ParallelForDynamic(
         pool, num_pairs,
@@ -721,9 +749,9 @@ struct Driver {
           if (!stream) {
             TiledPairs(args, xs, xq, begin, end);
           } else if (high16.x != nullptr) {
-            if constexpr (T::kHigh16Codes) StreamPairs<true>(high16, xs, begin, end);
+            if constexpr (T::kHigh16Codes) StreamPairs<true>(high16, xs, begin, end, amd);
           } else {
-            StreamPairs<false>(args, xs, begin, end);
+            StreamPairs<false>(args, xs, begin, end, amd);
           }
         },
         min_pairs);
