@@ -9,7 +9,7 @@ the largest and the mean |logit(llama.cpp) - logit(transformers)| over the same 
 test compares (the 32 top logits and the 64 sample logits at every recorded position), and
 whether llama.cpp's argmax agrees with transformers' at each position.
 
-Output: tests/testdata/gemma3/llamacpp_deviation.json, read by tests/integration/gemma3_test.cc
+Output: tests/testdata/gemma3/llamacpp_deviation.json, read by tests/integration/models/gemma3_test.cc
 (Gemma3Test.Int8PathDeviatesNoMoreThanLlamaCpp). llama.cpp's deviation depends on the CPU paths
 it was built with (AVX2, AVX-512 VNNI, AMX ...): `meta.system_info` records them.
 

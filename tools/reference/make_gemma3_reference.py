@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference logits and greedy continuations of Gemma 3 270M (Q4_K_M GGUF) from transformers.
 
-Produces tests/testdata/gemma3/reference.json for tests/integration/gemma3_test.cc: transformers
+Produces tests/testdata/gemma3/reference.json for tests/integration/models/gemma3_test.cc: transformers
 loads the GGUF file (every tensor dequantized by the gguf package to float32, norms converted
 back to w by its Gemma tensor processor) and runs it in float32 with eager attention. The model
 file itself is not committed (Gemma's terms); scripts/fetch-gemma3.sh downloads it, and this

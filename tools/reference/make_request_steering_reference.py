@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-request steering and what transformers does with it, for
-tests/integration/request_steering_test.cc.
+tests/integration/steering/request_steering_test.cc.
 
 Writes tests/testdata/steering/p_layer2.gguf (the conditional cases' vector as a llama.cpp
 control-vector file, for specs) and tests/testdata/steering/requests.json: per case, the steering vectors of one request

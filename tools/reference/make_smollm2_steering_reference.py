@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Steering a real model: SmolLM2-135M-Instruct with a control vector, for
-tests/integration/smollm2_test.cc (SmolLm2SteeringTest).
+tests/integration/models/smollm2_test.cc (SmolLm2SteeringTest).
 
 Writes tests/testdata/smollm2/:
   steering_vector.gguf   llama.cpp control-vector GGUF: direction.10 and direction.20, fixed

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Contrastive steering vectors computed by numpy from transformers' activations, for
-tests/integration/steer_vector_test.cc (`undercurrent steer-vector`).
+tests/integration/steering/steer_vector_test.cc (`undercurrent steer-vector`).
 
 Writes tests/testdata/steering/:
   positive.jsonl, negative.jsonl   paired examples (prompt_ids: BOS + the model's SentencePiece

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Control vectors and what transformers does with them, for tests/integration/steering_test.cc.
+"""Control vectors and what transformers does with them, for
+tests/integration/steering/steering_test.cc.
 
 Writes tests/testdata/steering/:
   vectors_a.gguf         llama.cpp's control-vector GGUF (general.architecture = controlvector,

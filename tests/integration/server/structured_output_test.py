@@ -92,7 +92,7 @@ class StructuredOutputTest(unittest.TestCase):
         if not gguf:
             raise RuntimeError("UC_SMOLLM2_GGUF is not set: run scripts/fetch-smollm2.sh and "
                                "export its output")
-        template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata",
+        template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata",
                                 "chat_templates", "qwen2.5_tools.jinja")
         cls.server = Server(BINARY, ["--model", gguf, "--served-model-name", "m", "--max-model-len", "1024",
                              "--max-num-seqs", "8",

@@ -36,7 +36,7 @@ except ImportError:
              "(it installs tests/requirements.txt into build/venv)")
 
 BINARY = None
-TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata",
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata",
                          "chat_templates")
 
 WEATHER = {"type": "function", "function": {
