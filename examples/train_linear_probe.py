@@ -131,8 +131,8 @@ def train(args):
     accuracy = np.mean((sigmoid(x.astype(np.float64) @ w32 + b32[0]) >= 0.5) == (y == 1))
     os.makedirs(args.out, exist_ok=True)
     point = ds.point(args.point)
-    # The probe artifact's metadata (src/probe/probes/artifact.h): what it was trained on, which
-    # `undercurrent` checks against where it is deployed (--probe-artifact-policy).
+    # The probe artifact's metadata (src/probe/probes/trained/artifact.h): what it was trained on,
+    # which `undercurrent` checks against where it is deployed (--probe-artifact-policy).
     metadata = {"undercurrent.probe_version": "1", "point": args.point, "layer": layer,
                 "layers": json.dumps([layer]),
                 "tensor_type": point.get("tensor_type", "residual_stream"),

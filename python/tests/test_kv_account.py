@@ -1,7 +1,7 @@
 """Several engines in one process with the automatic KV cache: each open model's cache is in a
 process-wide account, and a model opened after it sizes its automatic budget from the memory
-available less that account (engine/kv_cache_plan.h). Caches are mapped lazily, so without the
-account a second engine would size from memory the first already promised."""
+available less that account (engine/scheduling/kv_cache_plan.h). Caches are mapped lazily, so
+without the account a second engine would size from memory the first already promised."""
 
 from __future__ import annotations
 

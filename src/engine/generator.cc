@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "base/logging.h"
-#include "engine/kv_cache_plan.h"
+#include "engine/scheduling/kv_cache_plan.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/incremental_decoder.h"
 #include "tokenizer/loaders.h"

@@ -5,7 +5,7 @@
 
 #include "base/fingerprint.h"
 #include "base/logging.h"
-#include "engine/kv_cache_plan.h"
+#include "engine/scheduling/kv_cache_plan.h"
 #include "engine/stop_matcher.h"
 #include "tokenizer/incremental_decoder.h"
 

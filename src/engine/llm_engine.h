@@ -38,11 +38,11 @@
 #include <vector>
 
 #include "base/status.h"
-#include "engine/block_manager.h"
 #include "engine/deployment.h"
 #include "engine/generator.h"
-#include "engine/kv_cache_plan.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/block_manager.h"
+#include "engine/scheduling/kv_cache_plan.h"
+#include "engine/scheduling/scheduler.h"
 #include "engine/step_observer.h"
 #include "kernels/ops.h"
 #include "tokenizer/tokenizer.h"

@@ -1,8 +1,8 @@
 // File: scheduler_output.h
 // -----------------------------------------------------------------------------
-// SchedulerOutput: what the one scheduler (engine/scheduler.h) decides for one step, and the one
-// message the driver broadcasts to every rank each step. Every rank builds the same batch from
-// it: the scheduled sequences' tokens are concatenated in order, so batch row r maps to one
+// SchedulerOutput: what the one scheduler (engine/scheduling/scheduler.h) decides for one step, and
+// the one message the driver broadcasts to every rank each step. Every rank builds the same batch
+// from it: the scheduled sequences' tokens are concatenated in order, so batch row r maps to one
 // (sequence, position) on every rank and stage. Plain value types; Serialize/Parse are exact
 // inverses.
 #pragma once

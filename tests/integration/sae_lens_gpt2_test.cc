@@ -14,7 +14,7 @@
 #include "models/checkpoint.h"
 #include "models/llama_model.h"
 #include "probe/probes/registry.h"
-#include "probe/probes/sae.h"
+#include "probe/probes/trained/sae.h"
 #include "probe/runtime/probing_session.h"
 #include "probe/runtime/session_state.h"
 #include "probe/spec/spec.h"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Tiny sparse autoencoders in SAELens's format and their encodings by sae-lens, for
-src/probe/probes/sae_test.cc.
+src/probe/probes/trained/sae_test.cc.
 
 Writes tests/testdata/probes/sae/<name>/{cfg.json, sae_weights.safetensors} (saved by sae-lens's
 own save_model) for five SAEs over hidden size 64 with 256 features, seeded (torch.manual_seed

@@ -1,7 +1,7 @@
 #include "apps/cli/kv_cache_flags.h"
 
-#include "engine/kv_cache_plan.h"
 #include "engine/prompts_file.h"
+#include "engine/scheduling/kv_cache_plan.h"
 
 namespace uc::cli {
 

@@ -2,8 +2,8 @@
 // -----------------------------------------------------------------------------
 // The KV cache flags of every command that runs a model (generate, serve, capture, calibrate,
 // bench, perplexity), registered with one help text and turned into the numbers
-// engine::PlanKvCache (engine/kv_cache_plan.h) decides from — the one place the cache and the
-// context are sized:
+// engine::PlanKvCache (engine/scheduling/kv_cache_plan.h) decides from — the one place the cache
+// and the context are sized:
 //
 //   --kv-cache-memory SIZE|auto   KV cache memory per rank (default auto: from the machine)
 //   --max-model-len N             context length (default: the model's, fitted to the cache)

@@ -3,7 +3,7 @@
 #include "apps/cli/flag_checks.h"
 #include "base/logging.h"
 #include "engine/prompts_file.h"
-#include "probe/probes/artifact.h"
+#include "probe/probes/trained/artifact.h"
 #include "probe/sinks/ndjson_file_sink.h"
 #include "probe/sinks/webhook_sink.h"
 

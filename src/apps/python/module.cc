@@ -284,7 +284,8 @@ NB_MODULE(_core, m) {
       "MPI_Finalize when this process started MPI (every rank, at exit). Idempotent.");
   m.def(
       "reserved_kv_cache_bytes", [] { return uc::engine::ReservedKvCacheBytes(); },
-      "The KV cache bytes the open engines of this process reserved (engine/kv_cache_plan.h).");
+      "The KV cache bytes the open engines of this process reserved "
+      "(engine/scheduling/kv_cache_plan.h).");
   m.def(
       "builtin_probe_types", [] { return uc::probe::ProbeRegistry().List(); },
       "The probe types of the C++ registry (the built-ins).");

@@ -15,7 +15,7 @@
 #include "engine/generator.h"
 #include "engine/model_fingerprint.h"
 #include "engine/prompts_file.h"
-#include "probe/probes/sae.h"
+#include "probe/probes/trained/sae.h"
 #include "probe/runtime/calibration.h"
 #include "probe/runtime/capture.h"
 #include "probe/spec/spec.h"

@@ -8,9 +8,9 @@
 #include "base/check.h"
 #include "probe/probes/aggregate_probes.h"
 #include "probe/probes/probe_args.h"
-#include "probe/probes/sae.h"
 #include "probe/probes/score_probe.h"
 #include "probe/probes/scorers.h"
+#include "probe/probes/trained/sae.h"
 
 namespace uc::probe {
 

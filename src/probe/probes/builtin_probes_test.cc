@@ -11,7 +11,7 @@
 #include "io/io_test_util.h"
 #include "io/safetensors/safetensors_writer.h"
 #include "probe/probes/probe_test_util.h"
-#include "probe/probes/weights_test_util.h"
+#include "probe/probes/trained/weights_test_util.h"
 
 namespace uc::probe {
 namespace {

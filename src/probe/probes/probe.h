@@ -101,7 +101,7 @@ struct BatchedSignal {
 
 // What a ProbeType may look at while checking its arguments.
 // What to do with a probe artifact (a weights file) whose metadata says it was made for another
-// model, layer or site than the one it is deployed on (probes/artifact.h).
+// model, layer or site than the one it is deployed on (probes/trained/artifact.h).
 enum class ArtifactPolicy { kIgnore, kWarn, kRefuse };
 
 struct ProbeEnv {

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "base/check.h"
-#include "probe/probes/artifact.h"
-#include "probe/probes/weights.h"
+#include "probe/probes/trained/artifact.h"
+#include "probe/probes/trained/weights.h"
 
 namespace uc::probe {
 

@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "probe/probes/probe_args.h"
 #include "probe/probes/score_probe.h"
-#include "probe/probes/weights.h"
+#include "probe/probes/trained/weights.h"
 
 namespace uc::probe {
 

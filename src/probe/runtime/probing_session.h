@@ -107,7 +107,7 @@ struct ProbingOptions {
   bool compare_tp_replicas = false;                // debug: every TP rank captures; must agree
   AsyncOptions async;
   // The model's fingerprint (engine::ModelFingerprint) and what to do with probe weights made
-  // for another model, layer or site (probes/artifact.h); null fingerprint: not checked.
+  // for another model, layer or site (probes/trained/artifact.h); null fingerprint: not checked.
   nlohmann::json model_fingerprint;
   ArtifactPolicy artifact_policy = ArtifactPolicy::kWarn;
   std::vector<std::shared_ptr<Sink>> sinks;  // thread-safe sinks; closed by their owner

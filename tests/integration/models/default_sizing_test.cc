@@ -1,8 +1,8 @@
-// Every command runs a long-context model with no sizing flags (engine/kv_cache_plan.h): Gemma 3
-// 270M (UC_GEMMA3_GGUF, scripts/fetch-gemma3.sh; a 32768-token context, 1152 MiB of KV cache per
-// full sequence) through the real binary — `generate --prompts`, `generate --prompt`, `serve`
-// answering a real HTTP request, `capture` and `bench`. Under the old fixed 1 GiB budget the
-// batched commands stopped before running anything. Also: --kv-cache-memory 1GiB alone fits the
+// Every command runs a long-context model with no sizing flags (engine/scheduling/kv_cache_plan.h):
+// Gemma 3 270M (UC_GEMMA3_GGUF, scripts/fetch-gemma3.sh; a 32768-token context, 1152 MiB of KV
+// cache per full sequence) through the real binary — `generate --prompts`, `generate --prompt`,
+// `serve` answering a real HTTP request, `capture` and `bench`. Under the old fixed 1 GiB budget
+// the batched commands stopped before running anything. Also: --kv-cache-memory 1GiB alone fits the
 // context to what it holds (29120 tokens) with one log line, the same for --prompt and
 // --prompts; and a --max-model-len the cache cannot hold is still a clear error.
 #include <gtest/gtest.h>

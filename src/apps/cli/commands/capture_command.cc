@@ -28,7 +28,7 @@
 #include "io/text_file.h"
 #include "probe/datasets/dataset_writer.h"
 #include "probe/probes/registry.h"
-#include "probe/probes/sae.h"
+#include "probe/probes/trained/sae.h"
 #include "probe/runtime/capture.h"
 #include "probe/runtime/probing_session.h"
 #include "probe/spec/spec.h"

@@ -328,7 +328,8 @@ int RunGenerate(GenerateOptions& o) {
   o.engine.model_path = o.model;
   o.engine.num_threads = o.generator.num_threads;
   o.engine.load = o.generator.load;
-  // --prompt and --prompts size the cache and the context alike (engine/kv_cache_plan.h).
+  // --prompt and --prompts size the cache and the context alike
+  // (engine/scheduling/kv_cache_plan.h).
   o.generator.max_model_len = o.engine.max_model_len = o.kv_cache.max_model_len;
   o.generator.kv_cache_bytes = o.engine.kv_cache_bytes = o.kv_cache.kv_cache_bytes();
   if (!o.tokenizer.empty()) o.engine.tokenizer_path = o.tokenizer;

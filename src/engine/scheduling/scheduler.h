@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "engine/block_manager.h"
+#include "engine/scheduling/block_manager.h"
 #include "worker/sampling_params.h"
 #include "worker/scheduler_output.h"
 

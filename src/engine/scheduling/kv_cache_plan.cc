@@ -1,4 +1,4 @@
-#include "engine/kv_cache_plan.h"
+#include "engine/scheduling/kv_cache_plan.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "engine/generator.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace uc::engine {
 namespace {

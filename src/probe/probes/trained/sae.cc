@@ -1,4 +1,4 @@
-#include "probe/probes/sae.h"
+#include "probe/probes/trained/sae.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "probe/probes/artifact.h"
+#include "probe/probes/trained/artifact.h"
 
 #include <algorithm>
 

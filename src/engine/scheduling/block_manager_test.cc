@@ -1,4 +1,4 @@
-#include "engine/block_manager.h"
+#include "engine/scheduling/block_manager.h"
 
 #include <gtest/gtest.h>
 

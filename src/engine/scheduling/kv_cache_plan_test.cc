@@ -1,4 +1,4 @@
-#include "engine/kv_cache_plan.h"
+#include "engine/scheduling/kv_cache_plan.h"
 
 #include <gtest/gtest.h>
 

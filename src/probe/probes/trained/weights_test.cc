@@ -1,4 +1,4 @@
-#include "probe/probes/weights.h"
+#include "probe/probes/trained/weights.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "io/io_test_util.h"
 #include "io/safetensors/safetensors_writer.h"
-#include "probe/probes/weights_test_util.h"
+#include "probe/probes/trained/weights_test_util.h"
 
 namespace uc::probe {
 namespace {

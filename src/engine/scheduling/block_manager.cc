@@ -1,4 +1,4 @@
-#include "engine/block_manager.h"
+#include "engine/scheduling/block_manager.h"
 
 #include "base/check.h"
 

@@ -1,4 +1,4 @@
-#include "probe/probes/weights.h"
+#include "probe/probes/trained/weights.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-#include "probe/probes/artifact.h"
+#include "probe/probes/trained/artifact.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 #include "io/safetensors/safetensors_writer.h"
 #include "probe/probes/probe_test_util.h"
 #include "probe/probes/registry.h"
-#include "probe/probes/weights.h"
+#include "probe/probes/trained/weights.h"
 
 namespace uc::probe {
 namespace {
