@@ -19,7 +19,7 @@ import subprocess
 import sys
 import unittest
 
-from uc_server import Server
+from uc_server import Server, smollm2_gguf
 
 try:
     import numpy as np
@@ -49,10 +49,7 @@ extraction_points:
 class OpenAiSdkTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        gguf = os.environ.get("UC_SMOLLM2_GGUF")
-        if not gguf:
-            raise RuntimeError("UC_SMOLLM2_GGUF is not set: run scripts/fetch-smollm2.sh and "
-                               "export its output")
+        gguf = smollm2_gguf()
         spec = os.path.join(SCRATCH, "gate.yaml")
         with open(spec, "w") as f:
             f.write(SPEC)

@@ -21,7 +21,7 @@ import os
 import sys
 import unittest
 
-from uc_server import Server
+from uc_server import TEMPLATES, Server, smollm2_gguf
 
 try:
     import jsonschema
@@ -88,12 +88,8 @@ PROMPTS = [
 class StructuredOutputTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        gguf = os.environ.get("UC_SMOLLM2_GGUF")
-        if not gguf:
-            raise RuntimeError("UC_SMOLLM2_GGUF is not set: run scripts/fetch-smollm2.sh and "
-                               "export its output")
-        template = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata",
-                                "chat_templates", "qwen2.5_tools.jinja")
+        gguf = smollm2_gguf()
+        template = os.path.join(TEMPLATES, "qwen2.5_tools.jinja")
         cls.server = Server(BINARY, ["--model", gguf, "--served-model-name", "m", "--max-model-len", "1024",
                              "--max-num-seqs", "8",
                              "--chat-template", template])

@@ -26,7 +26,7 @@ import os
 import sys
 import unittest
 
-from uc_server import Server
+from uc_server import TEMPLATES, Server, smollm2_gguf
 
 try:
     import jsonschema
@@ -36,8 +36,6 @@ except ImportError:
              "(it installs tests/requirements.txt into build/venv)")
 
 BINARY = None
-TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata",
-                         "chat_templates")
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city.",
@@ -53,10 +51,7 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def start(template):
-    gguf = os.environ.get("UC_SMOLLM2_GGUF")
-    if not gguf:
-        raise RuntimeError("UC_SMOLLM2_GGUF is not set: run scripts/fetch-smollm2.sh and export "
-                           "its output")
+    gguf = smollm2_gguf()
     server = Server(BINARY, ["--model", gguf, "--served-model-name", "m", "--max-model-len",
                              "2048", "--max-num-seqs", "4", "--chat-template",
                              os.path.join(TEMPLATES, template)])

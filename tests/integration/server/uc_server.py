@@ -2,12 +2,26 @@
 structured-output tests): Server(binary, args) starts `BINARY serve --port 0 ARGS...` and waits
 up to 300 s for its "listening on" line (RuntimeError with its output otherwise); `url` is the
 server's /v1 base URL; stop() sends SIGTERM, collects the rest of the output into `log` and
-returns the exit code.
+returns the exit code. smollm2_gguf(): the model the tests serve (UC_SMOLLM2_GGUF); TEMPLATES: the
+chat templates in tests/testdata.
 """
+import os
 import re
 import signal
 import subprocess
 import time
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata",
+                         "chat_templates")
+
+
+def smollm2_gguf():
+    """UC_SMOLLM2_GGUF, or RuntimeError saying how to get it."""
+    gguf = os.environ.get("UC_SMOLLM2_GGUF")
+    if not gguf:
+        raise RuntimeError("UC_SMOLLM2_GGUF is not set: run scripts/fetch-smollm2.sh and export "
+                           "its output")
+    return gguf
 
 
 class Server:
