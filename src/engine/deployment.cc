@@ -55,9 +55,11 @@ Status ValidateParallelism(const models::ModelConfig& c, int tp, int pp,
     return fail("intermediate_size " + std::to_string(c.intermediate_size) +
                 " is smaller than tensor_parallel_size " + std::to_string(tp));
   }
-  if (c.vocab_size % tp != 0) {
+  // The vocabulary splits in ceil(vocab_size / tp) rows a rank, the last ranks fewer (GPT-2's
+  // 50257, Granite's 49155; layers::VocabShardFor).
+  if (c.vocab_size < tp) {
     return fail("vocab_size " + std::to_string(c.vocab_size) +
-                " is not divisible by tensor_parallel_size " + std::to_string(tp));
+                " is smaller than tensor_parallel_size " + std::to_string(tp));
   }
   if (pp > c.num_hidden_layers) {
     return fail("pipeline_parallel_size " + std::to_string(pp) + " exceeds num_hidden_layers " +

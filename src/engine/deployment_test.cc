@@ -35,10 +35,17 @@ TEST(ValidateParallelismTest, NamesTheDimensionThatDoesNotDivide) {
       << mlp.message();
   const Status layers = ValidateParallelism(c, 1, 6, "m");
   EXPECT_NE(layers.message().find("num_hidden_layers 5"), std::string::npos) << layers.message();
+  // A vocabulary TP does not divide shares out unevenly (GPT-2's 50257); one smaller than the
+  // TP group cannot.
   models::ModelConfig odd_vocab = c;
-  odd_vocab.vocab_size = 513;
-  const Status vocab = ValidateParallelism(odd_vocab, 2, 1, "m");
-  EXPECT_NE(vocab.message().find("vocab_size 513"), std::string::npos) << vocab.message();
+  odd_vocab.vocab_size = 50257;
+  EXPECT_TRUE(ValidateParallelism(odd_vocab, 2, 1, "m").ok());
+  EXPECT_TRUE(ValidateParallelism(odd_vocab, 8, 1, "m").ok());
+  odd_vocab.vocab_size = 3;
+  const Status vocab = ValidateParallelism(odd_vocab, 4, 1, "m");
+  EXPECT_NE(vocab.message().find("vocab_size 3 is smaller than tensor_parallel_size 4"),
+            std::string::npos)
+      << vocab.message();
   models::ModelConfig kv = c;
   kv.num_attention_heads = 12;
   kv.num_key_value_heads = 3;
