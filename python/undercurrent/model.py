@@ -48,6 +48,7 @@ ENGINE_OPTIONS: dict[str, type | tuple[type, ...]] = {
     "tokenizer": (str, os.PathLike),
     "tensor_parallel_size": int,
     "pipeline_parallel_size": int,
+    "enable_expert_parallel": bool,
     "step_timeout": (int, float),
 }
 _ROUTER_OPTIONS = {

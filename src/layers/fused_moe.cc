@@ -104,25 +104,45 @@ StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
   moe.swiglu_limit_ = options.swiglu_limit;
   moe.swiglu_alpha_ = options.swiglu_alpha;
   moe.tp_group_ = &tp;
-  for (int64_t e = 0; e < num_experts; ++e) {
-    UC_ASSIGN_OR_RETURN(ExpertLayers layers,
-                        LoadExpert(name + " expert " + std::to_string(e), experts[e], h, tp));
-    if (e > 0 && layers.gate_up.output_size_per_partition(0) !=
-                     moe.gate_up_[0].output_size_per_partition(0)) {
-      return InvalidArgumentError(name + ": expert " + std::to_string(e) +
-                                  " has another share of the intermediate size than expert 0 " +
-                                  "(another size, or a down type with other blocks)");
-    }
-    moe.gate_up_.push_back(std::move(layers.gate_up));
-    moe.down_.push_back(std::move(layers.down));
-    if (experts[e].down_bias.defined()) {
-      moe.down_bias_.push_back(tp.rank_in_group() == 0
-                                   ? experts[e].down_bias.ToFloatVector()
-                                   : std::vector<float>(static_cast<size_t>(h), 0.0f));
-    }
+  moe.num_experts_ = static_cast<int>(num_experts);
+  moe.expert_parallel_ = options.expert_parallel && tp.world_size() > 1;
+  if (moe.expert_parallel_) {
+    moe.whole_group_ = std::make_shared<distributed::GroupCoordinator>(
+        std::vector<int>{tp.rank()}, tp.rank(), tp.local_rank(), nullptr, "expert");
   }
-  if (!moe.down_bias_.empty() && static_cast<int64_t>(moe.down_bias_.size()) != num_experts) {
-    return InvalidArgumentError(name + ": some experts have biases and some do not");
+  moe.gate_up_.resize(static_cast<size_t>(num_experts));
+  moe.down_.resize(static_cast<size_t>(num_experts));
+  bool first = true, biased = false;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const bool mine = !moe.expert_parallel_ ||
+                      ExpertOwner(static_cast<int>(e), tp.world_size()) == tp.rank_in_group();
+    if (!mine) continue;
+    const std::string what = name + " expert " + std::to_string(e);
+    UC_ASSIGN_OR_RETURN(
+        ExpertLayers layers,
+        LoadExpert(what, experts[e], h, moe.expert_parallel_ ? *moe.whole_group_ : tp));
+    const int64_t inter = layers.gate_up.output_size_per_partition(0);
+    if (!first && inter != moe.expert_intermediate_) {
+      return InvalidArgumentError(what + " has another share of the intermediate size than " +
+                                  "the experts before it (another size, or a down type with " +
+                                  "other blocks)");
+    }
+    const bool has_bias = experts[e].down_bias.defined();
+    if (!first && has_bias != biased) {
+      return InvalidArgumentError(name + ": some experts have biases and some do not");
+    }
+    first = false;
+    biased = has_bias;
+    moe.expert_intermediate_ = inter;
+    moe.gate_up_[e] = std::move(layers.gate_up);
+    moe.down_[e] = std::move(layers.down);
+    if (has_bias) {
+      // Added once over the group: by the expert's owner, or by TP rank 0 of the slices.
+      if (moe.down_bias_.empty()) moe.down_bias_.resize(static_cast<size_t>(num_experts));
+      moe.down_bias_[e] = moe.expert_parallel_ || tp.rank_in_group() == 0
+                              ? experts[e].down_bias.ToFloatVector()
+                              : std::vector<float>(static_cast<size_t>(h), 0.0f);
+    }
   }
   if (shared != nullptr) {
     UC_ASSIGN_OR_RETURN(ExpertLayers layers, LoadExpert(name + " shared expert", *shared, h, tp));
@@ -138,10 +158,6 @@ StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
   return moe;
 }
 
-int64_t FusedMoe::intermediate_size_per_partition() const {
-  return defined() ? gate_up_[0].output_size_per_partition(0) : 0;
-}
-
 int64_t FusedMoe::shared_intermediate_size_per_partition() const {
   return shared_gate_up_.num_outputs() == 0 ? 0 : shared_gate_up_.output_size_per_partition(0);
 }
@@ -152,7 +168,14 @@ int64_t FusedMoe::bytes_per_token() const {
                                const RowParallelLinear& down) {
     return gate_up.weight(0).nbytes() + gate_up.weight(1).nbytes() + down.weight().nbytes();
   };
-  int64_t bytes = router_.weight().nbytes() + top_k_ * expert_bytes(gate_up_[0], down_[0]);
+  int64_t bytes = router_.weight().nbytes();
+  for (int e = 0; e < num_experts_; ++e) {
+    if (!runs_expert(e)) continue;
+    // top_k slices, or top_k / tp whole experts on average (the first this rank holds).
+    bytes += top_k_ * expert_bytes(gate_up_[e], down_[e]) /
+             (expert_parallel_ ? tp_group_->world_size() : 1);
+    break;
+  }
   if (shared_gate_up_.num_outputs() > 0) {
     bytes += expert_bytes(shared_gate_up_, shared_down_) + shared_expert_gate_.weight().nbytes();
   }
@@ -161,8 +184,11 @@ int64_t FusedMoe::bytes_per_token() const {
 
 void FusedMoe::set_matmul(const kernels::MatMulOptions& options) {
   router_.set_matmul(options);
-  for (MergedColumnParallelLinear& gate_up : gate_up_) gate_up.set_matmul(options);
-  for (RowParallelLinear& down : down_) down.set_matmul(options);
+  for (int e = 0; e < num_experts_; ++e) {
+    if (!runs_expert(e)) continue;
+    gate_up_[e].set_matmul(options);
+    down_[e].set_matmul(options);
+  }
   if (shared_gate_up_.num_outputs() > 0) {
     shared_gate_up_.set_matmul(options);
     shared_down_.set_matmul(options);
@@ -258,9 +284,9 @@ void FusedMoe::Forward(const Tensor& x, MoeBuffers& buffers, Tensor& out, Thread
     for (int k = 0; k < top_k_; ++k) tokens[order[k]].push_back(static_cast<int32_t>(i));
   }
   std::memset(out.raw(), 0, static_cast<size_t>(out.nbytes()));
-  std::vector<int> active;  // the experts with tokens, ascending
-  for (int64_t expert = 0; expert < e; ++expert) {
-    if (!tokens[expert].empty()) active.push_back(static_cast<int>(expert));
+  std::vector<int> active;  // this rank's experts with tokens, ascending
+  for (int expert = 0; expert < e; ++expert) {
+    if (!tokens[expert].empty() && runs_expert(expert)) active.push_back(expert);
   }
   const int64_t pairs = m * top_k_;
   if (pool != nullptr && pool->num_threads() > 1 && pairs <= kMaxParallelSlots &&

@@ -26,9 +26,18 @@
 // are all-reduced once at the end of Forward, so `out` is whole on every rank before any tap sees
 // it. The router is replicated: router logits and weights are identical on every rank.
 //
+// Expert parallelism (MoeOptions::expert_parallel, vLLM's --enable-expert-parallel): each TP rank
+// holds whole experts instead — expert e on rank e mod tp (ExpertOwner; round robin) — and runs
+// only its own experts, each over all of the batch's tokens routed to it. The activations are
+// already whole on every rank (the attention's all-reduce), so no tokens travel: the block ends
+// in the same one all-reduce of `out`, before any tap. The shared expert stays sliced over the
+// ranks. A rank reads top_k / tp experts a token on average rather than a 1/tp slice of all
+// top_k, in fewer and larger matmuls, and no expert's intermediate size needs to split.
+//
 // Immutable after construction (set_matmul aside); per-call buffers live in MoeBuffers.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -52,6 +61,9 @@ struct MoeOptions {
   bool topk_then_softmax = false;  // softmax over the chosen logits (renormalize is then moot)
   float swiglu_limit = 0.0f;       // > 0: the clamped SwiGLU with swiglu_alpha
   float swiglu_alpha = 1.702f;
+  // Whole experts per TP rank (see the file comment); Load then reads only this rank's experts
+  // (the others may be left undefined in `experts`).
+  bool expert_parallel = false;
 };
 
 class FusedMoe;
@@ -87,14 +99,22 @@ class FusedMoe {
                                  const Tensor& shared_gate, distributed::GroupCoordinator& tp,
                                  const MoeOptions& options = MoeOptions());
 
-  bool defined() const { return !gate_up_.empty(); }
-  int num_experts() const { return static_cast<int>(gate_up_.size()); }
+  // The TP rank (rank_in_group) that holds expert `expert` whole under expert parallelism.
+  static int ExpertOwner(int expert, int tp_size) { return expert % tp_size; }
+
+  bool defined() const { return num_experts_ > 0; }
+  int num_experts() const { return num_experts_; }
+  bool expert_parallel() const { return expert_parallel_; }
+  // Whether this rank computes expert `expert` (all of them without expert parallelism).
+  bool runs_expert(int expert) const { return gate_up_[expert].num_outputs() > 0; }
   int top_k() const { return top_k_; }
   int64_t hidden_size() const { return router_.input_size(); }
-  // This rank's slice of each expert's intermediate dimension (0 for no shared expert).
-  int64_t intermediate_size_per_partition() const;
+  // This rank's slice of each expert's intermediate dimension (the whole of it under expert
+  // parallelism; 0 on a rank that holds no expert). The shared expert's (0 for none).
+  int64_t intermediate_size_per_partition() const { return expert_intermediate_; }
   int64_t shared_intermediate_size_per_partition() const;
-  // Bytes of weights one token reads on this rank: the router, top_k experts, the shared one.
+  // Bytes of weights one token reads on this rank: the router, top_k experts (top_k / tp whole
+  // ones on average under expert parallelism), the shared one.
   int64_t bytes_per_token() const;
   // How the experts multiply quantized weights (Linear::set_matmul); the router follows too.
   void set_matmul(const kernels::MatMulOptions& options);
@@ -118,20 +138,29 @@ class FusedMoe {
              std::vector<int32_t>& order) const;
 
   Linear router_;  // [num_experts, hidden_size]
+  int num_experts_ = 0;
   int top_k_ = 0;
+  bool expert_parallel_ = false;
+  int64_t expert_intermediate_ = 0;  // intermediate_size_per_partition()
   bool renormalize_ = false;
   bool topk_then_softmax_ = false;
   float swiglu_limit_ = 0.0f;
   float swiglu_alpha_ = 0.0f;
-  // [num_experts][hidden_size] down biases, added on TP rank 0 only (the sum is all-reduced);
-  // empty without expert biases.
+  // [num_experts][hidden_size] down biases, added once over the TP group (the sum is
+  // all-reduced): on TP rank 0, or under expert parallelism by the expert's owner; empty
+  // without expert biases.
   std::vector<std::vector<float>> down_bias_;
-  std::vector<MergedColumnParallelLinear> gate_up_;  // [num_experts]: gate, up [I / tp, hidden]
-  std::vector<RowParallelLinear> down_;        // [num_experts]: [hidden, I / tp], not reducing
+  // [num_experts]: gate, up [I / tp, hidden] (whole [I, hidden] under expert parallelism, and
+  // undefined for the experts other ranks hold).
+  std::vector<MergedColumnParallelLinear> gate_up_;
+  std::vector<RowParallelLinear> down_;  // [num_experts]: [hidden, I / tp] (or I), not reducing
   MergedColumnParallelLinear shared_gate_up_;  // undefined without a shared expert
   RowParallelLinear shared_down_;
   Linear shared_expert_gate_;  // [1, hidden_size]
   distributed::GroupCoordinator* tp_group_ = nullptr;
+  // Under expert parallelism, the one-rank group whole experts are loaded with (shared, so that
+  // the layers' pointers into it survive copies and moves).
+  std::shared_ptr<distributed::GroupCoordinator> whole_group_;
 };
 
 }  // namespace uc::layers

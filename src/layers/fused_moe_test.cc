@@ -76,9 +76,11 @@ std::vector<float> Expert(const std::vector<float>& x, const ExpertWeights& w, i
 
 // The block written out token by token: softmax over all experts, the top k, renormalised when
 // asked, plus the sigmoid-gated shared expert. `part`/`parts`: only that slice of every
-// intermediate dimension (the partial sum one TP rank holds before the all-reduce).
+// intermediate dimension (the partial sum one TP rank holds before the all-reduce); with
+// `whole_experts`, the routed experts are whole and only those of rank `part` (e mod parts) count
+// (expert parallelism's partial sum; the shared expert is still sliced).
 std::vector<float> Reference(const Tensor& x, const Weights& w, bool renormalize, bool shared,
-                             int part = 0, int parts = 1) {
+                             int part = 0, int parts = 1, bool whole_experts = false) {
   const int64_t m = x.dim(0);
   const std::vector<float> xs = x.ToFloatVector();
   std::vector<float> out(static_cast<size_t>(m * kHidden), 0.0f);
@@ -97,8 +99,10 @@ std::vector<float> Reference(const Tensor& x, const Weights& w, bool renormalize
     for (int k = 0; k < kTopK; ++k) {
       const int e = order[k];
       const float weight = renormalize ? p[e] / chosen : p[e];
-      const std::vector<float> y =
-          Expert(row, w.experts[e], part * kInter / parts, (part + 1) * kInter / parts);
+      if (whole_experts && e % parts != part) continue;
+      const std::vector<float> y = whole_experts ? Expert(row, w.experts[e], 0, kInter)
+                                                 : Expert(row, w.experts[e], part * kInter / parts,
+                                                          (part + 1) * kInter / parts);
       for (int64_t j = 0; j < kHidden; ++j) out[t * kHidden + j] += weight * y[j];
     }
     if (shared) {
@@ -111,9 +115,22 @@ std::vector<float> Reference(const Tensor& x, const Weights& w, bool renormalize
   return out;
 }
 
-StatusOr<FusedMoe> LoadMoe(const Weights& w, bool renormalize, bool shared, GroupCoordinator& g) {
+StatusOr<FusedMoe> LoadMoe(const Weights& w, bool renormalize, bool shared, GroupCoordinator& g,
+                           bool expert_parallel = false) {
+  MoeOptions options;
+  options.expert_parallel = expert_parallel;
   return FusedMoe::Load("moe", w.router, w.experts, kTopK, renormalize,
-                        shared ? &w.shared : nullptr, w.shared_gate, g);
+                        shared ? &w.shared : nullptr, w.shared_gate, g, options);
+}
+
+// `w` with only the experts rank `rank` of `ranks` holds under expert parallelism left defined
+// (what the model loader reads there).
+Weights OwnExpertsOnly(const Weights& w, int rank, int ranks) {
+  Weights own = w;
+  for (int e = 0; e < kExperts; ++e) {
+    if (FusedMoe::ExpertOwner(e, ranks) != rank) own.experts[e] = ExpertWeights();
+  }
+  return own;
 }
 
 std::vector<float> RunBlock(const FusedMoe& moe, const Tensor& x) {
@@ -217,6 +234,87 @@ TEST(FusedMoeBlockTest, ATapBeforeTheReduceWouldSeeAPartialSum) {
   const std::vector<float> whole = Reference(x, w, false, true);
   const std::vector<float> part0 = Reference(x, w, false, true, 0, 2);
   const std::vector<float> part1 = Reference(x, w, false, true, 1, 2);
+  float scale = 0.0f, diff = 0.0f;
+  std::vector<float> sum(whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    scale = std::max(scale, std::fabs(whole[i]));
+    diff = std::max(diff, std::fabs(part0[i] - whole[i]));
+    sum[i] = part0[i] + part1[i];
+  }
+  EXPECT_GT(diff, 0.1f * scale);
+  ExpectClose(sum, whole);
+}
+
+// Expert parallelism at 2 and 4 ranks (four ranks over six experts: two hold two, two hold one),
+// with and without the (still sliced) shared expert: each rank is given and holds only its whole
+// experts (e mod tp), and the all-reduced block equals the block written out token by token.
+TEST(FusedMoeExpertParallelTest, WholeExpertsPerRankEqualTheBlock) {
+  const Weights w = MakeWeights(DType::kF32);
+  const Tensor x = RandomF32({11, kHidden}, 17);
+  for (const bool shared : {false, true}) {
+    const std::vector<float> want = Reference(x, w, true, shared);
+    for (const int tp : {2, 4}) {
+      RunWithThreadGroup(tp, [&](GroupCoordinator& g) {
+        const int rank = g.rank_in_group();
+        auto moe = LoadMoe(OwnExpertsOnly(w, rank, tp), true, shared, g, true);
+        ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+        EXPECT_TRUE(moe->expert_parallel());
+        EXPECT_EQ(moe->intermediate_size_per_partition(), kInter);  // whole experts
+        if (shared) {
+          EXPECT_EQ(moe->shared_intermediate_size_per_partition(), kSharedInter / tp);
+        }
+        for (int e = 0; e < kExperts; ++e) {
+          EXPECT_EQ(moe->runs_expert(e), e % tp == rank) << "expert " << e << " rank " << rank;
+        }
+        ExpectClose(RunBlock(*moe, x), want);
+      });
+    }
+  }
+}
+
+// Q8_0 experts of one block of intermediate size (32): TP 2 cannot slice them, expert
+// parallelism runs them whole on their owners and equals one process; on one rank the option
+// changes nothing.
+TEST(FusedMoeExpertParallelTest, ExpertsTooSmallToSliceRunWhole) {
+  Weights w = MakeWeights(DType::kF32);
+  for (int e = 0; e < kExperts; ++e) {
+    const uint32_t s = 700 + 3 * e;
+    w.experts[e] = {RandomWeight(32, kHidden, DType::kQ8_0, s),
+                    RandomWeight(32, kHidden, DType::kQ8_0, s + 1),
+                    RandomWeight(kHidden, 32, DType::kQ8_0, s + 2),
+                    {},
+                    {},
+                    {}};
+  }
+  const Tensor x = RandomF32({6, kHidden}, 18);
+  std::vector<float> want;
+  RunWithThreadGroup(1, [&](GroupCoordinator& g) {
+    auto moe = LoadMoe(w, true, false, g, true);
+    ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+    EXPECT_FALSE(moe->expert_parallel());
+    want = RunBlock(*moe, x);
+  });
+  RunWithThreadGroup(2, [&](GroupCoordinator& g) {
+    auto sliced = LoadMoe(w, true, false, g);
+    ASSERT_FALSE(sliced.ok());
+    EXPECT_NE(sliced.status().message().find("fewer than tensor_parallel_size 2"),
+              std::string::npos)
+        << sliced.status().message();
+    auto moe = LoadMoe(w, true, false, g, true);
+    ASSERT_TRUE(moe.ok()) << moe.status().ToString();
+    ExpectClose(RunBlock(*moe, x), want);
+  });
+}
+
+// What a tap before the all-reduce would see under expert parallelism: one rank's whole experts
+// (and its slice of the shared expert) — far from the block's output, while the two ranks'
+// partial sums add up to it.
+TEST(FusedMoeExpertParallelTest, ATapBeforeTheReduceWouldSeeOneRanksExperts) {
+  const Weights w = MakeWeights(DType::kF32);
+  const Tensor x = RandomF32({5, kHidden}, 19);
+  const std::vector<float> whole = Reference(x, w, false, true);
+  const std::vector<float> part0 = Reference(x, w, false, true, 0, 2, true);
+  const std::vector<float> part1 = Reference(x, w, false, true, 1, 2, true);
   float scale = 0.0f, diff = 0.0f;
   std::vector<float> sum(whole.size());
   for (size_t i = 0; i < whole.size(); ++i) {

@@ -117,7 +117,7 @@ Tensor F32Slice(const Tensor& v, int64_t begin, int64_t size) {
 }
 
 StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const io::TensorSource& source,
-                                    distributed::GroupCoordinator& tp) {
+                                    distributed::GroupCoordinator& tp, bool expert_parallel) {
   const WeightLoader w(source);
   const std::string p = "model.layers." + std::to_string(index) + ".";
   const int64_t h = c.hidden_size, inter = c.intermediate_size;
@@ -179,7 +179,7 @@ StatusOr<LayerParts> LoadLayerParts(const ModelConfig& c, int index, const io::T
     UC_ASSIGN_OR_RETURN(parts.post_norm, LoadNorm(c, w, p + "post_attention_layernorm"));
   }
   if (c.IsMoeLayer(index)) {
-    UC_ASSIGN_OR_RETURN(parts.moe, LoadMoeBlock(c, index, source, tp));
+    UC_ASSIGN_OR_RETURN(parts.moe, LoadMoeBlock(c, index, source, tp, expert_parallel));
     return parts;
   }
   // The checkpoint's tensors (gate/up first, so that a shape error names the first one), then
@@ -380,7 +380,8 @@ StatusOr<std::unique_ptr<CausalLM>> CausalLM::Load(const Checkpoint& checkpoint,
   }
   model->layers_.resize(c.num_hidden_layers);
   for (int i = parallel.layer_start; i < parallel.layer_end; ++i) {
-    UC_ASSIGN_OR_RETURN(LayerParts parts, LoadLayerParts(c, i, *checkpoint.tensors, tp));
+    UC_ASSIGN_OR_RETURN(LayerParts parts,
+                        LoadLayerParts(c, i, *checkpoint.tensors, tp, options.expert_parallel));
     bytes += LayerBytes(parts);
     parts.qkv.set_matmul(options.matmul());
     parts.o_proj.set_matmul(options.matmul());

@@ -177,6 +177,10 @@ struct LoadOptions {
   // buys prefill speed only for F32 weights and Q2_K, Q3_K, IQ4_NL.
   bool batch_invariant = true;
   kernels::MatMulOptions matmul() const { return {matmul_precision, batch_invariant}; }
+  // Mixture-of-experts layers under TP: whole experts per rank instead of a slice of every
+  // expert (vLLM's --enable-expert-parallel; layers::MoeOptions::expert_parallel). Dense layers,
+  // attention and the shared expert stay sliced; nothing changes with one TP rank.
+  bool expert_parallel = false;
   // Control vectors added to every token's residual stream after their blocks (steering.h).
   // Read and checked against the model by Load; each pipeline stage keeps its own blocks'.
   SteeringOptions steering = {};

@@ -30,19 +30,21 @@ StatusOr<layers::ExpertWeights> LoadExpert(const io::TensorSource& source, const
 
 StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& c, int layer,
                                         const io::TensorSource& source,
-                                        distributed::GroupCoordinator& tp) {
+                                        distributed::GroupCoordinator& tp, bool expert_parallel) {
   UC_CHECK(c.IsMoeLayer(layer), "layer %d is not a mixture of experts", layer);
   const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
   const int64_t h = c.hidden_size;
   UC_ASSIGN_OR_RETURN(Tensor router,
                       io::GetWithShape(source, p + "gate.weight", {c.num_experts, h}));
-  std::vector<layers::ExpertWeights> experts;
-  experts.reserve(static_cast<size_t>(c.num_experts));
+  // Under expert parallelism only this rank's experts are read (the rest stay undefined).
+  std::vector<layers::ExpertWeights> experts(static_cast<size_t>(c.num_experts));
   for (int e = 0; e < c.num_experts; ++e) {
-    UC_ASSIGN_OR_RETURN(layers::ExpertWeights w,
-                        LoadExpert(source, p + "experts." + std::to_string(e) + ".", h,
-                                   c.moe_intermediate_size, c.expert_bias));
-    experts.push_back(std::move(w));
+    if (expert_parallel && tp.world_size() > 1 &&
+        layers::FusedMoe::ExpertOwner(e, tp.world_size()) != tp.rank_in_group()) {
+      continue;
+    }
+    UC_ASSIGN_OR_RETURN(experts[e], LoadExpert(source, p + "experts." + std::to_string(e) + ".", h,
+                                               c.moe_intermediate_size, c.expert_bias));
   }
   layers::ExpertWeights shared;
   Tensor shared_gate;
@@ -61,6 +63,7 @@ StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& c, int layer,
   options.topk_then_softmax = c.router_topk_then_softmax;
   options.swiglu_limit = c.swiglu_limit;
   options.swiglu_alpha = c.swiglu_alpha;
+  options.expert_parallel = expert_parallel;
   return layers::FusedMoe::Load(p.substr(0, p.size() - 1), router, experts, c.num_experts_per_tok,
                                 c.norm_topk_prob, has_shared ? &shared : nullptr, shared_gate, tp,
                                 options);

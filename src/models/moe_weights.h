@@ -4,7 +4,8 @@
 // decoder's names ("model.layers.N.mlp.gate.weight" the router [num_experts, hidden_size],
 // "mlp.experts.E.{gate,up,down}_proj.weight", "mlp.shared_expert.{gate,up,down}_proj.weight" and
 // "mlp.shared_expert_gate.weight" [1, hidden_size] when shared_expert_intermediate_size > 0),
-// sliced for this rank of the TP group (layers/fused_moe.h).
+// sliced for this rank of the TP group, or with `expert_parallel` this rank's whole experts
+// only (layers/fused_moe.h).
 #pragma once
 
 #include "distributed/group_coordinator.h"
@@ -18,6 +19,7 @@ namespace uc::models {
 // the size that does not divide over tensor_parallel_size.
 StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& config, int layer,
                                         const io::TensorSource& source,
-                                        distributed::GroupCoordinator& tp);
+                                        distributed::GroupCoordinator& tp,
+                                        bool expert_parallel = false);
 
 }  // namespace uc::models

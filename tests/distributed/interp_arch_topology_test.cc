@@ -9,7 +9,8 @@
 // and last layers
 // (residual stream, attention and MLP outputs, the final norm) must be the same sequence as one
 // process (same order, values within 1e-5 relative), every TP replica must capture the same bits,
-// and the greedy tokens must be the same.
+// and the greedy tokens must be the same. `--enable-expert-parallel` runs the MoE layers with
+// whole experts per TP rank instead (the one process stays as it is).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -30,13 +31,16 @@ using probe::ActivationRecord;
 
 struct Args {
   int tp = 1, pp = 1;
+  bool expert_parallel = false;
   std::string model;  // under tests/testdata
 };
 
 Args ParseArgs() {
   Args a;
   const std::vector<std::string> argv = ::testing::internal::GetArgvs();
-  for (size_t i = 1; i + 1 < argv.size(); ++i) {
+  for (size_t i = 1; i < argv.size(); ++i) {
+    if (argv[i] == "--enable-expert-parallel") a.expert_parallel = true;
+    if (i + 1 == argv.size()) break;
     if (argv[i] == "--tp") a.tp = std::stoi(argv[i + 1]);
     if (argv[i] == "--pp") a.pp = std::stoi(argv[i + 1]);
     if (argv[i] == "--model") a.model = argv[i + 1];
@@ -112,6 +116,7 @@ TEST(InterpArchTopologyTest, RecordsEqualOneProcess) {
   options.model_path = model;
   options.tensor_parallel_size = args.tp;
   options.pipeline_parallel_size = args.pp;
+  options.load.expert_parallel = args.expert_parallel;
   options.num_threads = 1;
   options.step_timeout_seconds = 120;
   distributed::MpiBackend backend;
@@ -158,9 +163,10 @@ TEST(InterpArchTopologyTest, RecordsEqualOneProcess) {
     EXPECT_GT(router_records, 50);
   }
   std::printf(
-      "%s tp %d pp %d: %zu records (%d router), same order as one process, max relative "
+      "%s tp %d pp %d%s: %zu records (%d router), same order as one process, max relative "
       "diff %.3g\n",
-      args.model.c_str(), args.tp, args.pp, got.records.size(), router_records, worst);
+      args.model.c_str(), args.tp, args.pp, args.expert_parallel ? " expert-parallel" : "",
+      got.records.size(), router_records, worst);
   for (size_t i = 0; i < requests.size(); ++i) {
     EXPECT_EQ(got.results[i].output.output_ids, want.results[i].output.output_ids);
   }

@@ -74,6 +74,8 @@ inline CLI::Validator Threads() {
 //   --matmul exact|int8          how quantized and BF16 weights are multiplied (MatMulPrecision)
 //   --[no-]batch-invariant       rows' bits independent of the batch (LoadOptions::batch_invariant,
 //                                on by default)
+//   --enable-expert-parallel     whole experts per TP rank (LoadOptions::expert_parallel, vLLM's
+//                                flag)
 //   --control-vector FILE        add FILE's directions to the residual stream (repeatable)
 //   --control-vector-scaled FILE SCALE   the same, times SCALE (repeatable)
 //   --control-vector-layer-range START END   steer only blocks START..END (inclusive)
@@ -100,6 +102,10 @@ inline void AddModelLoadFlags(CLI::App* cmd, models::LoadOptions* load) {
          "Let a row's bits depend on the batch: faster prefill of F32 weights and of Q2_K / "
          "Q3_K / IQ4_NL")
       ->trigger_on_parse();
+  cmd->add_flag("--enable-expert-parallel", load->expert_parallel,
+                "Mixture-of-experts models under --tp: each rank holds whole experts (expert e on "
+                "rank e mod tp) instead of a slice of every expert; the same one all-reduce a "
+                "layer");
   cmd->add_option_function<std::vector<std::string>>(
          "--control-vector",
          [load](const std::vector<std::string>& files) {

@@ -165,6 +165,7 @@ PyModelOptions ToOptions(const nb::dict& engine, const std::string& model_name,
                       "matmul: expected 'exact' or 'int8', got '" + matmul + "'");
   }
   o.engine.load.batch_invariant = Get<bool>(engine, "batch_invariant", true);
+  o.engine.load.expert_parallel = Get<bool>(engine, "enable_expert_parallel", false);
   o.tensor_parallel_size = Get<int>(engine, "tensor_parallel_size", 1);
   o.pipeline_parallel_size = Get<int>(engine, "pipeline_parallel_size", 1);
   o.step_timeout_seconds = Get<double>(engine, "step_timeout", o.step_timeout_seconds);
