@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/file_pages.h"
 #include "kernels/ops.h"
 
 namespace uc::layers {
@@ -311,6 +312,9 @@ StatusOr<RowParallelLinear> RowParallelLinear::Load(const Tensor& weight, const 
   Tensor shard = weight;
   if (tp_group.world_size() > 1) {
     UC_ASSIGN_OR_RETURN(shard, CopyColumns(weight, part.begin, part.end, kLayer));
+    // The shard is a copy: the checkpoint's pages of the whole matrix need not stay resident
+    // (every page of it was read; a no-op unless it is a file mapping).
+    ReleaseFilePages(weight.raw(), static_cast<size_t>(weight.nbytes()));
   }
   RowParallelLinear layer;
   layer.linear_ = Linear(std::move(shard), r == 0 ? bias : Tensor());

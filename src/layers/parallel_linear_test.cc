@@ -1,14 +1,20 @@
 #include "layers/parallel_linear.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/file_pages.h"
 #include "distributed/thread_process_group.h"
 #include "layers/layers_test_util.h"
 #include "layers/linear.h"
@@ -286,6 +292,52 @@ void OnRank0(int tp, Fn fn) {
 void ExpectInvalid(const Status& status, std::string_view needle) {
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
   EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
+}
+
+// This process's resident set in bytes (/proc/self/statm, second field).
+size_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages_total = 0, pages_resident = 0;
+  statm >> pages_total >> pages_resident;
+  return pages_resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// A row-parallel shard is a copy of its columns of the checkpoint's matrix, so the mapped file's
+// pages of the whole matrix leave the resident set once the shards are made: two ranks hold two
+// half copies (the matrix's size once), not that and every page of the mapping too.
+TEST(RowParallelMemoryTest, TheCopiedColumnsGiveTheCheckpointPagesBack) {
+  constexpr int64_t kRows = 1024, kCols = 8192;  // 32 MiB of F32
+  const size_t bytes = static_cast<size_t>(kRows * kCols) * sizeof(float);
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("uc_row_parallel_" + std::to_string(::getpid()) + ".bin");
+  {
+    std::vector<float> values(static_cast<size_t>(kRows * kCols));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 977) * 0.001f;
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(bytes));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  void* mapped = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  ASSERT_NE(mapped, MAP_FAILED);
+  RegisterFileMapping(mapped, bytes);
+  const Tensor weight = Tensor::Borrow(mapped, {kRows, kCols}, DType::kF32);
+  float sum = 0.0f;  // every page resident
+  for (int64_t i = 0; i < kRows * kCols; i += 1024) sum += weight.data<float>()[i];
+  EXPECT_GT(sum, 0.0f);
+  const size_t before = ResidentBytes();
+  std::vector<RowParallelLinear> shards(2);
+  RunWithThreadGroup(2, [&](GroupCoordinator& g) {
+    auto layer = RowParallelLinear::Load(weight, Tensor(), g);
+    ASSERT_TRUE(layer.ok()) << layer.status().ToString();
+    shards[g.rank_in_group()] = std::move(layer).value();
+  });
+  const size_t after = ResidentBytes();
+  EXPECT_LT(after, before + bytes / 2) << "the mapping's pages stayed beside the copies";
+  UnregisterFileMapping(mapped);
+  ::munmap(mapped, bytes);
+  std::filesystem::remove(path);
 }
 
 TEST(ParallelLinearErrorsTest, IndivisibleSizesNameTheDimension) {
