@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <fstream>
 #include <iterator>
 #include <map>
 #include <mutex>
@@ -52,6 +53,13 @@ size_t ReleaseFilePages(const void* p, size_t n) {
   if (end > it->first + it->second) return 0;
   if (::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED) != 0) return 0;
   return last - first;
+}
+
+size_t ResidentSetBytes() {
+  std::ifstream statm("/proc/self/statm");
+  size_t pages_total = 0, pages_resident = 0;
+  if (!(statm >> pages_total >> pages_resident)) return 0;
+  return pages_resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace uc

@@ -30,4 +30,7 @@ void UnregisterFileMapping(const void* begin);
 // neighbouring tensor may still be read from them). Returns the bytes released (0 otherwise).
 size_t ReleaseFilePages(const void* p, size_t n);
 
+// This process's resident set in bytes now (/proc/self/statm); 0 where it cannot be read.
+size_t ResidentSetBytes();
+
 }  // namespace uc

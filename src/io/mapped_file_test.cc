@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -27,14 +26,6 @@ TEST(MappedFileTest, MapsTheWholeFile) {
   EXPECT_EQ(std::memcmp((*file)->data(), "hello world", 11), 0);
 }
 
-// This process's resident set in bytes (/proc/self/statm, second field).
-size_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  size_t pages_total = 0, pages_resident = 0;
-  statm >> pages_total >> pages_resident;
-  return pages_resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-}
-
 TEST(MappedFileTest, ReleasedPagesLeaveTheResidentSetAndReadBackUnchanged) {
   TempDir dir;
   constexpr size_t kSize = size_t{32} << 20;
@@ -45,12 +36,12 @@ TEST(MappedFileTest, ReleasedPagesLeaveTheResidentSetAndReadBackUnchanged) {
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   const std::byte* data = (*file)->data();
   ASSERT_EQ(std::memcmp(data, bytes.data(), kSize), 0);  // every page resident
-  const size_t before = ResidentBytes();
+  const size_t before = ResidentSetBytes();
   // An unaligned range: the partial pages at its ends stay.
   const size_t released = ReleaseFilePages(data + 100, kSize - 200);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   EXPECT_EQ(released, kSize - 2 * page);
-  EXPECT_GE(before - ResidentBytes(), kSize / 2) << "the pages are still resident";
+  EXPECT_GE(before - ResidentSetBytes(), kSize / 2) << "the pages are still resident";
   EXPECT_EQ(std::memcmp(data, bytes.data(), kSize), 0);  // read back from the file
   // A range reaching past the mapping, and heap memory, are left alone.
   EXPECT_EQ(ReleaseFilePages(data + kSize - page, 2 * page), 0u);

@@ -225,15 +225,10 @@ INSTANTIATE_TEST_SUITE_P(Tp, FusedMoeTest,
                                   (info.param.shared ? "Shared" : "");
                          });
 
-// What a tap placed before the all-reduce would see: one rank's partial sum over its slice of
-// the experts (and of the shared expert). It is far from the block's output (so a capture there
-// would be wrong and the TP test above can fail), while the ranks' partials add up to it.
-TEST(FusedMoeBlockTest, ATapBeforeTheReduceWouldSeeAPartialSum) {
-  const Weights w = MakeWeights(DType::kF32);
-  const Tensor x = RandomF32({5, kHidden}, 8);
-  const std::vector<float> whole = Reference(x, w, false, true);
-  const std::vector<float> part0 = Reference(x, w, false, true, 0, 2);
-  const std::vector<float> part1 = Reference(x, w, false, true, 1, 2);
+// Two ranks' partial sums of a block: the first far from the whole (a tap there would be
+// wrong), both adding up to it.
+void ExpectPartialsOf(const std::vector<float>& whole, const std::vector<float>& part0,
+                      const std::vector<float>& part1) {
   float scale = 0.0f, diff = 0.0f;
   std::vector<float> sum(whole.size());
   for (size_t i = 0; i < whole.size(); ++i) {
@@ -243,6 +238,18 @@ TEST(FusedMoeBlockTest, ATapBeforeTheReduceWouldSeeAPartialSum) {
   }
   EXPECT_GT(diff, 0.1f * scale);
   ExpectClose(sum, whole);
+}
+
+// What a tap placed before the all-reduce would see: one rank's partial sum over its slice of
+// the experts (and of the shared expert). It is far from the block's output (so a capture there
+// would be wrong and the TP test above can fail), while the ranks' partials add up to it.
+TEST(FusedMoeBlockTest, ATapBeforeTheReduceWouldSeeAPartialSum) {
+  const Weights w = MakeWeights(DType::kF32);
+  const Tensor x = RandomF32({5, kHidden}, 8);
+  const std::vector<float> whole = Reference(x, w, false, true);
+  const std::vector<float> part0 = Reference(x, w, false, true, 0, 2);
+  const std::vector<float> part1 = Reference(x, w, false, true, 1, 2);
+  ExpectPartialsOf(whole, part0, part1);
 }
 
 // Expert parallelism at 2 and 4 ranks (four ranks over six experts: two hold two, two hold one),
@@ -315,15 +322,7 @@ TEST(FusedMoeExpertParallelTest, ATapBeforeTheReduceWouldSeeOneRanksExperts) {
   const std::vector<float> whole = Reference(x, w, false, true);
   const std::vector<float> part0 = Reference(x, w, false, true, 0, 2, true);
   const std::vector<float> part1 = Reference(x, w, false, true, 1, 2, true);
-  float scale = 0.0f, diff = 0.0f;
-  std::vector<float> sum(whole.size());
-  for (size_t i = 0; i < whole.size(); ++i) {
-    scale = std::max(scale, std::fabs(whole[i]));
-    diff = std::max(diff, std::fabs(part0[i] - whole[i]));
-    sum[i] = part0[i] + part1[i];
-  }
-  EXPECT_GT(diff, 0.1f * scale);
-  ExpectClose(sum, whole);
+  ExpectPartialsOf(whole, part0, part1);
 }
 
 // The expert weights and matmul paths the bit-for-bit tests run: F32, and Q8_0 on the exact and

@@ -294,14 +294,6 @@ void ExpectInvalid(const Status& status, std::string_view needle) {
   EXPECT_NE(status.message().find(needle), std::string::npos) << status.message();
 }
 
-// This process's resident set in bytes (/proc/self/statm, second field).
-size_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  size_t pages_total = 0, pages_resident = 0;
-  statm >> pages_total >> pages_resident;
-  return pages_resident * static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-}
-
 // A row-parallel shard is a copy of its columns of the checkpoint's matrix, so the mapped file's
 // pages of the whole matrix leave the resident set once the shards are made: two ranks hold two
 // half copies (the matrix's size once), not that and every page of the mapping too.
@@ -326,14 +318,14 @@ TEST(RowParallelMemoryTest, TheCopiedColumnsGiveTheCheckpointPagesBack) {
   float sum = 0.0f;  // every page resident
   for (int64_t i = 0; i < kRows * kCols; i += 1024) sum += weight.data<float>()[i];
   EXPECT_GT(sum, 0.0f);
-  const size_t before = ResidentBytes();
+  const size_t before = ResidentSetBytes();
   std::vector<RowParallelLinear> shards(2);
   RunWithThreadGroup(2, [&](GroupCoordinator& g) {
     auto layer = RowParallelLinear::Load(weight, Tensor(), g);
     ASSERT_TRUE(layer.ok()) << layer.status().ToString();
     shards[g.rank_in_group()] = std::move(layer).value();
   });
-  const size_t after = ResidentBytes();
+  const size_t after = ResidentSetBytes();
   EXPECT_LT(after, before + bytes / 2) << "the mapping's pages stayed beside the copies";
   UnregisterFileMapping(mapped);
   ::munmap(mapped, bytes);
