@@ -114,9 +114,7 @@ StatusOr<FusedMoe> FusedMoe::Load(const std::string& name, const Tensor& router,
   moe.down_.resize(static_cast<size_t>(num_experts));
   bool first = true, biased = false;
   for (int64_t e = 0; e < num_experts; ++e) {
-    const bool mine = !moe.expert_parallel_ ||
-                      ExpertOwner(static_cast<int>(e), tp.world_size()) == tp.rank_in_group();
-    if (!mine) continue;
+    if (!HoldsExpert(static_cast<int>(e), tp, moe.expert_parallel_)) continue;
     const std::string what = name + " expert " + std::to_string(e);
     UC_ASSIGN_OR_RETURN(
         ExpertLayers layers,

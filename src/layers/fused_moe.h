@@ -101,6 +101,13 @@ class FusedMoe {
 
   // The TP rank (rank_in_group) that holds expert `expert` whole under expert parallelism.
   static int ExpertOwner(int expert, int tp_size) { return expert % tp_size; }
+  // Whether this rank of `tp` needs expert `expert`'s weights: every rank needs a slice of every
+  // expert, except under expert parallelism over more than one rank, where only its owner does.
+  static bool HoldsExpert(int expert, const distributed::GroupCoordinator& tp,
+                          bool expert_parallel) {
+    return !expert_parallel || tp.world_size() == 1 ||
+           ExpertOwner(expert, tp.world_size()) == tp.rank_in_group();
+  }
 
   bool defined() const { return num_experts_ > 0; }
   int num_experts() const { return num_experts_; }

@@ -39,10 +39,7 @@ StatusOr<layers::FusedMoe> LoadMoeBlock(const ModelConfig& c, int layer,
   // Under expert parallelism only this rank's experts are read (the rest stay undefined).
   std::vector<layers::ExpertWeights> experts(static_cast<size_t>(c.num_experts));
   for (int e = 0; e < c.num_experts; ++e) {
-    if (expert_parallel && tp.world_size() > 1 &&
-        layers::FusedMoe::ExpertOwner(e, tp.world_size()) != tp.rank_in_group()) {
-      continue;
-    }
+    if (!layers::FusedMoe::HoldsExpert(e, tp, expert_parallel)) continue;
     UC_ASSIGN_OR_RETURN(experts[e], LoadExpert(source, p + "experts." + std::to_string(e) + ".", h,
                                                c.moe_intermediate_size, c.expert_bias));
   }
