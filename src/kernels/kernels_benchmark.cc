@@ -394,9 +394,10 @@ BENCHMARK(BM_Attention)
 // `context` positions (at 576, 110 MiB: more than an L3) taken in turn, as a model's layers are
 // between the weights streaming past. paged 1: PagedAttention over blocks of 16 (as the engine
 // runs), 0: CausalAttention over one contiguous cache. Either way a KV head's keys are a quarter
-// of each cache row (4 KV heads), read 1 KiB apart: 6-7.5 GB/s at one thread on a Zen 4 where
-// the weights stream at 24, paged or not (software prefetch measured no faster; see
-// docs/benchmarks.md for the layouts that were).
+// of each cache row (4 KV heads), read 1 KiB apart: 5-7.5 GB/s at one thread on a Zen 4 and a
+// Zen 5 where the weights stream at 24-33, paged or not, until the passes asked for the next
+// block's columns ahead of use (attention_avx2.cc: 12 GB/s at one thread, 19-20 at two, on the
+// Zen 5; docs/benchmarks.md has the layouts tried before).
 void BM_AttentionDecodeCold(benchmark::State& state) {
   const int64_t context = state.range(0);
   const int threads = static_cast<int>(state.range(1));
