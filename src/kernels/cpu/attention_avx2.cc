@@ -255,6 +255,8 @@ void AttendGroup(const Group& g, const AttentionKernels& kernels, std::vector<fl
                                     g.sinks == nullptr ? nullptr : g.sinks + h);
     std::fill_n(g.out + h * g.hd, g.hd, 0.0f);
   }
+  // The AVX2 value sums pair a run's rows (two accumulator sets), so their bits follow the runs:
+  // the token's positions and the block size decide them, never the batch.
   RunPrefetcher values(g, g.values);
   ForEachRun(g, kRunRows, [&](int64_t t0, int64_t rows, int64_t offset) {
     values.Upto(t0 + rows + kRunRows);
